@@ -1,0 +1,491 @@
+// Package config owns MoonMQ's configuration: the JSON "Server" block of
+// seed 000, its built-in defaults, and its validation.
+//
+// It may not open sockets or touch the data directory; it only turns bytes
+// into a validated Config or an error that names the offending key.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// File is the top level of a configuration file: everything lives under
+// "Server", as in seed 000.
+type File struct {
+	Server Server
+}
+
+// Server is the broker's configuration.
+type Server struct {
+	// Host is the address the client listener binds to.
+	Host string
+	// Port is the Kafka client port.
+	Port int
+	// AdvertisedAddress is the host:port clients are told to dial in
+	// Metadata. Empty means Host:Port (or Replication.ClientAddress when
+	// replication is enabled). It must be set when Host is a wildcard.
+	AdvertisedAddress string
+	// DataDir holds one directory per partition and the broker's state files.
+	DataDir string
+	// MetricsPort serves /stats, /metrics and /health/*; 0 disables it.
+	MetricsPort int
+	// MetricsHost is the address the metrics listener binds to (default Host).
+	MetricsHost string
+	// Acks is the broker-side floor for produce acknowledgements: "all",
+	// "leader" or "none". With "all" every produce waits for durability
+	// whatever acks the client asked for.
+	Acks string
+	// AutoCreateTopics creates unknown topics on Metadata and Produce, as
+	// Kafka's auto.create.topics.enable does. Default true.
+	AutoCreateTopics *bool
+	// DefaultPartitions is the partition count of auto-created topics and of
+	// CreateTopics requests that ask for -1. Default 1.
+	DefaultPartitions int
+	// MaxRequestBytes is the largest frame a client may send (Kafka's
+	// socket.request.max.bytes). Default 100 MiB.
+	MaxRequestBytes int
+	// MaxMessageBytes is the default max.message.bytes of topics: the largest
+	// record batch a produce may carry. Default 1048588 as in Kafka.
+	MaxMessageBytes int
+	// SegmentBytes is the default segment.bytes of topics. Default 1 GiB.
+	SegmentBytes int64
+	// RetentionMs is the default retention.ms of topics; -1 keeps forever.
+	// Default 7 days.
+	RetentionMs int64
+	// RetentionBytes is the default retention.bytes per partition; -1 is
+	// unlimited (the default).
+	RetentionBytes int64
+	// RetentionCheckMs is how often retention is enforced. Default 30000.
+	RetentionCheckMs int64
+	// FlushIntervalMs bounds how long data produced with acks 0 or 1 may
+	// stay unsynced. acks=all data is always fsynced before the answer.
+	// Default 1000.
+	FlushIntervalMs int64
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string
+	// Replication configures the replication group (seed 000).
+	Replication *Replication
+	// Cluster is the partition-splitting cluster mode, which this version
+	// parses and validates but does not run.
+	Cluster *Cluster
+	// Users are the SASL users. Parsed now; enforced by the security issue.
+	Users []User
+}
+
+// Replication is the Replication block of seed 000.
+type Replication struct {
+	Enabled       bool
+	ReplicaId     int
+	Role          string
+	ReplicateHost string
+	ReplicatePort int
+	ClientAddress string
+	Token         string
+	// AckTimeout is in seconds: how long acks=all waits for the ISR.
+	AckTimeout float64
+	Peers      []Peer
+	Failover   Failover
+	// LagMax is how many records behind the leader's log end a follower may
+	// be and still count towards the static-mode high watermark.
+	LagMax int64
+	// IsrLagSeconds is how long a follower may stay behind the log end
+	// before it is proposed out of the ISR.
+	IsrLagSeconds float64
+}
+
+// Peer is another member of the replication group.
+type Peer struct {
+	Id            int
+	Address       string
+	ClientAddress string
+}
+
+// Failover switches automatic, Raft-run failover on.
+type Failover struct {
+	Enabled bool
+}
+
+// Cluster is the seed's multi-broker partitioning mode.
+type Cluster struct {
+	Enabled bool
+	NodeId  int
+	Peers   []Peer
+}
+
+// User is a SASL user.
+type User struct {
+	Username string
+	Password string
+}
+
+// Defaults used when a key is absent.
+const (
+	DefaultHost              = "127.0.0.1"
+	DefaultPort              = 9092
+	DefaultDataDir           = "./data"
+	DefaultMetricsPort       = 9100
+	DefaultMaxRequestBytes   = 100 << 20
+	DefaultMaxMessageBytes   = 1048588
+	DefaultSegmentBytes      = 1 << 30
+	DefaultRetentionMs       = 7 * 24 * 3600 * 1000
+	DefaultRetentionCheckMs  = 30000
+	DefaultFlushIntervalMs   = 1000
+	DefaultAckTimeoutSeconds = 5
+	DefaultIsrLagSeconds     = 10
+)
+
+// Default returns the configuration `moonmq serve` runs with when given no
+// file.
+func Default() Server {
+	s := Server{}
+	s.applyDefaults(map[string]bool{})
+	return s
+}
+
+// Load reads and validates a configuration file.
+func Load(path string) (Server, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Server{}, fmt.Errorf("read config: %w", err)
+	}
+	s, err := Parse(b)
+	if err != nil {
+		return Server{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Parse decodes and validates configuration JSON. Unknown keys and wrong
+// types are errors that name the key.
+func Parse(b []byte) (Server, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return Server{}, explainJSON(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Server{}, errors.New("trailing data after the top-level JSON object")
+	}
+	// Which numeric keys were given explicitly matters for defaults: 0 is a
+	// meaningful MetricsPort ("off"), absent is not.
+	var raw struct{ Server map[string]json.RawMessage }
+	_ = json.Unmarshal(b, &raw)
+	if raw.Server == nil {
+		return Server{}, errors.New(`missing "Server" object`)
+	}
+	given := make(map[string]bool, len(raw.Server))
+	for k := range raw.Server {
+		given[k] = true
+	}
+	s := f.Server
+	s.applyDefaults(given)
+	if err := s.Validate(); err != nil {
+		return Server{}, err
+	}
+	return s, nil
+}
+
+func explainJSON(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := strings.TrimPrefix(te.Field, "Server.")
+		return fmt.Errorf("key %q: expected %s, got JSON %s", field, te.Type, te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("invalid JSON at byte %d: %v", se.Offset, err)
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+		return fmt.Errorf("unknown key %s (keys are case-sensitive; see docs/CONFIG.md)", strings.TrimPrefix(msg, "json: unknown field "))
+	}
+	return err
+}
+
+func (s *Server) applyDefaults(given map[string]bool) {
+	if s.Host == "" {
+		s.Host = DefaultHost
+	}
+	if !given["Port"] {
+		s.Port = DefaultPort
+	}
+	if s.DataDir == "" {
+		s.DataDir = DefaultDataDir
+	}
+	if !given["MetricsPort"] {
+		s.MetricsPort = DefaultMetricsPort
+	}
+	if s.MetricsHost == "" {
+		s.MetricsHost = s.Host
+	}
+	if s.Acks == "" {
+		s.Acks = "leader"
+	}
+	if s.AutoCreateTopics == nil {
+		t := true
+		s.AutoCreateTopics = &t
+	}
+	if s.DefaultPartitions == 0 {
+		s.DefaultPartitions = 1
+	}
+	if s.MaxRequestBytes == 0 {
+		s.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if s.MaxMessageBytes == 0 {
+		s.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if s.SegmentBytes == 0 {
+		s.SegmentBytes = DefaultSegmentBytes
+	}
+	if !given["RetentionMs"] {
+		s.RetentionMs = DefaultRetentionMs
+	}
+	if !given["RetentionBytes"] {
+		s.RetentionBytes = -1
+	}
+	if s.RetentionCheckMs == 0 {
+		s.RetentionCheckMs = DefaultRetentionCheckMs
+	}
+	if s.FlushIntervalMs == 0 {
+		s.FlushIntervalMs = DefaultFlushIntervalMs
+	}
+	if s.LogLevel == "" {
+		s.LogLevel = "info"
+	}
+	if r := s.Replication; r != nil {
+		if r.AckTimeout == 0 {
+			r.AckTimeout = DefaultAckTimeoutSeconds
+		}
+		if r.IsrLagSeconds == 0 {
+			r.IsrLagSeconds = DefaultIsrLagSeconds
+		}
+		if r.ReplicateHost == "" {
+			r.ReplicateHost = s.Host
+		}
+	}
+}
+
+// Validate checks values that decode but make no sense. Every error names
+// its key.
+func (s *Server) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if net.ParseIP(s.Host) == nil && !validHostname(s.Host) {
+		bad("Host", "%q is not an IP address or host name", s.Host)
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		bad("Port", "%d is not a TCP port (0-65535; 0 picks a free port)", s.Port)
+	}
+	if s.MetricsPort < 0 || s.MetricsPort > 65535 {
+		bad("MetricsPort", "%d is not a TCP port (0 disables metrics)", s.MetricsPort)
+	}
+	if s.MetricsPort != 0 && s.MetricsPort == s.Port {
+		bad("MetricsPort", "must differ from Port (%d)", s.Port)
+	}
+	if s.AdvertisedAddress != "" {
+		if _, _, err := net.SplitHostPort(s.AdvertisedAddress); err != nil {
+			bad("AdvertisedAddress", "%q is not host:port", s.AdvertisedAddress)
+		}
+	} else if ip := net.ParseIP(s.Host); ip != nil && ip.IsUnspecified() && (s.Replication == nil || s.Replication.ClientAddress == "") {
+		bad("AdvertisedAddress", "must be set when Host is %s: clients cannot dial a wildcard address", s.Host)
+	}
+	if _, err := ParseAcks(s.Acks); err != nil {
+		bad("Acks", "%v", err)
+	}
+	if s.DefaultPartitions < 1 || s.DefaultPartitions > 100000 {
+		bad("DefaultPartitions", "%d is out of range 1-100000", s.DefaultPartitions)
+	}
+	if s.MaxRequestBytes < 1024 || s.MaxRequestBytes > 1<<30 {
+		bad("MaxRequestBytes", "%d is out of range 1024-%d", s.MaxRequestBytes, 1<<30)
+	}
+	if s.MaxMessageBytes < 64 || s.MaxMessageBytes > s.MaxRequestBytes {
+		bad("MaxMessageBytes", "%d is out of range 64-MaxRequestBytes (%d)", s.MaxMessageBytes, s.MaxRequestBytes)
+	}
+	if s.SegmentBytes < 1024 || s.SegmentBytes > 1<<32-1 {
+		bad("SegmentBytes", "%d is out of range 1024-%d (index positions are 32-bit)", s.SegmentBytes, int64(1<<32-1))
+	}
+	if s.RetentionMs < -1 || s.RetentionMs == 0 {
+		bad("RetentionMs", "%d must be positive, or -1 for unlimited", s.RetentionMs)
+	}
+	if s.RetentionBytes < -1 || s.RetentionBytes == 0 {
+		bad("RetentionBytes", "%d must be positive, or -1 for unlimited", s.RetentionBytes)
+	}
+	if s.RetentionCheckMs < 10 {
+		bad("RetentionCheckMs", "%d must be at least 10", s.RetentionCheckMs)
+	}
+	if s.FlushIntervalMs < 1 {
+		bad("FlushIntervalMs", "%d must be at least 1", s.FlushIntervalMs)
+	}
+	if _, err := ParseLevel(s.LogLevel); err != nil {
+		bad("LogLevel", "%v", err)
+	}
+	seenUser := map[string]bool{}
+	for i, u := range s.Users {
+		key := fmt.Sprintf("Users[%d]", i)
+		if u.Username == "" {
+			bad(key+".Username", "must not be empty")
+		}
+		if u.Password == "" {
+			bad(key+".Password", "must not be empty")
+		}
+		if seenUser[u.Username] {
+			bad(key+".Username", "%q is listed twice", u.Username)
+		}
+		seenUser[u.Username] = true
+	}
+	if c := s.Cluster; c != nil && c.Enabled {
+		if s.Replication != nil && s.Replication.Failover.Enabled {
+			bad("Cluster", "failover replication cannot be combined with Server.Cluster: a replication group holds copies of the same data, not a split of partitions (seed 000)")
+		} else {
+			bad("Cluster.Enabled", "cluster mode is not supported by this version of MoonMQ; use a replication group (Server.Replication) instead")
+		}
+	}
+	if r := s.Replication; r != nil {
+		errs = append(errs, r.validate(s)...)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Replication) validate(s *Server) []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("key %q: %s", "Replication."+key, fmt.Sprintf(format, args...)))
+	}
+	if r.Failover.Enabled && s.Cluster != nil && s.Cluster.Enabled {
+		// Reported once by the caller under "Cluster".
+		return nil
+	}
+	if !r.Enabled {
+		return nil
+	}
+	if r.ReplicaId <= 0 {
+		bad("ReplicaId", "%d must be a positive integer", r.ReplicaId)
+	}
+	switch r.Role {
+	case "leader", "follower", "both":
+	case "":
+		if !r.Failover.Enabled {
+			bad("Role", "must be leader or follower in static mode")
+		}
+	default:
+		bad("Role", "%q must be leader, follower or both", r.Role)
+	}
+	if r.ReplicatePort <= 0 || r.ReplicatePort > 65535 {
+		bad("ReplicatePort", "%d is not a TCP port", r.ReplicatePort)
+	} else if r.ReplicatePort == s.Port || r.ReplicatePort == s.MetricsPort {
+		bad("ReplicatePort", "%d is already used by Port or MetricsPort", r.ReplicatePort)
+	}
+	if r.ClientAddress == "" {
+		bad("ClientAddress", "must be set: it is the host:port clients are sent to when this replica leads")
+	} else if _, _, err := net.SplitHostPort(r.ClientAddress); err != nil {
+		bad("ClientAddress", "%q is not host:port", r.ClientAddress)
+	}
+	if r.AckTimeout < 0 {
+		bad("AckTimeout", "%v must not be negative", r.AckTimeout)
+	}
+	if r.LagMax < 0 {
+		bad("LagMax", "%d must not be negative", r.LagMax)
+	}
+	if r.IsrLagSeconds < 0 {
+		bad("IsrLagSeconds", "%v must not be negative", r.IsrLagSeconds)
+	}
+	ids := map[int]bool{r.ReplicaId: true}
+	addrs := map[string]bool{r.ClientAddress: true}
+	for i, p := range r.Peers {
+		key := fmt.Sprintf("Peers[%d]", i)
+		if p.Id <= 0 {
+			bad(key+".Id", "%d must be a positive integer", p.Id)
+		} else if ids[p.Id] {
+			bad(key+".Id", "%d is used twice (ReplicaId and peer ids must be unique)", p.Id)
+		}
+		ids[p.Id] = true
+		if _, _, err := net.SplitHostPort(p.Address); err != nil {
+			bad(key+".Address", "%q is not host:port", p.Address)
+		} else if addrs[p.Address] {
+			bad(key+".Address", "%q is used twice", p.Address)
+		}
+		addrs[p.Address] = true
+		if _, _, err := net.SplitHostPort(p.ClientAddress); err != nil {
+			bad(key+".ClientAddress", "%q is not host:port", p.ClientAddress)
+		} else if addrs[p.ClientAddress] {
+			bad(key+".ClientAddress", "%q is used twice", p.ClientAddress)
+		}
+		addrs[p.ClientAddress] = true
+	}
+	if r.Failover.Enabled {
+		switch n := len(r.Peers) + 1; n {
+		case 3, 5:
+		case 2:
+			slog.Warn("replication group of 2: elections stop when either replica dies; use 3 or 5 replicas", "key", "Replication.Peers")
+		default:
+			bad("Peers", "failover needs a group of 3 or 5 replicas (this one and its peers); got %d", n)
+		}
+	}
+	return errs
+}
+
+// AcksFloor is the broker-side minimum acknowledgement level.
+type AcksFloor int
+
+// Acknowledgement floors, ordered from weakest to strongest.
+const (
+	AcksNone AcksFloor = iota
+	AcksLeader
+	AcksAll
+)
+
+// ParseAcks turns the Acks key into a floor. Kafka's numeric spellings are
+// accepted too.
+func ParseAcks(s string) (AcksFloor, error) {
+	switch strings.ToLower(s) {
+	case "none", "0":
+		return AcksNone, nil
+	case "leader", "1":
+		return AcksLeader, nil
+	case "all", "-1":
+		return AcksAll, nil
+	}
+	return 0, fmt.Errorf("%q must be all, leader or none", s)
+}
+
+// ParseLevel turns LogLevel into a slog level.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// ClientListenAddr is the host:port the client listener binds.
+func (s *Server) ClientListenAddr() string {
+	return net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
+}
+
+// MetricsListenAddr is the host:port the metrics listener binds.
+func (s *Server) MetricsListenAddr() string {
+	return net.JoinHostPort(s.MetricsHost, strconv.Itoa(s.MetricsPort))
+}
+
+func validHostname(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, r := range h {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}

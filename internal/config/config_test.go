@@ -1,0 +1,71 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaults(t *testing.T) {
+	s := Default()
+	if s.ClientListenAddr() != "127.0.0.1:9092" || s.DataDir != "./data" || s.MetricsListenAddr() != "127.0.0.1:9100" {
+		t.Fatalf("unexpected defaults: %+v", s)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !*s.AutoCreateTopics || s.DefaultPartitions != 1 || s.MaxRequestBytes != 100<<20 {
+		t.Fatalf("unexpected defaults: %+v", s)
+	}
+}
+
+func TestParseSeedExample(t *testing.T) {
+	s, err := Parse([]byte(`{"Server": {
+	  "Host": "127.0.0.1", "Port": 19092, "DataDir": "/tmp/x", "MetricsPort": 0,
+	  "Acks": "all",
+	  "Replication": {
+	    "Enabled": true, "ReplicaId": 1, "Role": "leader", "ReplicateHost": "0.0.0.0",
+	    "ReplicatePort": 9095, "ClientAddress": "10.0.0.1:9092", "Token": "shared-secret",
+	    "AckTimeout": 5,
+	    "Peers": [
+	      { "Id": 2, "Address": "10.0.0.2:9095", "ClientAddress": "10.0.0.2:9092" },
+	      { "Id": 3, "Address": "10.0.0.3:9095", "ClientAddress": "10.0.0.3:9092" }
+	    ],
+	    "Failover": { "Enabled": true }
+	  }}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MetricsPort != 0 || s.Port != 19092 || s.Replication.ReplicaId != 1 || len(s.Replication.Peers) != 2 {
+		t.Fatalf("parsed wrong: %+v", s)
+	}
+	if a, _ := ParseAcks(s.Acks); a != AcksAll {
+		t.Fatalf("acks %v", a)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	cases := []struct{ json, want string }{
+		{`{"Server": {"Prot": 1}}`, `unknown key "Prot"`},
+		{`{"Server": {"Port": "9092"}}`, `key "Port": expected int`},
+		{`{"Server": {"Port": 70000}}`, `key "Port"`},
+		{`{"Server": {"Acks": "some"}}`, `key "Acks"`},
+		{`{"Server": {"DefaultPartitions": -3}}`, `key "DefaultPartitions"`},
+		{`{"Server": {"Host": "0.0.0.0"}}`, `key "AdvertisedAddress"`},
+		{`{"Server": {"Replication": {"Enabled": true, "Failover": {"Enabled": true}}, "Cluster": {"Enabled": true}}}`, `cannot be combined with Server.Cluster`},
+		{`{"Server": {"Cluster": {"Enabled": true}}}`, `key "Cluster.Enabled"`},
+		{`{"Server": {"Replication": {"Enabled": true, "ReplicaId": 1, "Role": "leader", "ReplicatePort": 9095, "ClientAddress": "a:1",
+		   "Peers": [{"Id": 1, "Address": "b:2", "ClientAddress": "c:3"}], "Failover": {"Enabled": true}}}}`, `Replication.Peers[0].Id`},
+		{`{"Server": {"Replication": {"Enabled": true, "ReplicaId": 1, "Role": "leader", "ReplicatePort": 9095, "ClientAddress": "a:1",
+		   "Peers": [{"Id": 2, "Address": "b:2", "ClientAddress": "c:3"}, {"Id": 3, "Address": "d:2", "ClientAddress": "e:3"}, {"Id": 4, "Address": "f:2", "ClientAddress": "g:3"}], "Failover": {"Enabled": true}}}}`, `3 or 5 replicas`},
+		{`{"Server": {"Replication": {"Enabled": true, "ReplicaId": 1, "Role": "boss", "ReplicatePort": 9095, "ClientAddress": "a:1"}}}`, `Replication.Role`},
+		{`{"Server": {}} {}`, `trailing data`},
+		{`{}`, `missing "Server"`},
+		{`{"Server": {"Users": [{"Username": "app"}]}}`, `Users[0].Password`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.json))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want error containing %q", c.json, err, c.want)
+		}
+	}
+}
