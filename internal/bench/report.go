@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+)
+
+// ReportVersion is the version of the JSON report format written by --json.
+// The bench/ module's tools read and write the same shape.
+const ReportVersion = 1
+
+// Report is the JSON document written by --json.
+type Report struct {
+	Version    int          `json:"version"`     // ReportVersion
+	Target     string       `json:"target"`      // --name, e.g. "moonmq"
+	Brokers    string       `json:"brokers"`     // where the target was reached
+	Tool       string       `json:"tool"`        // what produced the report, e.g. "moonmq bench"
+	Started    time.Time    `json:"started"`     // when the run began
+	RecordSize int          `json:"record_size"` // value bytes per record
+	Duration   float64      `json:"duration_s"`  // configured produce seconds per case (0 when count-bound)
+	Records    int64        `json:"records"`     // configured records per case (0 when time-bound)
+	Host       HostInfo     `json:"host"`        // machine the load generator ran on
+	Notes      []string     `json:"notes,omitempty"`
+	Results    []CaseResult `json:"results"`
+}
+
+// HostInfo describes the machine a report was produced on.
+type HostInfo struct {
+	GOOS   string `json:"goos"`
+	GOARCH string `json:"goarch"`
+	NumCPU int    `json:"num_cpu"`
+}
+
+// CaseResult is the outcome of one acks × partitions × mode case.
+type CaseResult struct {
+	Case       string        `json:"case"` // e.g. "acks=-1 p=8 pipelined"
+	Acks       int           `json:"acks"`
+	Partitions int           `json:"partitions"`
+	Mode       string        `json:"mode"` // "pipelined" or "one-at-a-time"
+	Topic      string        `json:"topic"`
+	Produce    ProduceResult `json:"produce"`
+	Consume    ConsumeResult `json:"consume"`
+	Error      string        `json:"error,omitempty"` // set when the case could not run to completion
+}
+
+// ProduceResult holds the producer-side measurements of a case. MB is 10^6
+// bytes of record values (keys and protocol overhead are not counted).
+type ProduceResult struct {
+	Records       int64   `json:"records"` // successfully acknowledged records
+	Errors        int64   `json:"errors"`  // records whose produce failed
+	Bytes         int64   `json:"bytes"`
+	Seconds       float64 `json:"seconds"` // from the first Produce call to the last acknowledgement
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	P50Ms         float64 `json:"p50_ms"` // per-record latency, Produce call to promise
+	P99Ms         float64 `json:"p99_ms"`
+	MaxMs         float64 `json:"max_ms"`
+}
+
+// ConsumeResult holds the consumer-side measurements of a case.
+type ConsumeResult struct {
+	Records       int64   `json:"records"`
+	Bytes         int64   `json:"bytes"`
+	Seconds       float64 `json:"seconds"` // from consumer creation to the last record
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	Complete      bool    `json:"complete"` // every acknowledged record was read back
+}
+
+// rate returns n per second, or 0 for a zero duration.
+func rate(n float64, secs float64) float64 {
+	if secs <= 0 {
+		return 0
+	}
+	return n / secs
+}
+
+// ms converts a duration to fractional milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// writeJSON writes the report to path, indented.
+func writeJSON(path string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeTable writes the human-readable summary of a report.
+func writeTable(w io.Writer, r *Report) error {
+	bound := fmt.Sprintf("%gs/case", r.Duration)
+	if r.Records > 0 {
+		bound = fmt.Sprintf("%d records/case", r.Records)
+	}
+	fmt.Fprintf(w, "\n%s (%s): %d-byte records, %s, %d CPUs\n", r.Target, r.Brokers, r.RecordSize, bound, r.Host.NumCPU)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tprod rec/s\tprod MB/s\tp50 ms\tp99 ms\tcons rec/s\tcons MB/s\tcons/prod\terrors\t")
+	for _, c := range r.Results {
+		cp := "-"
+		if c.Produce.RecordsPerSec > 0 && c.Consume.RecordsPerSec > 0 {
+			cp = fmt.Sprintf("%.1fx", c.Consume.RecordsPerSec/c.Produce.RecordsPerSec)
+		}
+		errs := fmt.Sprint(c.Produce.Errors)
+		if c.Error != "" {
+			errs += " !"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.3f\t%.3f\t%s\t%.1f\t%s\t%s\t\n",
+			c.Case, humanRate(c.Produce.RecordsPerSec), c.Produce.MBPerSec, c.Produce.P50Ms, c.Produce.P99Ms,
+			humanRate(c.Consume.RecordsPerSec), c.Consume.MBPerSec, cp, errs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, c := range r.Results {
+		if c.Error != "" {
+			fmt.Fprintf(w, "! %s: %s\n", c.Case, c.Error)
+		}
+	}
+	return nil
+}
+
+// humanRate formats a per-second rate compactly: 950, 12.3k, 1.20M.
+func humanRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	default:
+		return fmt.Sprintf("%.0f", v)
+	}
+}

@@ -1,0 +1,449 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Command runs `moonmq bench` with the given arguments (without the
+// "bench" word itself). Progress goes to stderr and the summary table to
+// stdout. It returns nil after printing usage for -h, and an error when the
+// arguments are invalid, the context is cancelled or any case failed.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg, stdout, stderr)
+}
+
+// Run executes every case of cfg against the brokers one after another and
+// reports the results. cfg is normally produced by Command's flag parsing;
+// all of its fields must be set.
+func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	rep := &Report{
+		Version:    ReportVersion,
+		Target:     cfg.Name,
+		Brokers:    strings.Join(cfg.Brokers, ","),
+		Tool:       "moonmq bench",
+		Started:    time.Now().UTC(),
+		RecordSize: cfg.RecordSize,
+		Host:       HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU()},
+		Results:    []CaseResult{},
+	}
+	if cfg.Records > 0 {
+		rep.Records = cfg.Records
+	} else {
+		rep.Duration = cfg.Duration.Seconds()
+	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("partitioner=%s linger=%s max-buffered=%d compression=none", cfg.Partitioner, cfg.Linger, cfg.MaxBuffered))
+
+	adminCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		return fmt.Errorf("bench: admin client: %w", err)
+	}
+	defer adminCl.Close()
+	adm := kadm.NewClient(adminCl)
+
+	pool := newValuePool(cfg.RecordSize)
+	var failed int
+	for _, cs := range cfg.cases() {
+		if ctx.Err() != nil {
+			break
+		}
+		res := runCase(ctx, cfg, adm, pool, cs, stderr)
+		if res.Error != "" {
+			failed++
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	if err := writeTable(stdout, rep); err != nil {
+		return err
+	}
+	if cfg.JSONPath != "" {
+		if err := writeJSON(cfg.JSONPath, rep); err != nil {
+			return fmt.Errorf("bench: writing %s: %w", cfg.JSONPath, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("bench: %d of %d cases failed", failed, len(rep.Results))
+	}
+	return nil
+}
+
+// topicName returns the topic used by a case.
+func topicName(cfg *Config, cs caseSpec) string {
+	acks := fmt.Sprint(cs.Acks)
+	if cs.Acks == -1 {
+		acks = "all"
+	}
+	mode := "pipe"
+	if cs.Mode == ModeOneAtATime {
+		mode = "sync"
+	}
+	parts := []string{cfg.TopicPrefix}
+	if cfg.RunID != "" {
+		parts = append(parts, cfg.RunID)
+	}
+	parts = append(parts, "acks"+acks, fmt.Sprintf("p%d", cs.Partitions), mode)
+	return strings.Join(parts, "-")
+}
+
+// runCase runs one case: create the topic, produce, consume, clean up.
+func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *valuePool, cs caseSpec, stderr io.Writer) CaseResult {
+	res := CaseResult{
+		Case:       cs.label(),
+		Acks:       cs.Acks,
+		Partitions: cs.Partitions,
+		Mode:       string(cs.Mode),
+		Topic:      topicName(cfg, cs),
+	}
+	if !cfg.NoCreate {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := adm.CreateTopic(cctx, int32(cs.Partitions), 1, nil, res.Topic)
+		cancel()
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			res.Error = fmt.Sprintf("creating topic %s: %v", res.Topic, err)
+			fmt.Fprintf(stderr, "[%s] %s\n", res.Case, res.Error)
+			return res
+		}
+		if !cfg.KeepTopics {
+			defer func() {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if resp, err := adm.DeleteTopic(dctx, res.Topic); err == nil && resp.Err != nil {
+					fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", res.Case, res.Topic, resp.Err)
+				} else if err != nil {
+					fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", res.Case, res.Topic, err)
+				}
+			}()
+		}
+	}
+
+	written, err := produce(ctx, cfg, pool, cs, res.Topic, &res.Produce, stderr)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	if cfg.NoConsume {
+		return res
+	}
+	if err := consume(ctx, cfg, cs, res.Topic, written, &res.Consume, stderr); err != nil {
+		res.Error = err.Error()
+	}
+	return res
+}
+
+// producerOpts returns the kgo options for a case's producer.
+func producerOpts(cfg *Config, cs caseSpec, topic string) []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.DefaultProduceTopic(topic),
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxBufferedRecords(cfg.MaxBuffered),
+		kgo.RecordDeliveryTimeout(30 * time.Second),
+	}
+	switch cs.Acks {
+	case -1:
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	case 0:
+		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()))
+	default:
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()))
+	}
+	if cs.Acks != -1 {
+		// franz-go only supports idempotent producing with acks=all.
+		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(cfg.MaxInflight))
+	}
+	if cfg.Partitioner == "roundrobin" {
+		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	}
+	return opts
+}
+
+// produce runs the producer phase of a case, fills out and returns the
+// number of records the broker acknowledged (including warm-up records),
+// which is what the consumer must read back.
+func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, topic string, out *ProduceResult, stderr io.Writer) (int64, error) {
+	cl, err := kgo.NewClient(producerOpts(cfg, cs, topic)...)
+	if err != nil {
+		return 0, fmt.Errorf("producer client: %w", err)
+	}
+	defer cl.Close()
+
+	// Warm up: one record per partition so that metadata is loaded and
+	// connections are open before the clock starts.
+	warm := make([]*kgo.Record, cs.Partitions)
+	for i := range warm {
+		warm[i] = &kgo.Record{Value: pool.next()}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = cl.ProduceSync(wctx, warm...).FirstErr()
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("warm-up produce to %s: %w", topic, err)
+	}
+
+	var (
+		hist   = new(histogram)
+		acked  atomic.Int64
+		failed atomic.Int64
+		errMu  sync.Mutex
+		first  error
+	)
+	onDone := func(r *kgo.Record, err error) {
+		lat := time.Since(r.Timestamp) // Timestamp carries the monotonic start time.
+		if err != nil {
+			failed.Add(1)
+			errMu.Lock()
+			if first == nil {
+				first = err
+			}
+			errMu.Unlock()
+			return
+		}
+		hist.Record(lat)
+		acked.Add(1)
+	}
+
+	prog := startProgress(stderr, cfg, cs.label(), "produce", &acked, cfg.Records)
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	var n int64
+	switch cs.Mode {
+	case ModePipelined:
+		var wg sync.WaitGroup
+		for ; cfg.Records == 0 || n < cfg.Records; n++ {
+			t0 := time.Now()
+			if (cfg.Records == 0 && !t0.Before(deadline)) || ctx.Err() != nil {
+				break
+			}
+			wg.Add(1)
+			cl.Produce(ctx, &kgo.Record{Value: pool.next(), Timestamp: t0}, func(r *kgo.Record, err error) {
+				onDone(r, err)
+				wg.Done()
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			cl.Close() // fails whatever is still buffered
+			<-done
+		}
+	case ModeOneAtATime:
+		for ; cfg.Records == 0 || n < cfg.Records; n++ {
+			t0 := time.Now()
+			if (cfg.Records == 0 && !t0.Before(deadline)) || ctx.Err() != nil {
+				break
+			}
+			r := &kgo.Record{Value: pool.next(), Timestamp: t0}
+			onDone(r, cl.ProduceSync(ctx, r).FirstErr())
+			if f := failed.Load(); f >= 100 && f > acked.Load() {
+				break // the broker is clearly failing; do not spin
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	prog.stop()
+
+	out.Records = acked.Load()
+	out.Errors = failed.Load()
+	out.Bytes = out.Records * int64(cfg.RecordSize)
+	out.Seconds = elapsed.Seconds()
+	out.RecordsPerSec = rate(float64(out.Records), out.Seconds)
+	out.MBPerSec = rate(float64(out.Bytes)/1e6, out.Seconds)
+	out.P50Ms = ms(hist.Quantile(50))
+	out.P99Ms = ms(hist.Quantile(99))
+	out.MaxMs = ms(hist.Max())
+	fmt.Fprintf(stderr, "\r[%s] produced %d records in %.2fs: %s rec/s %.1f MB/s p50 %.3f ms p99 %.3f ms%s\n",
+		cs.label(), out.Records, out.Seconds, humanRate(out.RecordsPerSec), out.MBPerSec, out.P50Ms, out.P99Ms, clearTail)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if out.Errors > 0 {
+		fmt.Fprintf(stderr, "[%s] %d produce errors, first: %v\n", cs.label(), out.Errors, first)
+		if out.Records == 0 {
+			return 0, fmt.Errorf("every produce failed: %v", first)
+		}
+	}
+	return out.Records + int64(len(warm)), nil
+}
+
+// consume reads the case's topic from the start until want records were
+// seen or no record arrived for cfg.ConsumeTimeout.
+func consume(ctx context.Context, cfg *Config, cs caseSpec, topic string, want int64, out *ConsumeResult, stderr io.Writer) error {
+	var got atomic.Int64
+	start := time.Now()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		return fmt.Errorf("consumer client: %w", err)
+	}
+	defer cl.Close()
+
+	prog := startProgress(stderr, cfg, cs.label(), "consume", &got, want)
+	var (
+		bytes   int64
+		last    = start
+		lastErr error
+	)
+	for got.Load() < want && ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				lastErr = err
+			}
+		})
+		var n, b int64
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			b += int64(len(r.Value))
+		})
+		now := time.Now()
+		if n > 0 {
+			got.Add(n)
+			bytes += b
+			last = now
+		} else if now.Sub(last) > cfg.ConsumeTimeout {
+			break
+		}
+	}
+	prog.stop()
+
+	out.Records = got.Load()
+	out.Bytes = bytes
+	out.Seconds = last.Sub(start).Seconds()
+	out.RecordsPerSec = rate(float64(out.Records), out.Seconds)
+	out.MBPerSec = rate(float64(out.Bytes)/1e6, out.Seconds)
+	out.Complete = out.Records >= want
+	fmt.Fprintf(stderr, "\r[%s] consumed %d/%d records in %.2fs: %s rec/s %.1f MB/s%s\n",
+		cs.label(), out.Records, want, out.Seconds, humanRate(out.RecordsPerSec), out.MBPerSec, clearTail)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !out.Complete {
+		msg := fmt.Sprintf("consumed only %d of %d records within the %s idle timeout", out.Records, want, cfg.ConsumeTimeout)
+		if lastErr != nil {
+			msg += fmt.Sprintf(" (last fetch error: %v)", lastErr)
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// clearTail pads a progress line so it overwrites a longer previous one.
+const clearTail = "          "
+
+// progress periodically rewrites a one-line status on stderr.
+type progress struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startProgress starts refreshing the status line of one phase of a case
+// every cfg.ProgressInterval. count is the number of records done so far;
+// total, when positive, is the number expected, otherwise the phase is
+// bounded by cfg.Duration.
+func startProgress(w io.Writer, cfg *Config, label, phase string, count *atomic.Int64, total int64) *progress {
+	p := &progress{done: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		start := time.Now()
+		t := time.NewTicker(cfg.ProgressInterval)
+		defer t.Stop()
+		prevN, prevT := int64(0), start
+		for {
+			select {
+			case <-p.done:
+				return
+			case now := <-t.C:
+				n := count.Load()
+				r := rate(float64(n-prevN), now.Sub(prevT).Seconds())
+				prevN, prevT = n, now
+				var where string
+				switch {
+				case total > 0:
+					where = fmt.Sprintf("%d/%d rec %.1fs", n, total, now.Sub(start).Seconds())
+				default:
+					where = fmt.Sprintf("%.1fs/%s", now.Sub(start).Seconds(), cfg.Duration)
+				}
+				fmt.Fprintf(w, "\r[%s] %s %s rec/s %.1f MB/s %s%s", label, phase, humanRate(r),
+					r*float64(cfg.RecordSize)/1e6, where, clearTail)
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the status line refreshes.
+func (p *progress) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
+// valuePool hands out record values: consecutive, non-overlapping windows of
+// a buffer of random bytes, so values are incompressible without paying for
+// random generation on the hot path. Values are shared and must not be
+// modified.
+type valuePool struct {
+	buf  []byte
+	size int
+	off  atomic.Uint64
+}
+
+// poolBytes is the approximate size of the random buffer behind valuePool.
+const poolBytes = 8 << 20
+
+func newValuePool(size int) *valuePool {
+	n := max(poolBytes/size, 1) * size
+	buf := make([]byte, n)
+	rng := rand.NewChaCha8([32]byte(randomSeed()))
+	_, _ = rng.Read(buf)
+	return &valuePool{buf: buf, size: size}
+}
+
+// randomSeed returns 32 seed bytes for the value generator.
+func randomSeed() []byte {
+	seed := make([]byte, 32)
+	for i := range seed {
+		seed[i] = byte(rand.Uint32())
+	}
+	return seed
+}
+
+// next returns the next record value.
+func (p *valuePool) next() []byte {
+	slots := uint64(len(p.buf) / p.size)
+	o := int((p.off.Add(1)-1)%slots) * p.size
+	return p.buf[o : o+p.size : o+p.size]
+}
