@@ -50,7 +50,7 @@ func TestBucketsRoundTrip(t *testing.T) {
 
 func TestHistogramMatchesExactPercentiles(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	h := new(histogram)
+	h := new(Histogram)
 	var exact []time.Duration
 	for range 100000 {
 		// Log-normal-ish latencies between ~10µs and ~100ms.
@@ -65,11 +65,11 @@ func TestHistogramMatchesExactPercentiles(t *testing.T) {
 		want := Percentile(exact, p)
 		got := h.Quantile(p)
 		if diff := float64(got-want) / float64(want); diff > 0.01 || diff < -0.01 {
-			t.Errorf("p%v: histogram %v, exact %v (%.2f%% off)", p, got, want, diff*100)
+			t.Errorf("p%v: Histogram %v, exact %v (%.2f%% off)", p, got, want, diff*100)
 		}
 	}
-	if new(histogram).Quantile(50) != 0 {
-		t.Error("empty histogram quantile should be 0")
+	if new(Histogram).Quantile(50) != 0 {
+		t.Error("empty Histogram quantile should be 0")
 	}
 }
 
@@ -180,7 +180,7 @@ func TestTableAndRates(t *testing.T) {
 		Consume: ConsumeResult{RecordsPerSec: 80000},
 	}, {Case: "acks=1 p=1 pipelined", Error: "boom"}}}
 	var out bytes.Buffer
-	if err := writeTable(&out, r); err != nil {
+	if err := WriteTable(&out, r); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"20.0k", "80.0k", "4.0x", "0.500", "! acks=1 p=1 pipelined: boom"} {

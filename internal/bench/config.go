@@ -22,6 +22,11 @@ const (
 	ModeOneAtATime Mode = "one-at-a-time"
 )
 
+// DefaultMaxBuffered is the default bound on records in flight in pipelined
+// mode: enough for several full produce requests per broker without turning
+// latency into a measure of queue length.
+const DefaultMaxBuffered = 8192
+
 // Config is the parsed command line of `moonmq bench`.
 type Config struct {
 	Brokers          []string      // seed brokers, host:port
@@ -92,7 +97,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.BoolVar(&cfg.NoCreate, "no-create", false, "do not create or delete topics (they must exist or be auto-created)")
 	fs.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete each case's topic after it ran")
 	fs.DurationVar(&cfg.Linger, "linger", 0, "producer linger")
-	fs.IntVar(&cfg.MaxBuffered, "max-buffered", 1<<16, "max records buffered (in flight) in pipelined mode")
+	fs.IntVar(&cfg.MaxBuffered, "max-buffered", DefaultMaxBuffered, "max records buffered (in flight) in pipelined mode")
 	fs.IntVar(&cfg.MaxInflight, "max-inflight", 5, "produce requests in flight per broker when idempotency is off (acks != -1)")
 	fs.StringVar(&cfg.Partitioner, "partitioner", "roundrobin", "record partitioner: roundrobin or sticky (franz-go default)")
 	fs.DurationVar(&cfg.ConsumeTimeout, "consume-timeout", 15*time.Second, "stop consuming after this long without progress")

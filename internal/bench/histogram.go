@@ -18,9 +18,10 @@ const (
 	histBuckets    = (64 - histSubBits + 1) * histSubBuckets
 )
 
-// histogram is a fixed-memory, lock-free latency histogram safe for
-// concurrent Record calls.
-type histogram struct {
+// Histogram is a fixed-memory, lock-free latency histogram safe for
+// concurrent Record calls. Its zero value is ready to use; it is large
+// (about 60 KiB), so allocate it with new rather than copying it.
+type Histogram struct {
 	counts [histBuckets]atomic.Uint64
 	total  atomic.Uint64
 	max    atomic.Int64
@@ -47,7 +48,7 @@ func bucketRange(i int) (lo, hi uint64) {
 }
 
 // Record adds one latency sample. Negative durations count as zero.
-func (h *histogram) Record(d time.Duration) {
+func (h *Histogram) Record(d time.Duration) {
 	v := max(int64(d), 0)
 	h.counts[bucketOf(uint64(v))].Add(1)
 	h.total.Add(1)
@@ -60,17 +61,17 @@ func (h *histogram) Record(d time.Duration) {
 }
 
 // Count returns the number of recorded samples.
-func (h *histogram) Count() uint64 { return h.total.Load() }
+func (h *Histogram) Count() uint64 { return h.total.Load() }
 
 // Max returns the largest recorded sample.
-func (h *histogram) Max() time.Duration { return time.Duration(h.max.Load()) }
+func (h *Histogram) Max() time.Duration { return time.Duration(h.max.Load()) }
 
 // Quantile returns the latency at percentile p (0 < p <= 100) using the
 // nearest-rank definition: the smallest value such that at least p% of the
 // samples are less than or equal to it. The value returned is the midpoint of
 // the sample's bucket (clamped to the maximum seen). It returns 0 without
 // samples.
-func (h *histogram) Quantile(p float64) time.Duration {
+func (h *Histogram) Quantile(p float64) time.Duration {
 	n := h.Count()
 	if n == 0 {
 		return 0

@@ -82,8 +82,8 @@ func rate(n float64, secs float64) float64 {
 // ms converts a duration to fractional milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// writeJSON writes the report to path, indented.
-func writeJSON(path string, r *Report) error {
+// WriteJSON writes the report to path as indented JSON.
+func WriteJSON(path string, r *Report) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -91,8 +91,8 @@ func writeJSON(path string, r *Report) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// writeTable writes the human-readable summary of a report.
-func writeTable(w io.Writer, r *Report) error {
+// WriteTable writes the human-readable summary table of a report.
+func WriteTable(w io.Writer, r *Report) error {
 	bound := fmt.Sprintf("%gs/case", r.Duration)
 	if r.Records > 0 {
 		bound = fmt.Sprintf("%d records/case", r.Records)
@@ -135,3 +135,11 @@ func humanRate(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 }
+
+// Rate returns n per second over secs seconds, or 0 when secs is not
+// positive. Tools filling a Report by hand use it for the rate fields.
+func Rate(n, secs float64) float64 { return rate(n, secs) }
+
+// Millis converts a duration to fractional milliseconds, the unit of the
+// latency fields of ProduceResult.
+func Millis(d time.Duration) float64 { return ms(d) }

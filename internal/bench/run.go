@@ -72,11 +72,11 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		}
 		rep.Results = append(rep.Results, res)
 	}
-	if err := writeTable(stdout, rep); err != nil {
+	if err := WriteTable(stdout, rep); err != nil {
 		return err
 	}
 	if cfg.JSONPath != "" {
-		if err := writeJSON(cfg.JSONPath, rep); err != nil {
+		if err := WriteJSON(cfg.JSONPath, rep); err != nil {
 			return fmt.Errorf("bench: writing %s: %w", cfg.JSONPath, err)
 		}
 	}
@@ -207,7 +207,7 @@ func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, top
 	}
 
 	var (
-		hist   = new(histogram)
+		hist   = new(Histogram)
 		acked  atomic.Int64
 		failed atomic.Int64
 		errMu  sync.Mutex
