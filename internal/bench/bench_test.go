@@ -150,11 +150,11 @@ func TestCommandHelp(t *testing.T) {
 }
 
 func TestValuePoolIncompressible(t *testing.T) {
-	p := newValuePool(1024)
+	p := NewValuePool(1024)
 	var all bytes.Buffer
 	seen := map[*byte]bool{}
 	for range 64 {
-		v := p.next()
+		v := p.Next()
 		if len(v) != 1024 || cap(v) != 1024 {
 			t.Fatalf("value len %d cap %d", len(v), cap(v))
 		}

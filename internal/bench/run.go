@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	defer adminCl.Close()
 	adm := kadm.NewClient(adminCl)
 
-	pool := newValuePool(cfg.RecordSize)
+	pool := NewValuePool(cfg.RecordSize)
 	var failed int
 	for _, cs := range cfg.cases() {
 		if ctx.Err() != nil {
@@ -108,7 +108,7 @@ func topicName(cfg *Config, cs caseSpec) string {
 }
 
 // runCase runs one case: create the topic, produce, consume, clean up.
-func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *valuePool, cs caseSpec, stderr io.Writer) CaseResult {
+func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool, cs caseSpec, stderr io.Writer) CaseResult {
 	res := CaseResult{
 		Case:       cs.label(),
 		Acks:       cs.Acks,
@@ -186,7 +186,7 @@ func producerOpts(cfg *Config, cs caseSpec, topic string) []kgo.Opt {
 // produce runs the producer phase of a case, fills out and returns the
 // number of records the broker acknowledged (including warm-up records),
 // which is what the consumer must read back.
-func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, topic string, out *ProduceResult, stderr io.Writer) (int64, error) {
+func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, topic string, out *ProduceResult, stderr io.Writer) (int64, error) {
 	cl, err := kgo.NewClient(producerOpts(cfg, cs, topic)...)
 	if err != nil {
 		return 0, fmt.Errorf("producer client: %w", err)
@@ -197,7 +197,7 @@ func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, top
 	// connections are open before the clock starts.
 	warm := make([]*kgo.Record, cs.Partitions)
 	for i := range warm {
-		warm[i] = &kgo.Record{Value: pool.next()}
+		warm[i] = &kgo.Record{Value: pool.Next()}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = cl.ProduceSync(wctx, warm...).FirstErr()
@@ -228,7 +228,7 @@ func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, top
 		acked.Add(1)
 	}
 
-	prog := startProgress(stderr, cfg, cs.label(), "produce", &acked, cfg.Records)
+	prog := StartProgress(stderr, cfg.ProgressInterval, cs.label(), "produce", &acked, cfg.Records, cfg.RecordSize, cfg.Duration)
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var n int64
@@ -241,7 +241,7 @@ func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, top
 				break
 			}
 			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Value: pool.next(), Timestamp: t0}, func(r *kgo.Record, err error) {
+			cl.Produce(ctx, &kgo.Record{Value: pool.Next(), Timestamp: t0}, func(r *kgo.Record, err error) {
 				onDone(r, err)
 				wg.Done()
 			})
@@ -260,7 +260,7 @@ func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, top
 			if (cfg.Records == 0 && !t0.Before(deadline)) || ctx.Err() != nil {
 				break
 			}
-			r := &kgo.Record{Value: pool.next(), Timestamp: t0}
+			r := &kgo.Record{Value: pool.Next(), Timestamp: t0}
 			onDone(r, cl.ProduceSync(ctx, r).FirstErr())
 			if f := failed.Load(); f >= 100 && f > acked.Load() {
 				break // the broker is clearly failing; do not spin
@@ -268,7 +268,7 @@ func produce(ctx context.Context, cfg *Config, pool *valuePool, cs caseSpec, top
 		}
 	}
 	elapsed := time.Since(start)
-	prog.stop()
+	prog.Stop()
 
 	out.Records = acked.Load()
 	out.Errors = failed.Load()
@@ -308,7 +308,7 @@ func consume(ctx context.Context, cfg *Config, cs caseSpec, topic string, want i
 	}
 	defer cl.Close()
 
-	prog := startProgress(stderr, cfg, cs.label(), "consume", &got, want)
+	prog := StartProgress(stderr, cfg.ProgressInterval, cs.label(), "consume", &got, want, cfg.RecordSize, cfg.Duration)
 	var (
 		bytes   int64
 		last    = start
@@ -337,7 +337,7 @@ func consume(ctx context.Context, cfg *Config, cs caseSpec, topic string, want i
 			break
 		}
 	}
-	prog.stop()
+	prog.Stop()
 
 	out.Records = got.Load()
 	out.Bytes = bytes
@@ -363,23 +363,27 @@ func consume(ctx context.Context, cfg *Config, cs caseSpec, topic string, want i
 // clearTail pads a progress line so it overwrites a longer previous one.
 const clearTail = "          "
 
-// progress periodically rewrites a one-line status on stderr.
-type progress struct {
+// Progress periodically rewrites a one-line status of a benchmark phase on
+// a writer (normally stderr), in the form
+//
+//	\r[acks=-1 p=8 pipelined] produce 12.3k rec/s 12.6 MB/s 4.1s/10s
+//
+// where the rate is that of the last interval.
+type Progress struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 }
 
-// startProgress starts refreshing the status line of one phase of a case
-// every cfg.ProgressInterval. count is the number of records done so far;
-// total, when positive, is the number expected, otherwise the phase is
-// bounded by cfg.Duration.
-func startProgress(w io.Writer, cfg *Config, label, phase string, count *atomic.Int64, total int64) *progress {
-	p := &progress{done: make(chan struct{})}
+// StartProgress starts refreshing the status line every interval until Stop.
+// count is the number of records done so far; when total is positive the
+// line shows count/total, otherwise elapsed/duration.
+func StartProgress(w io.Writer, interval time.Duration, label, phase string, count *atomic.Int64, total int64, recordSize int, duration time.Duration) *Progress {
+	p := &Progress{done: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		start := time.Now()
-		t := time.NewTicker(cfg.ProgressInterval)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		prevN, prevT := int64(0), start
 		for {
@@ -390,46 +394,44 @@ func startProgress(w io.Writer, cfg *Config, label, phase string, count *atomic.
 				n := count.Load()
 				r := rate(float64(n-prevN), now.Sub(prevT).Seconds())
 				prevN, prevT = n, now
-				var where string
-				switch {
-				case total > 0:
+				where := fmt.Sprintf("%.1fs/%s", now.Sub(start).Seconds(), duration)
+				if total > 0 {
 					where = fmt.Sprintf("%d/%d rec %.1fs", n, total, now.Sub(start).Seconds())
-				default:
-					where = fmt.Sprintf("%.1fs/%s", now.Sub(start).Seconds(), cfg.Duration)
 				}
 				fmt.Fprintf(w, "\r[%s] %s %s rec/s %.1f MB/s %s%s", label, phase, humanRate(r),
-					r*float64(cfg.RecordSize)/1e6, where, clearTail)
+					r*float64(recordSize)/1e6, where, clearTail)
 			}
 		}
 	}()
 	return p
 }
 
-// stop ends the status line refreshes.
-func (p *progress) stop() {
+// Stop ends the refreshes; the caller then prints the phase's final line.
+func (p *Progress) Stop() {
 	close(p.done)
 	p.wg.Wait()
 }
 
-// valuePool hands out record values: consecutive, non-overlapping windows of
+// ValuePool hands out record values: consecutive, non-overlapping windows of
 // a buffer of random bytes, so values are incompressible without paying for
 // random generation on the hot path. Values are shared and must not be
 // modified.
-type valuePool struct {
+type ValuePool struct {
 	buf  []byte
 	size int
 	off  atomic.Uint64
 }
 
-// poolBytes is the approximate size of the random buffer behind valuePool.
+// poolBytes is the approximate size of the random buffer behind ValuePool.
 const poolBytes = 8 << 20
 
-func newValuePool(size int) *valuePool {
+// NewValuePool returns a pool of size-byte values.
+func NewValuePool(size int) *ValuePool {
 	n := max(poolBytes/size, 1) * size
 	buf := make([]byte, n)
 	rng := rand.NewChaCha8([32]byte(randomSeed()))
 	_, _ = rng.Read(buf)
-	return &valuePool{buf: buf, size: size}
+	return &ValuePool{buf: buf, size: size}
 }
 
 // randomSeed returns 32 seed bytes for the value generator.
@@ -441,8 +443,8 @@ func randomSeed() []byte {
 	return seed
 }
 
-// next returns the next record value.
-func (p *valuePool) next() []byte {
+// Next returns the next record value. It is safe for concurrent use.
+func (p *ValuePool) Next() []byte {
 	slots := uint64(len(p.buf) / p.size)
 	o := int((p.off.Add(1)-1)%slots) * p.size
 	return p.buf[o : o+p.size : o+p.size]
