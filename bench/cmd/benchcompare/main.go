@@ -1,0 +1,239 @@
+// Command benchcompare compares benchmark reports written by `moonmq bench
+// --json` and natsbench --json. The first report is the subject (MoonMQ);
+// every further report is a peer. For each case of the subject it prints the
+// subject's numbers next to each peer's and the subject/peer throughput
+// ratios, then checks the product targets:
+//
+//   - pipelined acks=-1 produce throughput ≥ --min-ratio × each peer's;
+//   - one-at-a-time acks=-1 produce p50 below --max-p50;
+//   - consume throughput ≥ --min-consume × produce throughput (pipelined).
+//
+// A peer without the subject's exact acks level (NATS JetStream has only
+// one) is compared through its acks=-1 case of the same partitions and mode;
+// such ratios are marked with '*'.
+//
+// Usage: benchcompare [--out FILE] subject.json peer.json...
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/moonmq/moonmq/internal/bench"
+)
+
+func main() {
+	out := flag.String("out", "", "also write the comparison to this file")
+	minRatio := flag.String("min-ratio", "kfake=1,nats-jetstream=1.5", "target subject/peer ratio for pipelined acks=-1 produce, per peer name")
+	maxP50 := flag.Float64("max-p50", 1, "target one-at-a-time acks=-1 produce p50 in ms")
+	minConsume := flag.Float64("min-consume", 3, "target consume/produce throughput ratio (pipelined cases)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: benchcompare [flags] subject.json peer.json...\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() < 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	var reports []*bench.Report
+	for _, path := range flag.Args() {
+		r, err := load(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchcompare: %v\n", err)
+			os.Exit(1)
+		}
+		reports = append(reports, r)
+	}
+	ratios, err := parseRatios(*minRatio)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "benchcompare: %v\n", err)
+		os.Exit(2)
+	}
+	var sb strings.Builder
+	compare(&sb, reports[0], reports[1:], ratios, *maxP50, *minConsume)
+	fmt.Print(sb.String())
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(sb.String()), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "benchcompare: %v\n", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func load(path string) (*bench.Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r bench.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if r.Version != bench.ReportVersion {
+		return nil, fmt.Errorf("%s: report version %d, want %d", path, r.Version, bench.ReportVersion)
+	}
+	return &r, nil
+}
+
+func parseRatios(s string) (map[string]float64, error) {
+	m := map[string]float64{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("invalid --min-ratio element %q", kv)
+		}
+		m[k] = f
+	}
+	return m, nil
+}
+
+// match finds the peer's result for the subject's case: the same acks,
+// partitions and mode, else the same partitions and mode at acks=-1.
+func match(peer *bench.Report, c bench.CaseResult) (r *bench.CaseResult, exact bool) {
+	for i := range peer.Results {
+		p := &peer.Results[i]
+		if p.Acks == c.Acks && p.Partitions == c.Partitions && p.Mode == c.Mode {
+			return p, true
+		}
+	}
+	for i := range peer.Results {
+		p := &peer.Results[i]
+		if p.Acks == -1 && p.Partitions == c.Partitions && p.Mode == c.Mode {
+			return p, false
+		}
+	}
+	return nil, false
+}
+
+// ratio formats a/b, or "-" when either is missing.
+func ratio(a, b float64, exact bool) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%.2fx", a/b)
+	if !exact {
+		s += "*"
+	}
+	return s
+}
+
+func krate(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fk", v/1e3)
+}
+
+func compare(w io.Writer, subj *bench.Report, peers []*bench.Report, minRatio map[string]float64, maxP50, minConsume float64) {
+	fmt.Fprintf(w, "Comparison: %s vs %s\n", subj.Target, names(peers))
+	fmt.Fprintf(w, "%d-byte records; produce rec/s (p50/p99 ms); ratios are %s produce throughput / peer's.\n", subj.RecordSize, subj.Target)
+	fmt.Fprintln(w, "'*' = peer has no such acks level; compared with its acks=-1 case.")
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	hdr := []string{"case", subj.Target + " prod", "p50/p99"}
+	for _, p := range peers {
+		hdr = append(hdr, p.Target+" prod", "p50/p99", subj.Target+"/"+p.Target)
+	}
+	hdr = append(hdr, subj.Target+" cons", "cons/prod")
+	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	for _, c := range subj.Results {
+		row := []string{c.Case, krate(c.Produce.RecordsPerSec), fmt.Sprintf("%.3f/%.3f", c.Produce.P50Ms, c.Produce.P99Ms)}
+		for _, p := range peers {
+			pr, exact := match(p, c)
+			if pr == nil {
+				row = append(row, "-", "-", "-")
+				continue
+			}
+			row = append(row, krate(pr.Produce.RecordsPerSec), fmt.Sprintf("%.3f/%.3f", pr.Produce.P50Ms, pr.Produce.P99Ms),
+				ratio(c.Produce.RecordsPerSec, pr.Produce.RecordsPerSec, exact))
+		}
+		row = append(row, krate(c.Consume.RecordsPerSec), ratio(c.Consume.RecordsPerSec, c.Produce.RecordsPerSec, true))
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Consume rec/s per target:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\t"+subj.Target+"\t"+strings.ReplaceAll(names(peers), ", ", "\t")+"\t")
+	for _, c := range subj.Results {
+		row := []string{c.Case, krate(c.Consume.RecordsPerSec)}
+		for _, p := range peers {
+			if pr, _ := match(p, c); pr != nil {
+				row = append(row, krate(pr.Consume.RecordsPerSec))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Targets:")
+	pass, total := 0, 0
+	check := func(ok bool, format string, args ...any) {
+		total++
+		mark := "FAIL"
+		if ok {
+			pass++
+			mark = "ok  "
+		}
+		fmt.Fprintf(w, "  [%s] %s\n", mark, fmt.Sprintf(format, args...))
+	}
+	for _, c := range subj.Results {
+		if c.Error != "" {
+			check(false, "%s ran without error (%s)", c.Case, c.Error)
+		}
+		if c.Acks != -1 {
+			continue
+		}
+		switch c.Mode {
+		case string(bench.ModePipelined):
+			for _, p := range peers {
+				want, ok := minRatio[p.Target]
+				if !ok {
+					continue
+				}
+				pr, _ := match(p, c)
+				if pr == nil || pr.Produce.RecordsPerSec <= 0 {
+					continue
+				}
+				got := c.Produce.RecordsPerSec / pr.Produce.RecordsPerSec
+				check(got >= want, "%s: %s/%s produce %.2fx (target ≥ %.2gx)", c.Case, subj.Target, p.Target, got, want)
+			}
+			if c.Produce.RecordsPerSec > 0 {
+				got := c.Consume.RecordsPerSec / c.Produce.RecordsPerSec
+				check(got >= minConsume, "%s: consume/produce %.2fx (target ≥ %.2gx)", c.Case, got, minConsume)
+			}
+		case string(bench.ModeOneAtATime):
+			check(c.Produce.P50Ms > 0 && c.Produce.P50Ms < maxP50, "%s: produce p50 %.3f ms (target < %.3g ms)", c.Case, c.Produce.P50Ms, maxP50)
+		}
+	}
+	fmt.Fprintf(w, "%d of %d targets met.\n", pass, total)
+	for _, r := range append([]*bench.Report{subj}, peers...) {
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "note (%s): %s\n", r.Target, n)
+		}
+	}
+}
+
+func names(rs []*bench.Report) string {
+	var s []string
+	for _, r := range rs {
+		s = append(s, r.Target)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,72 @@
+// Package bench_test runs MoonMQ's load generator (internal/bench) against
+// franz-go's in-memory fake broker, kfake. It lives in this separate module
+// so that kfake never becomes a dependency of the root module.
+package bench_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moonmq/moonmq/internal/bench"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func TestCommandAgainstKfake(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	out := filepath.Join(t.TempDir(), "kfake.json")
+	var stdout, stderr bytes.Buffer
+	err = bench.Command(t.Context(), []string{
+		"--brokers", strings.Join(c.ListenAddrs(), ","),
+		"--name", "kfake",
+		"--records", "300",
+		"--record-size", "200",
+		"--acks", "1,-1",
+		"--partitions", "1,3",
+		"--progress-interval", "50ms",
+		"--json", out,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Target != "kfake" || rep.Version != bench.ReportVersion || len(rep.Results) != 8 {
+		t.Fatalf("report: target %q version %d, %d results", rep.Target, rep.Version, len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			t.Errorf("%s: %s", r.Case, r.Error)
+		}
+		if r.Produce.Records != 300 || r.Produce.Errors != 0 || r.Produce.Bytes != 300*200 {
+			t.Errorf("%s: produce %+v", r.Case, r.Produce)
+		}
+		if r.Produce.RecordsPerSec <= 0 || r.Produce.P50Ms <= 0 || r.Produce.P99Ms < r.Produce.P50Ms {
+			t.Errorf("%s: produce stats %+v", r.Case, r.Produce)
+		}
+		// 300 records plus one warm-up record per partition.
+		if want := int64(300 + r.Partitions); !r.Consume.Complete || r.Consume.Records != want {
+			t.Errorf("%s: consumed %d records (complete %v), want %d", r.Case, r.Consume.Records, r.Consume.Complete, want)
+		}
+		if !strings.Contains(stdout.String(), r.Case) {
+			t.Errorf("table lacks %q", r.Case)
+		}
+	}
+	if !strings.Contains(stderr.String(), "\r[acks=-1 p=3 pipelined]") {
+		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
+	}
+}
