@@ -1,0 +1,87 @@
+// Package metrics owns the operator HTTP endpoints on the metrics port:
+// /stats (JSON), /metrics (Prometheus) and /health/live, /health/ready.
+//
+// It only reads what its Source hands it; it may not reach into the broker
+// or storage.
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Source is what the endpoints report on.
+type Source struct {
+	// Stats returns the /stats document.
+	Stats func() any
+	// Registry backs /metrics.
+	Registry *prometheus.Registry
+	// Ready reports whether the broker serves clients.
+	Ready func() bool
+}
+
+// Server is a running metrics endpoint.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// Handler returns the endpoints as an http.Handler.
+func Handler(src Source) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(src.Stats())
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(src.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, r *http.Request) {
+		if src.Ready != nil && !src.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// Serve starts the endpoints on ln. Close stops them.
+func Serve(ln net.Listener, src Source, log *slog.Logger) *Server {
+	s := &Server{
+		srv:  &http.Server{Handler: Handler(src), ReadHeaderTimeout: 10 * time.Second},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return s
+}
+
+// Addr is the listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Close stops the server and waits for it.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	return err
+}

@@ -1,0 +1,167 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// table is wide on purpose: the fuzzers should reach every decoder kmsg
+// has, not only the ones the broker advertises today.
+var table = func() Table {
+	t := Table{}
+	for k := int16(0); k < 100; k++ {
+		if r := kmsg.RequestForKey(k); r != nil {
+			t[k] = VersionRange{0, r.MaxVersion()}
+		}
+	}
+	return t
+}()
+
+func header(key, version int16, corr int32, flexible bool) []byte {
+	var b []byte
+	b = binary.BigEndian.AppendUint16(b, uint16(key))
+	b = binary.BigEndian.AppendUint16(b, uint16(version))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, 2)
+	b = append(b, "id"...)
+	if flexible {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// encode builds a request frame body (no size prefix) with kmsg.
+func encode(r kmsg.Request) []byte {
+	return r.AppendTo(header(r.Key(), r.GetVersion(), 7, r.IsFlexible()))
+}
+
+func TestParseRoundTrip(t *testing.T) {
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(12)
+	topic := "orders"
+	md.Topics = []kmsg.MetadataRequestTopic{{Topic: &topic}}
+	req, err := ParseRequest(encode(md), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := req.Body.(*kmsg.MetadataRequest)
+	if req.CorrelationID != 7 || *req.ClientID != "id" || len(got.Topics) != 1 || *got.Topics[0].Topic != "orders" {
+		t.Fatalf("parsed %+v %+v", req.Header, got)
+	}
+}
+
+func TestReadFrameLimits(t *testing.T) {
+	neg := []byte{0x80, 0, 0, 0}
+	if _, err := ReadFrame(bytes.NewReader(neg), 1<<20); !errors.Is(err, ErrNegativeLength) {
+		t.Fatalf("negative: %v", err)
+	}
+	big := binary.BigEndian.AppendUint32(nil, 2<<20)
+	if _, err := ReadFrame(bytes.NewReader(big), 1<<20); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("too large: %v", err)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	if _, err := ParseRequest(header(18, 99, 1, true), Table{18: {0, 4}}); !errors.Is(err, ErrApiVersionsTooNew) {
+		t.Fatalf("ApiVersions v99: %v", err)
+	}
+	if _, err := ParseRequest(header(3, 99, 1, false), Table{3: {0, 12}}); !errors.Is(err, ErrUnsupportedVer) {
+		t.Fatalf("Metadata v99: %v", err)
+	}
+	if _, err := ParseRequest(header(1000, 0, 1, false), table); !errors.Is(err, ErrUnknownAPI) {
+		t.Fatalf("key 1000: %v", err)
+	}
+	// An array count of 2^31-1 with a few bytes behind it (KAFKA-14063).
+	b := append(header(3, 1, 1, false), 0x7f, 0xff, 0xff, 0xff, 0, 0)
+	if _, err := ParseRequest(b, table); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("huge array: %v", err)
+	}
+	// A produce claiming far more topics than its bytes could hold.
+	p := append(header(0, 7, 1, false), 0xff, 0xff, 0, 1, 0, 0, 0, 10, 0x00, 0x10, 0, 0)
+	p = append(p, make([]byte, 1000)...)
+	if _, err := ParseRequest(p, table); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("produce topic count: %v", err)
+	}
+}
+
+// maxAmplification bounds the bytes decoding may allocate per frame byte.
+// kmsg lets an array claim one element per remaining byte and an element
+// can be ~64 bytes in memory; beyond the frame cap and the produce count
+// check, this is what the guards promise.
+const maxAmplification = 96
+
+func allocCheck(t *testing.T, frame []byte) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _ = ParseRequest(frame, table)
+	runtime.ReadMemStats(&after)
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(maxAmplification*len(frame)+64<<10); got > limit {
+		t.Fatalf("decoding a %d-byte frame allocated %d bytes (limit %d)", len(frame), got, limit)
+	}
+}
+
+// TestWorstCaseAllocation claims the largest array count possible as the
+// first array of every request of every version, with the frame filled to
+// MaxNonProduceFrame, and checks the bounded-allocation property.
+func TestWorstCaseAllocation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates a few hundred MB in total")
+	}
+	for key, vr := range table {
+		for v := vr.Min; v <= vr.Max; v++ {
+			r := kmsg.RequestForKey(key)
+			r.SetVersion(v)
+			h := header(key, v, 1, r.IsFlexible())
+			body := make([]byte, MaxNonProduceFrame-len(h)-16)
+			for i := range body {
+				body[i] = 0x01 // every string and array length small but non-empty
+			}
+			// An outsized count at the start of the body.
+			if r.IsFlexible() {
+				binary.PutUvarint(body, uint64(len(body)))
+			} else {
+				binary.BigEndian.PutUint32(body, uint32(len(body)))
+			}
+			allocCheck(t, append(h, body...))
+		}
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 8, 0, 18, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x7f, 0xff, 0xff, 0xff, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		frame, err := ReadFrame(bytes.NewReader(b), 1<<16)
+		if err == nil && len(frame) > len(b) {
+			t.Fatalf("frame of %d bytes from %d input bytes", len(frame), len(b))
+		}
+	})
+}
+
+func FuzzParseRequest(f *testing.F) {
+	for _, r := range []kmsg.Request{
+		kmsg.NewPtrApiVersionsRequest(), kmsg.NewPtrMetadataRequest(), kmsg.NewPtrProduceRequest(),
+		kmsg.NewPtrFetchRequest(), kmsg.NewPtrListOffsetsRequest(), kmsg.NewPtrCreateTopicsRequest(),
+		kmsg.NewPtrDescribeConfigsRequest(), kmsg.NewPtrIncrementalAlterConfigsRequest(),
+	} {
+		for _, v := range []int16{0, 3, 9, r.MaxVersion()} {
+			if v > r.MaxVersion() {
+				continue
+			}
+			r.SetVersion(v)
+			f.Add(encode(r))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > MaxNonProduceFrame {
+			return
+		}
+		allocCheck(t, b)
+	})
+}
