@@ -1,0 +1,1111 @@
+// Package storage owns the on-disk partition log: segment files of record
+// batches stored exactly as produced (only baseOffset and
+// partitionLeaderEpoch are set by the log), their sparse offset and time
+// indexes, the log start offset and the leader epoch history, together with
+// crash recovery, truncation and retention.
+//
+// All file access goes through vfs.FS. The package knows nothing about the
+// network protocol, topics or replication policy; it must not import the
+// broker, protocol or config packages.
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+// Errors returned by Log.
+var (
+	ErrOffsetOutOfRange = errors.New("storage: offset out of range")
+	ErrClosed           = errors.New("storage: log closed")
+	ErrInvalidBatch     = errors.New("storage: invalid batch")
+	ErrStaleEpoch       = errors.New("storage: leader epoch older than the latest in the log")
+	ErrOffsetMismatch   = errors.New("storage: replica batch does not start at the log end offset")
+)
+
+var errNotExist = fs.ErrNotExist
+
+const (
+	epochFileName = "leader-epoch-checkpoint.json"
+	startFileName = "log-start-offset.json"
+
+	defaultSegmentBytes = 1 << 30
+	defaultIndexBytes   = 4096
+	// maxDecompressed bounds the memory one timestamp lookup may use to
+	// decode a compressed batch.
+	maxDecompressed = 256 << 20
+)
+
+// Options configure a Log.
+type Options struct {
+	FS                 vfs.FS // default vfs.Default
+	SegmentBytes       int64  // roll when the active segment would exceed it (default 1 GiB, at most 2 GiB-1)
+	IndexIntervalBytes int    // bytes between sparse index entries (default 4096)
+	RetentionMs        int64  // -1 = unlimited; 0 means the zero value is taken literally
+	RetentionBytes     int64  // -1 = unlimited
+	Logger             *slog.Logger
+}
+
+// Log is one partition's log. Its methods are safe for concurrent use: any
+// number of readers run alongside one appender; Sync does not block Append.
+type Log struct {
+	dir    string
+	fs     vfs.FS
+	logger *slog.Logger
+	index  int
+
+	segmentBytes   atomic.Int64
+	retentionMs    atomic.Int64
+	retentionBytes atomic.Int64
+
+	// Lock order: amu, then smu, then mu. amu serializes everything that
+	// writes (appends, truncation, retention); smu serializes Sync with
+	// whatever closes files; mu guards the published state readers see.
+	amu sync.Mutex
+	smu sync.Mutex
+	mu  sync.RWMutex
+
+	segs   []*segment
+	epochs []EpochEntry
+	closed bool
+	failed error // sticky: after a failed fsync the page cache state is unknown
+
+	start   atomic.Int64
+	end     atomic.Int64
+	durable atomic.Int64
+}
+
+// EpochEntry records that leader epoch Epoch's first offset is StartOffset.
+type EpochEntry struct {
+	Epoch       int32 `json:"epoch"`
+	StartOffset int64 `json:"startOffset"`
+}
+
+type epochFile struct {
+	Version int          `json:"version"`
+	Entries []EpochEntry `json:"entries"`
+}
+
+type startFile struct {
+	LogStartOffset int64 `json:"logStartOffset"`
+}
+
+// Open opens (creating if needed) the log in dir and recovers it: the active
+// segment is scanned batch by batch (length, sequence and CRC), truncated at
+// the first bad batch, and its indexes rebuilt; older segments' indexes are
+// rebuilt when missing or inconsistent.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.IndexIntervalBytes <= 0 {
+		opts.IndexIntervalBytes = defaultIndexBytes
+	}
+	l := &Log{dir: dir, fs: opts.FS, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
+	l.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
+	if err := l.open(); err != nil {
+		for _, s := range l.segs {
+			s.closeFiles()
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// Reconfigure changes the segment size and retention limits at runtime. A
+// segmentBytes <= 0 selects the default.
+func (l *Log) Reconfigure(segmentBytes, retentionMs, retentionBytes int64) {
+	if segmentBytes <= 0 {
+		segmentBytes = defaultSegmentBytes
+	}
+	// Index positions are uint32 and must stay clear of overflow.
+	segmentBytes = min(segmentBytes, math.MaxInt32)
+	l.segmentBytes.Store(segmentBytes)
+	l.retentionMs.Store(retentionMs)
+	l.retentionBytes.Store(retentionBytes)
+}
+
+func (l *Log) open() error {
+	if err := l.fs.MkdirAll(l.dir); err != nil {
+		return err
+	}
+	if err := l.fs.SyncDir(filepath.Dir(l.dir)); err != nil {
+		return err
+	}
+	names, err := l.fs.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	var bases []int64
+	have := map[int64]bool{}
+	for _, n := range names {
+		if strings.HasSuffix(n, ".tmp") {
+			l.fs.Remove(filepath.Join(l.dir, n))
+			continue
+		}
+		if b, ok := parseSegName(n, logSuffix); ok {
+			bases = append(bases, b)
+			have[b] = true
+		}
+	}
+	for _, n := range names {
+		for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+			if b, ok := parseSegName(n, suf); ok && !have[b] {
+				l.fs.Remove(filepath.Join(l.dir, n))
+			}
+		}
+	}
+	slices.Sort(bases)
+
+	start, err := l.readStart()
+	if err != nil {
+		return err
+	}
+	if err := l.readEpochs(); err != nil {
+		return err
+	}
+
+	for i, base := range bases {
+		f, err := l.fs.OpenRW(segName(l.dir, base, logSuffix))
+		if err != nil {
+			return err
+		}
+		s := &segment{base: base, log: f, maxTs: -1}
+		if s.size, err = f.Size(); err != nil {
+			f.Close()
+			return err
+		}
+		if i < len(bases)-1 {
+			if s.size == 0 {
+				// Cannot come from this package (segments are synced
+				// before the next is created); drop it rather than leave a
+				// hole in the offsets.
+				l.logger.Warn("removing empty non-active segment", "base", base)
+				f.Close()
+				if err := removeSegmentFiles(l.fs, l.dir, base); err != nil {
+					return err
+				}
+				continue
+			}
+			s.next = bases[i+1]
+			if err := l.loadRolled(s); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		l.segs = append(l.segs, s)
+	}
+	if len(l.segs) == 0 {
+		s, err := l.createSegment(max(start, 0))
+		if err != nil {
+			return err
+		}
+		l.segs = append(l.segs, s)
+	} else {
+		if err := l.recoverActive(); err != nil {
+			return err
+		}
+	}
+	act := l.active()
+	l.end.Store(act.next)
+	l.durable.Store(act.next)
+	start = max(start, l.segs[0].base)
+	l.start.Store(start)
+	if start > act.next {
+		// The start offset was persisted but data beyond it was lost in a
+		// crash: the log is empty from start.
+		l.logger.Warn("log start offset is beyond the recovered log end; restarting the log there", "start", start, "end", act.next)
+		if err := l.truncateFullyLocked(start); err != nil {
+			return err
+		}
+	}
+	if _, err := l.deleteBelowStart(); err != nil {
+		return err
+	}
+	end := l.end.Load()
+	cut := len(l.epochs)
+	for cut > 0 && l.epochs[cut-1].StartOffset >= end {
+		cut--
+	}
+	if cut != len(l.epochs) {
+		l.epochs = l.epochs[:cut]
+		return l.writeEpochs(l.epochs)
+	}
+	return nil
+}
+
+func parseSegName(name, suffix string) (int64, bool) {
+	if len(name) != 20+len(suffix) || !strings.HasSuffix(name, suffix) {
+		return 0, false
+	}
+	b, err := strconv.ParseInt(name[:20], 10, 64)
+	return b, err == nil && b >= 0
+}
+
+// loadRolled loads a rolled segment's indexes, rebuilding them when they do
+// not match the log file.
+func (l *Log) loadRolled(s *segment) error {
+	idx, err1 := vfs.ReadFile(l.fs, segName(l.dir, s.base, indexSuffix))
+	tidx, err2 := vfs.ReadFile(l.fs, segName(l.dir, s.base, timeIndexSuffix))
+	for _, err := range []error{err1, err2} {
+		if err != nil && !errors.Is(err, errNotExist) {
+			return err
+		}
+	}
+	if err1 == nil && err2 == nil && s.loadIndexes(idx, tidx) {
+		return nil
+	}
+	l.logger.Warn("rebuilding indexes of segment", "base", s.base)
+	next := s.next
+	valid, err := s.rebuild(false, l.index)
+	if err != nil {
+		return err
+	}
+	if valid != s.size || s.next != next {
+		l.logger.Error("rolled segment is inconsistent with its successor", "base", s.base, "validBytes", valid, "size", s.size, "end", s.next, "nextBase", next)
+	}
+	s.size = valid
+	s.next = next
+	s.tindex = append(s.tindex, s.finishEntry())
+	err = s.writeIndexFiles(l.fs, l.dir)
+	for _, f := range []vfs.File{s.idx, s.tidx} {
+		if err == nil {
+			err = f.Sync()
+		}
+	}
+	s.idx.Close()
+	s.tidx.Close()
+	s.idx, s.tidx = nil, nil
+	return err
+}
+
+// recoverActive validates the last segment, truncates any torn or corrupt
+// tail, rebuilds its indexes and fsyncs it so that everything left is
+// durable.
+func (l *Log) recoverActive() error {
+	s := l.active()
+	fileSize := s.size
+	valid, err := s.rebuild(true, l.index)
+	if err != nil {
+		return err
+	}
+	if valid < fileSize {
+		l.logger.Warn("truncating torn or corrupt tail of the active segment",
+			"base", s.base, "validBytes", valid, "droppedBytes", fileSize-valid)
+		if err := s.log.Truncate(valid); err != nil {
+			return err
+		}
+	}
+	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
+		return err
+	}
+	return s.log.Sync()
+}
+
+func (l *Log) createSegment(base int64) (*segment, error) {
+	s := &segment{base: base, next: base, maxTs: -1}
+	var err error
+	if s.log, err = l.fs.Create(segName(l.dir, base, logSuffix)); err != nil {
+		return nil, err
+	}
+	if err = s.writeIndexFiles(l.fs, l.dir); err == nil {
+		err = l.fs.SyncDir(l.dir)
+	}
+	if err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+func (l *Log) readStart() (int64, error) {
+	b, err := vfs.ReadFile(l.fs, filepath.Join(l.dir, startFileName))
+	if errors.Is(err, errNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var sf startFile
+	if err := json.Unmarshal(b, &sf); err != nil {
+		return 0, fmt.Errorf("storage: %s: %w", startFileName, err)
+	}
+	return sf.LogStartOffset, nil
+}
+
+func (l *Log) writeStart(start int64) error {
+	b, _ := json.Marshal(startFile{LogStartOffset: start})
+	return vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, startFileName), b)
+}
+
+func (l *Log) readEpochs() error {
+	b, err := vfs.ReadFile(l.fs, filepath.Join(l.dir, epochFileName))
+	if errors.Is(err, errNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ef epochFile
+	if err := json.Unmarshal(b, &ef); err != nil {
+		return fmt.Errorf("storage: %s: %w", epochFileName, err)
+	}
+	for i, e := range ef.Entries {
+		if i > 0 && (e.Epoch <= ef.Entries[i-1].Epoch || e.StartOffset < ef.Entries[i-1].StartOffset) {
+			return fmt.Errorf("storage: %s: entries out of order", epochFileName)
+		}
+	}
+	l.epochs = ef.Entries
+	return nil
+}
+
+func (l *Log) writeEpochs(entries []EpochEntry) error {
+	b, _ := json.Marshal(epochFile{Version: 1, Entries: entries})
+	return vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochFileName), b)
+}
+
+// Append assigns the next offset to batch, rewriting its baseOffset and
+// partitionLeaderEpoch in place, and appends it. The batch must already be
+// validated (recordbatch.Split). The data is not synced; see Sync.
+func (l *Log) Append(batch []byte, epoch int32) (int64, error) {
+	h, err := recordbatch.ParseHeader(batch)
+	if err != nil || h.Size() != len(batch) || h.LastOffsetDelta < 0 {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidBatch, err)
+	}
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	base := l.end.Load()
+	recordbatch.SetBaseOffset(batch, base)
+	recordbatch.SetPartitionLeaderEpoch(batch, epoch)
+	h.BaseOffset, h.PartitionLeaderEpoch = base, epoch
+	if err := l.appendLocked(batch, h); err != nil {
+		return 0, err
+	}
+	return base, nil
+}
+
+// AppendReplica appends a batch fetched from the leader, keeping its
+// baseOffset and partitionLeaderEpoch; the base offset must equal the log
+// end offset. A batch from a newer epoch extends the epoch history.
+func (l *Log) AppendReplica(batch []byte) error {
+	h, err := recordbatch.Check(batch)
+	if err != nil || h.LastOffsetDelta < 0 {
+		return fmt.Errorf("%w: %v", ErrInvalidBatch, err)
+	}
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if end := l.end.Load(); h.BaseOffset != end {
+		return fmt.Errorf("%w: base offset %d, log end %d", ErrOffsetMismatch, h.BaseOffset, end)
+	}
+	return l.appendLocked(batch, h)
+}
+
+func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
+	l.mu.RLock()
+	closed, failed := l.closed, l.failed
+	l.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if failed != nil {
+		return failed
+	}
+	if epoch := h.PartitionLeaderEpoch; epoch >= 0 {
+		latest := l.LatestEpoch()
+		if epoch < latest {
+			return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, epoch, latest)
+		}
+		if epoch > latest {
+			// Persisted before the batch is written, so the history is
+			// durable before the batch can be acknowledged as durable.
+			entries := append(slices.Clip(l.epochs), EpochEntry{Epoch: epoch, StartOffset: h.BaseOffset})
+			if err := l.writeEpochs(entries); err != nil {
+				return err
+			}
+			l.mu.Lock()
+			l.epochs = entries
+			l.mu.Unlock()
+		}
+	}
+	s := l.active()
+	if s.size > 0 && (s.size+int64(len(batch)) > l.segmentBytes.Load() || h.LastOffset()+1-s.base > math.MaxUint32) {
+		if err := l.roll(); err != nil {
+			return err
+		}
+		s = l.active()
+	}
+	pos := s.size
+	ie, te := s.plan(pos, h, l.index)
+	if _, err := s.log.Write(batch); err != nil {
+		return l.undoWrite(s, pos, err)
+	}
+	if ie != nil {
+		if _, err := s.idx.Write(encodeIndex(*ie)); err != nil {
+			return l.undoWrite(s, pos, err)
+		}
+	}
+	if te != nil {
+		if _, err := s.tidx.Write(encodeTime(*te)); err != nil {
+			return l.undoWrite(s, pos, err)
+		}
+	}
+	l.mu.Lock()
+	s.apply(pos, h, ie, te)
+	l.end.Store(s.next)
+	l.mu.Unlock()
+	return nil
+}
+
+// undoWrite cuts a partially written batch back off so the file matches the
+// published state; if even that fails, the log refuses further writes.
+func (l *Log) undoWrite(s *segment, pos int64, cause error) error {
+	if err := s.log.Truncate(pos); err != nil {
+		l.fail(fmt.Errorf("storage: cannot undo a failed write: %w (after %w)", err, cause))
+		return cause
+	}
+	// The index files may hold an entry the memory does not; rewriting
+	// them keeps the two consistent.
+	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
+		l.fail(fmt.Errorf("storage: cannot rewrite indexes after a failed write: %w", err))
+	}
+	return cause
+}
+
+func (l *Log) fail(err error) {
+	l.mu.Lock()
+	l.failLocked(err)
+	l.mu.Unlock()
+}
+
+func (l *Log) failLocked(err error) {
+	if l.failed == nil {
+		l.failed = err
+	}
+}
+
+// roll seals the active segment and starts a new one at the log end. The
+// sealed segment and its indexes are fsynced before the new segment exists,
+// so after any crash every segment but the last is complete.
+func (l *Log) roll() error {
+	old := l.active()
+	fin := old.finishEntry()
+	if _, err := old.tidx.Write(encodeTime(fin)); err != nil {
+		return l.undoWrite(old, old.size, err)
+	}
+	for _, f := range []vfs.File{old.log, old.idx, old.tidx} {
+		if err := f.Sync(); err != nil {
+			l.fail(err)
+			return err
+		}
+	}
+	ns, err := l.createSegment(old.next)
+	if err != nil {
+		return err
+	}
+	old.idx.Close()
+	old.tidx.Close()
+	l.mu.Lock()
+	old.tindex = append(old.tindex, fin)
+	old.idx, old.tidx = nil, nil
+	l.segs = append(l.segs, ns)
+	if old.next > l.durable.Load() {
+		l.durable.Store(old.next)
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// Sync fsyncs the active segment and returns the offset below which every
+// record is durable. Concurrent Appends proceed while it runs. After a
+// failed fsync every later Sync fails too: the kernel may have dropped the
+// dirty pages, so a later success would be a lie.
+func (l *Log) Sync() (int64, error) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	l.mu.RLock()
+	if l.closed || l.failed != nil {
+		err := l.failed
+		if l.closed {
+			err = ErrClosed
+		}
+		l.mu.RUnlock()
+		return l.durable.Load(), err
+	}
+	end := l.end.Load()
+	f := l.active().log
+	l.mu.RUnlock()
+	if l.durable.Load() >= end {
+		return l.durable.Load(), nil
+	}
+	if err := f.Sync(); err != nil {
+		l.fail(err)
+		return l.durable.Load(), err
+	}
+	l.mu.Lock()
+	if end > l.durable.Load() {
+		l.durable.Store(end)
+	}
+	d := l.durable.Load()
+	l.mu.Unlock()
+	return d, nil
+}
+
+// Dirty reports whether some appended data is not yet durable.
+func (l *Log) Dirty() bool { return l.durable.Load() < l.end.Load() }
+
+// EndOffset is the log end offset: the offset the next record gets.
+func (l *Log) EndOffset() int64 { return l.end.Load() }
+
+// DurableEnd is the offset below which every record has been fsynced.
+func (l *Log) DurableEnd() int64 { return l.durable.Load() }
+
+// StartOffset is the log start offset: the first readable offset.
+func (l *Log) StartOffset() int64 { return l.start.Load() }
+
+// Size is the total size of all segment files in bytes.
+func (l *Log) Size() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var n int64
+	for _, s := range l.segs {
+		n += s.size
+	}
+	return n
+}
+
+// SegmentCount is the number of segments, including the active one.
+func (l *Log) SegmentCount() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.segs)
+}
+
+// Dir is the directory holding the log.
+func (l *Log) Dir() string { return l.dir }
+
+// Read returns whole stored batches, starting with the one that holds
+// offset, totalling at most maxBytes, except that the first batch is always
+// returned whole even when larger (KIP-74). No batch whose base offset is
+// >= limit (the high watermark) is returned. At the end of the log (or of
+// the readable range) it returns nil, nil. Reads of offsets below the start
+// offset or above the end offset fail with ErrOffsetOutOfRange.
+func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	if offset < l.start.Load() || offset > l.end.Load() {
+		return nil, fmt.Errorf("%w: %d not in [%d, %d]", ErrOffsetOutOfRange, offset, l.start.Load(), l.end.Load())
+	}
+	if offset == l.end.Load() {
+		return nil, nil
+	}
+	for i := l.segIndex(offset); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if s.size == 0 || offset >= s.next {
+			continue
+		}
+		sc := newScanner(s.log, s.size)
+		pos, h, ok, err := sc.find(s.lookup(offset), offset)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if h.BaseOffset >= limit {
+			return nil, nil
+		}
+		stop := s.size
+		if limit < s.next {
+			// Bound the read at the first batch at or past limit, so a
+			// lagging high watermark does not make us read maxBytes.
+			lp, lh, ok, err := sc.find(s.lookup(limit), limit)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if lh.BaseOffset < limit {
+					lp += int64(lh.Size())
+				}
+				stop = lp
+			}
+		}
+		want := min(max(int64(maxBytes), int64(h.Size())), stop-pos)
+		buf := make([]byte, want)
+		if n, err := s.log.ReadAt(buf, pos); n < len(buf) {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return trimBatches(buf, limit), nil
+	}
+	return nil, nil
+}
+
+// trimBatches cuts buf after its last whole batch with base below limit; the
+// first batch is always kept.
+func trimBatches(buf []byte, limit int64) []byte {
+	n := 0
+	for n+recordbatch.LengthOverhead <= len(buf) {
+		sz := recordbatch.LengthOverhead + int(int32(be32(buf[n+8:])))
+		if n > 0 && recordbatch.BaseOffset(buf[n:]) >= limit || sz < recordbatch.HeaderSize || n+sz > len(buf) {
+			break
+		}
+		n += sz
+	}
+	return buf[:n]
+}
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// segIndex returns the index of the segment that would hold offset.
+func (l *Log) segIndex(offset int64) int {
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset })
+	return max(i-1, 0)
+}
+
+// OffsetForTimestamp finds the first record (at or after the start offset)
+// whose timestamp is >= ts, for ListOffsets. ok is false when there is none.
+func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, ok bool, err error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0, 0, false, ErrClosed
+	}
+	for _, s := range l.segs {
+		if s.maxTs < ts || s.next <= l.start.Load() {
+			continue
+		}
+		off, t, ok, err := l.searchSegment(s, ts)
+		if err != nil || ok {
+			return off, t, ok, err
+		}
+	}
+	return 0, 0, false, nil
+}
+
+// MaxTimestamp returns the record with the largest timestamp (the first
+// such record on ties), for ListOffsets with timestamp -3.
+func (l *Log) MaxTimestamp() (offset, timestamp int64, ok bool, err error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0, 0, false, ErrClosed
+	}
+	var best *segment
+	for _, s := range l.segs {
+		if s.size > 0 && s.next > l.start.Load() && (best == nil || s.maxTs > best.maxTs) {
+			best = s
+		}
+	}
+	if best == nil {
+		return 0, 0, false, nil
+	}
+	return l.searchSegment(best, best.maxTs)
+}
+
+// searchSegment finds the first record in s with timestamp >= ts: the time
+// index gives a starting position, batch max timestamps pick the batch, and
+// decoding the batch picks the record.
+func (l *Log) searchSegment(s *segment, ts int64) (int64, int64, bool, error) {
+	start := l.start.Load()
+	sc := newScanner(s.log, s.size)
+	var body []byte
+	for pos := s.timeLookup(ts); pos < s.size; {
+		h, err := sc.header(pos)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if h.MaxTimestamp >= ts && h.LastOffset() >= start {
+			if cap(body) < h.Size() {
+				body = make([]byte, h.Size())
+			}
+			body = body[:h.Size()]
+			if n, err := s.log.ReadAt(body, pos); n < len(body) {
+				if err == nil {
+					err = io.ErrUnexpectedEOF
+				}
+				return 0, 0, false, err
+			}
+			recs, err := recordbatch.Records(body, maxDecompressed)
+			if err != nil {
+				return 0, 0, false, fmt.Errorf("storage: batch at offset %d: %w", h.BaseOffset, err)
+			}
+			for _, r := range recs {
+				if r.Timestamp >= ts && r.Offset >= start {
+					return r.Offset, r.Timestamp, true, nil
+				}
+			}
+		}
+		pos += int64(h.Size())
+	}
+	return 0, 0, false, nil
+}
+
+// Truncate removes every record at offset >= offset. The cut falls on a
+// batch boundary, so a batch holding offset is removed whole. The epoch
+// history is cut to match. The truncation is durable when Truncate returns.
+func (l *Log) Truncate(offset int64) error {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if offset >= l.end.Load() {
+		return nil
+	}
+	if offset < l.start.Load() {
+		return l.truncateFullyLocked(offset)
+	}
+	i := l.segIndex(offset)
+	s := l.segs[i]
+	sc := newScanner(s.log, s.size)
+	pos, _, ok, err := sc.find(s.lookup(offset), offset)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		pos = s.size
+	}
+	// Remove later segments newest first, so a crash part way leaves a
+	// prefix of the log.
+	doomed := slices.Clone(l.segs[i+1:])
+	l.mu.Lock()
+	l.segs = l.segs[:i+1]
+	l.mu.Unlock()
+	for j := len(doomed) - 1; j >= 0; j-- {
+		doomed[j].closeFiles()
+		if err := removeSegmentFiles(l.fs, l.dir, doomed[j].base); err != nil {
+			l.fail(err)
+			return err
+		}
+	}
+	l.mu.Lock()
+	err = l.cutSegment(s, pos)
+	l.mu.Unlock()
+	if err != nil {
+		l.fail(err)
+		return err
+	}
+	if err := s.log.Sync(); err != nil {
+		l.fail(err)
+		return err
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		l.fail(err)
+		return err
+	}
+	if l.end.Load() < l.start.Load() {
+		// The cut batch began before the start offset.
+		return l.truncateFullyLocked(l.start.Load())
+	}
+	return l.truncateEpochs(l.end.Load())
+}
+
+// cutSegment truncates s (now the last segment) at pos and rebuilds its
+// indexes. The caller holds mu.
+func (l *Log) cutSegment(s *segment, pos int64) error {
+	if err := s.log.Truncate(pos); err != nil {
+		return err
+	}
+	if _, err := s.rebuild(false, l.index); err != nil {
+		return err
+	}
+	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
+		return err
+	}
+	l.end.Store(s.next)
+	if s.next < l.durable.Load() {
+		l.durable.Store(s.next)
+	}
+	return nil
+}
+
+func (l *Log) truncateEpochs(end int64) error {
+	l.mu.Lock()
+	cut := len(l.epochs)
+	for cut > 0 && l.epochs[cut-1].StartOffset >= end {
+		cut--
+	}
+	changed := cut != len(l.epochs)
+	l.epochs = slices.Clip(l.epochs[:cut])
+	entries := l.epochs
+	l.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	return l.writeEpochs(entries)
+}
+
+// TruncateFullyAndStartAt discards the whole log and restarts it empty at
+// offset, which becomes both the start and the end offset (a follower whose
+// fetch offset fell out of the leader's range does this).
+func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	return l.truncateFullyLocked(offset)
+}
+
+func (l *Log) truncateFullyLocked(offset int64) error {
+	// The start offset goes first: if we crash part way, recovery sees a
+	// start beyond the data and finishes the job.
+	if err := l.writeStart(offset); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for j := len(l.segs) - 1; j >= 0; j-- {
+		l.segs[j].closeFiles()
+		if err := removeSegmentFiles(l.fs, l.dir, l.segs[j].base); err != nil {
+			l.segs = l.segs[:j]
+			l.failLocked(err)
+			return err
+		}
+	}
+	l.segs = nil
+	ns, err := l.createSegment(offset)
+	if err != nil {
+		l.failLocked(err)
+		return err
+	}
+	l.segs = []*segment{ns}
+	l.start.Store(offset)
+	l.end.Store(offset)
+	l.durable.Store(offset)
+	if len(l.epochs) > 0 {
+		l.epochs = nil
+		return l.writeEpochs(nil)
+	}
+	return nil
+}
+
+// writable reports why the log cannot be written, if it cannot.
+func (l *Log) writable() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return ErrClosed
+	}
+	return l.failed
+}
+
+// DeleteRecords advances the log start offset to before (KIP-107), removing
+// segments that lie wholly below it; it returns the new start offset.
+func (l *Log) DeleteRecords(before int64) (int64, error) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	if err := l.writable(); err != nil {
+		return l.start.Load(), err
+	}
+	if before > l.end.Load() || before < 0 {
+		return l.start.Load(), fmt.Errorf("%w: %d beyond log end %d", ErrOffsetOutOfRange, before, l.end.Load())
+	}
+	if before <= l.start.Load() {
+		return l.start.Load(), nil
+	}
+	if err := l.writeStart(before); err != nil {
+		return l.start.Load(), err
+	}
+	l.start.Store(before)
+	if _, err := l.deleteBelowStart(); err != nil {
+		return before, err
+	}
+	return before, nil
+}
+
+// deleteBelowStart removes the segments (never the active one) that hold
+// only offsets below the start offset, and trims the epoch history. The
+// start offset must already be persisted.
+func (l *Log) deleteBelowStart() (int, error) {
+	start := l.start.Load()
+	n := 0
+	for n < len(l.segs)-1 && l.segs[n+1].base <= start {
+		n++
+	}
+	doomed := slices.Clone(l.segs[:n])
+	l.mu.Lock()
+	l.segs = slices.Clone(l.segs[n:])
+	l.mu.Unlock()
+	for _, s := range doomed {
+		s.closeFiles()
+		if err := removeSegmentFiles(l.fs, l.dir, s.base); err != nil {
+			return n, err
+		}
+	}
+	return n, l.trimEpochsFromStart(start)
+}
+
+// trimEpochsFromStart drops epoch entries wholly below start and moves the
+// start of the one spanning it, as Kafka does, so lookups never answer with
+// offsets below the log start.
+func (l *Log) trimEpochsFromStart(start int64) error {
+	l.mu.Lock()
+	i := 0
+	for i+1 < len(l.epochs) && l.epochs[i+1].StartOffset <= start {
+		i++
+	}
+	changed := i > 0 || len(l.epochs) > 0 && l.epochs[0].StartOffset < start
+	if !changed {
+		l.mu.Unlock()
+		return nil
+	}
+	entries := slices.Clone(l.epochs[i:])
+	entries[0].StartOffset = max(entries[0].StartOffset, start)
+	l.epochs = entries
+	l.mu.Unlock()
+	return l.writeEpochs(entries)
+}
+
+// EnforceRetention deletes the oldest segments (never the active one) whose
+// max timestamp is older than the retention time, or while the log would
+// stay at or above the retention size without them, and advances the start
+// offset past them. It returns how many segments were removed.
+func (l *Log) EnforceRetention(now time.Time) (int, error) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	if err := l.writable(); err != nil {
+		return 0, err
+	}
+	retMs, retBytes := l.retentionMs.Load(), l.retentionBytes.Load()
+	var total int64
+	for _, s := range l.segs {
+		total += s.size
+	}
+	n := 0
+	for ; n < len(l.segs)-1; n++ {
+		s := l.segs[n]
+		byTime := retMs >= 0 && s.maxTs < now.UnixMilli()-retMs
+		bySize := retBytes >= 0 && total-s.size >= retBytes
+		if !byTime && !bySize {
+			break
+		}
+		total -= s.size
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if newStart := l.segs[n].base; newStart > l.start.Load() {
+		if err := l.writeStart(newStart); err != nil {
+			return 0, err
+		}
+		l.start.Store(newStart)
+	}
+	return l.deleteBelowStart()
+}
+
+// LatestEpoch is the newest leader epoch in the history, or -1.
+func (l *Log) LatestEpoch() int32 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if len(l.epochs) == 0 {
+		return -1
+	}
+	return l.epochs[len(l.epochs)-1].Epoch
+}
+
+// EpochStartOffset returns the first offset of epoch, if the history has it.
+func (l *Log) EpochStartOffset(epoch int32) (int64, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, e := range l.epochs {
+		if e.Epoch == epoch {
+			return e.StartOffset, true
+		}
+	}
+	return 0, false
+}
+
+// EpochHistory returns a copy of the epoch history, oldest first.
+func (l *Log) EpochHistory() []EpochEntry {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Clone(l.epochs)
+}
+
+// EndOffsetForEpoch answers OffsetForLeaderEpoch (KIP-101, KIP-279): the
+// largest known epoch <= epoch, and its end offset, which is the start
+// offset of the next epoch or the log end offset for the latest. When epoch
+// is older than every known epoch (or the history is empty) it returns
+// -1, -1.
+func (l *Log) EndOffsetForEpoch(epoch int32) (foundEpoch int32, endOffset int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	i := sort.Search(len(l.epochs), func(i int) bool { return l.epochs[i].Epoch > epoch }) - 1
+	if i < 0 {
+		return -1, -1
+	}
+	if i == len(l.epochs)-1 {
+		return l.epochs[i].Epoch, l.end.Load()
+	}
+	return l.epochs[i].Epoch, l.epochs[i+1].StartOffset
+}
+
+// Close fsyncs the active segment and closes every file. Further calls
+// fail with ErrClosed.
+func (l *Log) Close() error {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var errs []error
+	if l.failed == nil && len(l.segs) > 0 {
+		errs = append(errs, l.active().log.Sync())
+	}
+	for _, s := range l.segs {
+		errs = append(errs, s.closeFiles())
+	}
+	return errors.Join(errs...)
+}
+
+// Delete closes the log and removes its directory (DeleteTopics).
+func (l *Log) Delete() error {
+	// A failure to sync on close does not matter: the data is going away.
+	_ = l.Close()
+	if err := l.fs.RemoveAll(l.dir); err != nil {
+		return err
+	}
+	return l.fs.SyncDir(filepath.Dir(l.dir))
+}
