@@ -627,7 +627,8 @@ func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
 		if s.size == 0 || offset >= s.next {
 			continue
 		}
-		sc := newScanner(s.log, s.size)
+		sc := newScanner(s.log, s.size, l.index+recordbatch.HeaderSize)
+		defer sc.release()
 		pos, h, ok, err := sc.find(s.lookup(offset), offset)
 		if err != nil {
 			return nil, err
@@ -655,7 +656,10 @@ func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
 		}
 		want := min(max(int64(maxBytes), int64(h.Size())), stop-pos)
 		buf := make([]byte, want)
-		if n, err := s.log.ReadAt(buf, pos); n < len(buf) {
+		if sc.bufPos >= 0 && pos >= sc.bufPos && pos+want <= sc.bufPos+int64(sc.n) {
+			// The scan already read these bytes; skip a second read.
+			copy(buf, sc.buf[pos-sc.bufPos:])
+		} else if n, err := s.log.ReadAt(buf, pos); n < len(buf) {
 			if err == nil {
 				err = io.ErrUnexpectedEOF
 			}
@@ -735,7 +739,8 @@ func (l *Log) MaxTimestamp() (offset, timestamp int64, ok bool, err error) {
 // decoding the batch picks the record.
 func (l *Log) searchSegment(s *segment, ts int64) (int64, int64, bool, error) {
 	start := l.start.Load()
-	sc := newScanner(s.log, s.size)
+	sc := newScanner(s.log, s.size, scanBufSize)
+	defer sc.release()
 	var body []byte
 	for pos := s.timeLookup(ts); pos < s.size; {
 		h, err := sc.header(pos)
@@ -787,8 +792,9 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	i := l.segIndex(offset)
 	s := l.segs[i]
-	sc := newScanner(s.log, s.size)
+	sc := newScanner(s.log, s.size, l.index+recordbatch.HeaderSize)
 	pos, _, ok, err := sc.find(s.lookup(offset), offset)
+	sc.release()
 	if err != nil {
 		return err
 	}

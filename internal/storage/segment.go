@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/vfs"
@@ -208,10 +209,25 @@ type scanner struct {
 	buf    []byte
 	bufPos int64
 	n      int
+	// first is the size of the first read: a lookup starts at an index
+	// entry and usually ends within one index interval, so reading a whole
+	// buffer would mostly be waste.
+	first int
 }
 
-func newScanner(f vfs.File, end int64) *scanner {
-	return &scanner{f: f, end: end, buf: make([]byte, 16<<10)}
+const scanBufSize = 16 << 10
+
+var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanBufSize); return &b }}
+
+func newScanner(f vfs.File, end int64, first int) *scanner {
+	return &scanner{f: f, end: end, buf: *scanBufs.Get().(*[]byte), bufPos: -1, first: min(max(first, 2*recordbatch.HeaderSize), scanBufSize)}
+}
+
+// release returns the buffer to the pool; the scanner is unusable after.
+func (sc *scanner) release() {
+	b := sc.buf
+	sc.buf = nil
+	scanBufs.Put(&b)
 }
 
 // header returns the header of the batch at pos, which must lie wholly
@@ -220,8 +236,12 @@ func (sc *scanner) header(pos int64) (recordbatch.Header, error) {
 	if pos < 0 || pos+recordbatch.HeaderSize > sc.end {
 		return recordbatch.Header{}, fmt.Errorf("%w: truncated header at %d", errSegmentCorrupt, pos)
 	}
-	if pos < sc.bufPos || pos+recordbatch.HeaderSize > sc.bufPos+int64(sc.n) {
-		n := int(min(int64(len(sc.buf)), sc.end-pos))
+	if sc.bufPos < 0 || pos < sc.bufPos || pos+recordbatch.HeaderSize > sc.bufPos+int64(sc.n) {
+		want := len(sc.buf)
+		if sc.bufPos < 0 {
+			want = sc.first
+		}
+		n := int(min(int64(want), sc.end-pos))
 		got, err := sc.f.ReadAt(sc.buf[:n], pos)
 		if got < n {
 			if err == nil {
@@ -268,7 +288,8 @@ func (s *segment) rebuild(verify bool, interval int) (int64, error) {
 		return 0, err
 	}
 	s.index, s.tindex, s.sinceIdx, s.maxTs, s.next, s.size = nil, nil, 0, -1, s.base, 0
-	sc := newScanner(s.log, min(fileSize, math.MaxUint32))
+	sc := newScanner(s.log, min(fileSize, math.MaxUint32), scanBufSize)
+	defer sc.release()
 	var body []byte
 	pos := int64(0)
 	for pos < sc.end {
