@@ -57,9 +57,11 @@ type Options struct {
 	FS                 vfs.FS // default vfs.Default
 	SegmentBytes       int64  // roll when the active segment would exceed it (default 1 GiB, at most 2 GiB-1)
 	IndexIntervalBytes int    // bytes between sparse index entries (default 4096)
-	RetentionMs        int64  // -1 = unlimited; 0 means the zero value is taken literally
-	RetentionBytes     int64  // -1 = unlimited
-	Logger             *slog.Logger
+	// RetentionMs and RetentionBytes: -1 = unlimited. Their zero values
+	// mean "retain nothing beyond the active segment", so set them.
+	RetentionMs    int64
+	RetentionBytes int64
+	Logger         *slog.Logger
 }
 
 // Log is one partition's log. Its methods are safe for concurrent use: any

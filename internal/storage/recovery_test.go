@@ -185,3 +185,32 @@ func TestCompressedBatchesStoredVerbatim(t *testing.T) {
 		}
 	}
 }
+
+func TestOnOSFilesystem(t *testing.T) {
+	dir := t.TempDir() + "/t-0"
+	opts := Options{SegmentBytes: 1000, IndexIntervalBytes: 100, RetentionMs: -1, RetentionBytes: -1, Logger: quiet}
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m model
+	for i := range 30 {
+		b := mkBatch(t, 2, int64(i), 60)
+		base, err := l.Append(b, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.add(b, base)
+	}
+	if d, err := l.Sync(); err != nil || d != 60 {
+		t.Fatal(d, err)
+	}
+	l.Close()
+	if l, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := readAll(t, l, 0, 4000); !bytes.Equal(got, m.bytesFrom(0)) {
+		t.Fatal("content after reopen on disk")
+	}
+}
