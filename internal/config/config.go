@@ -312,8 +312,8 @@ func (s *Server) Validate() error {
 	if s.MaxMessageBytes < 64 || s.MaxMessageBytes > s.MaxRequestBytes {
 		bad("MaxMessageBytes", "%d is out of range 64-MaxRequestBytes (%d)", s.MaxMessageBytes, s.MaxRequestBytes)
 	}
-	if s.SegmentBytes < 1024 || s.SegmentBytes > 1<<32-1 {
-		bad("SegmentBytes", "%d is out of range 1024-%d (index positions are 32-bit)", s.SegmentBytes, int64(1<<32-1))
+	if s.SegmentBytes < 1024 || s.SegmentBytes > 1<<31-1 {
+		bad("SegmentBytes", "%d is out of range 1024-%d (index positions are 32-bit)", s.SegmentBytes, int64(1<<31-1))
 	}
 	if s.RetentionMs < -1 || s.RetentionMs == 0 {
 		bad("RetentionMs", "%d must be positive, or -1 for unlimited", s.RetentionMs)

@@ -1,0 +1,104 @@
+// Command moonmq is the MoonMQ broker: `moonmq serve` runs it and
+// `moonmq bench` measures any Kafka-protocol broker. The work lives in
+// internal/; this file only parses the command line.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/moonmq/moonmq/internal/app"
+	"github.com/moonmq/moonmq/internal/bench"
+	"github.com/moonmq/moonmq/internal/config"
+)
+
+const usage = `usage: moonmq <command> [flags]
+
+commands:
+  serve [--config FILE]   run the broker (defaults: clients on 127.0.0.1:9092,
+                          data in ./data, metrics on 127.0.0.1:9100)
+  bench [flags]           benchmark a Kafka-protocol broker (moonmq bench -h)
+  version                 print the version
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "bench":
+		if err := bench.Command(ctx, args[1:], stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "moonmq bench:", err)
+			return 1
+		}
+		return 0
+	case "version", "--version":
+		fmt.Fprintln(stdout, "moonmq", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "moonmq: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "JSON config file with a \"Server\" object (seed 000); built-in defaults without it")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	cfg := config.Default()
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			fmt.Fprintln(stderr, "moonmq:", err)
+			return 2
+		}
+	}
+	level, _ := config.ParseLevel(cfg.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(stderr, opts)
+	if *logFormat == "json" {
+		h = slog.NewJSONHandler(stderr, opts)
+	}
+	log := slog.New(h)
+	slog.SetDefault(log)
+	in, err := app.Start(cfg, log)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	if err := in.Close(); err != nil {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}

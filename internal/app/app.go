@@ -1,0 +1,84 @@
+// Package app wires a configured broker to its listeners: the Kafka client
+// port and the metrics port. It is what `moonmq serve` runs and what
+// in-process tests start, so both exercise the same wiring.
+//
+// It owns no protocol or storage logic.
+package app
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/moonmq/moonmq/internal/broker"
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/metrics"
+)
+
+// Instance is a running broker with its listeners.
+type Instance struct {
+	Broker  *broker.Broker
+	server  *broker.Server
+	metrics *metrics.Server
+	log     *slog.Logger
+}
+
+// Start opens the data directory, recovers it, and starts listening.
+func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instance, error) {
+	opts = append([]broker.Option{broker.WithLogger(log)}, opts...)
+	b, err := broker.New(cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.ClientListenAddr())
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("listen for clients on %s: %w (is another broker running? change Server.Port)", cfg.ClientListenAddr(), err)
+	}
+	in := &Instance{Broker: b, log: log}
+	in.server = b.Serve(ln)
+	if cfg.MetricsPort != 0 {
+		mln, err := net.Listen("tcp", cfg.MetricsListenAddr())
+		if err != nil {
+			in.server.Close()
+			b.Close()
+			return nil, fmt.Errorf("listen for metrics on %s: %w (change Server.MetricsPort, or 0 to disable)", cfg.MetricsListenAddr(), err)
+		}
+		in.metrics = metrics.Serve(mln, metrics.Source{
+			Stats:    func() any { return b.Snapshot() },
+			Registry: b.Registry(),
+			Ready:    func() bool { return true },
+		}, log)
+	}
+	host, port := b.Advertised()
+	log.Info("moonmq serving",
+		"listen", in.server.Addr().String(),
+		"advertised", net.JoinHostPort(host, fmt.Sprint(port)),
+		"data_dir", cfg.DataDir,
+		"metrics", in.MetricsAddr(),
+		"acks_floor", cfg.Acks)
+	return in, nil
+}
+
+// Addr is the client listener's address.
+func (in *Instance) Addr() string { return in.server.Addr().String() }
+
+// MetricsAddr is the metrics listener's address, or "off".
+func (in *Instance) MetricsAddr() string {
+	if in.metrics == nil {
+		return "off"
+	}
+	return in.metrics.Addr().String()
+}
+
+// Close stops listening, closes client connections, syncs and closes the
+// logs.
+func (in *Instance) Close() error {
+	if in.metrics != nil {
+		in.metrics.Close()
+	}
+	in.server.Close()
+	err := in.Broker.Close()
+	in.log.Info("moonmq stopped")
+	return err
+}

@@ -1,0 +1,640 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/app"
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+)
+
+// startBroker runs an in-process broker on loopback with a fresh data
+// directory (or dir, to restart over existing data).
+func startBroker(t *testing.T, dir string, edit ...func(*config.Server)) *app.Instance {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cfg := config.Default()
+	cfg.Port = 0
+	cfg.MetricsPort = 0
+	cfg.DataDir = dir
+	for _, e := range edit {
+		e(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	in, err := app.Start(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func client(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts = append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.MetadataMinAge(100 * time.Millisecond)}, opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func createTopic(t *testing.T, addr, topic string, partitions int32, configs map[string]*string) {
+	t.Helper()
+	adm := kadm.NewClient(client(t, addr))
+	resp, err := adm.CreateTopic(ctxT(t), partitions, 1, configs, topic)
+	if err != nil || resp.Err != nil {
+		t.Fatalf("create topic %s: %v %v", topic, err, resp.Err)
+	}
+}
+
+// consumeAll reads n records from the start of topic.
+func consumeAll(t *testing.T, addr, topic string, n int, opts ...kgo.Opt) []*kgo.Record {
+	t.Helper()
+	opts = append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)
+	cl := client(t, addr, opts...)
+	ctx := ctxT(t)
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d of %d records: %v", len(out), n, err)
+		}
+		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func TestRoundTripEveryCodec(t *testing.T) {
+	in := startBroker(t, "")
+	codecs := map[string]kgo.CompressionCodec{
+		"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
+		"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
+	}
+	for name, codec := range codecs {
+		t.Run(name, func(t *testing.T) {
+			topic := "codec-" + name
+			createTopic(t, in.Addr(), topic, 4, nil)
+			cl := client(t, in.Addr(), kgo.ProducerBatchCompression(codec), kgo.DefaultProduceTopic(topic),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			const n = 400
+			var recs []*kgo.Record
+			for i := 0; i < n; i++ {
+				recs = append(recs, &kgo.Record{
+					Partition: int32(i % 4),
+					Key:       []byte(fmt.Sprintf("key-%d", i)),
+					Value:     bytes.Repeat([]byte{byte(i)}, 100+i),
+					Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(fmt.Sprint(i))}},
+				})
+			}
+			if err := cl.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			got := consumeAll(t, in.Addr(), topic, n)
+			if len(got) != n {
+				t.Fatalf("got %d records, want %d", len(got), n)
+			}
+			next := map[int32]int64{}
+			for _, r := range got {
+				var i int
+				fmt.Sscanf(string(r.Key), "key-%d", &i)
+				if r.Partition != int32(i%4) || !bytes.Equal(r.Value, bytes.Repeat([]byte{byte(i)}, 100+i)) ||
+					len(r.Headers) != 1 || string(r.Headers[0].Value) != fmt.Sprint(i) {
+					t.Fatalf("record %d came back wrong: partition %d, %d-byte value, headers %v", i, r.Partition, len(r.Value), r.Headers)
+				}
+				if r.Offset != next[r.Partition] {
+					t.Fatalf("partition %d: offset %d, want %d (order lost)", r.Partition, r.Offset, next[r.Partition])
+				}
+				next[r.Partition]++
+			}
+		})
+	}
+}
+
+func TestLongPollWakesOnProduce(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "lp", 1, nil)
+	cons := client(t, in.Addr(), kgo.ConsumeTopics("lp"), kgo.FetchMaxWait(10*time.Second))
+	got := make(chan *kgo.Record, 1)
+	go func() {
+		fs := cons.PollFetches(ctxT(t))
+		if rs := fs.Records(); len(rs) > 0 {
+			got <- rs[0]
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // let the fetch park
+	start := time.Now()
+	prod := client(t, in.Addr())
+	if err := prod.ProduceSync(ctxT(t), &kgo.Record{Topic: "lp", Value: []byte("wake")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if string(r.Value) != "wake" {
+			t.Fatalf("got %q", r.Value)
+		}
+		t.Logf("woke %v after produce", time.Since(start))
+	case <-time.After(8 * time.Second):
+		t.Fatal("a parked fetch was not woken by a produce")
+	}
+}
+
+func TestFetchMaxWaitAnswersEmpty(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "empty", 1, nil)
+	cl := client(t, in.Addr())
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis = 300
+	req.MinBytes = 1
+	req.MaxBytes = 1 << 20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = "empty"
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.PartitionMaxBytes = 1 << 20
+	rt.Partitions = append(rt.Partitions, rp)
+	md, err := kadm.NewClient(cl).Metadata(ctxT(t), "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.TopicID = md.Topics["empty"].ID
+	req.Topics = append(req.Topics, rt)
+	start := time.Now()
+	resp, err := req.RequestWith(ctxT(t), cl)
+	if waited := time.Since(start); waited < 250*time.Millisecond {
+		t.Fatalf("an empty fetch answered after %v, before MaxWaitMs", waited)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 ||
+		len(resp.Topics[0].Partitions[0].RecordBatches) != 0 {
+		t.Fatalf("unexpected answer %+v", resp)
+	}
+}
+
+func TestRestartKeepsRecords(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "keep", 3, map[string]*string{"retention.ms": kadm.StringPtr("86400000")})
+	cl := client(t, in.Addr(), kgo.DefaultProduceTopic("keep"))
+	for i := 0; i < 300; i++ {
+		cl.Produce(ctxT(t), &kgo.Record{Value: []byte(fmt.Sprint(i))}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err := cl.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	in.Close()
+
+	in = startBroker(t, dir)
+	defer in.Close()
+	got := consumeAll(t, in.Addr(), "keep", 300)
+	seen := map[string]bool{}
+	for _, r := range got {
+		seen[string(r.Value)] = true
+	}
+	if len(seen) != 300 {
+		t.Fatalf("after restart %d distinct records, want 300", len(seen))
+	}
+	adm := kadm.NewClient(client(t, in.Addr()))
+	rc, err := adm.DescribeTopicConfigs(ctxT(t), "keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rc.On("keep", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range c.Configs {
+		if kv.Key == "retention.ms" && kv.MaybeValue() != "86400000" {
+			t.Fatalf("retention.ms after restart: %q", kv.MaybeValue())
+		}
+	}
+}
+
+func TestAdminAPIs(t *testing.T) {
+	in := startBroker(t, "", func(s *config.Server) { s.RetentionCheckMs = 50 })
+	adm := kadm.NewClient(client(t, in.Addr()))
+	ctx := ctxT(t)
+
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "adm"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := adm.CreateTopic(ctx, 2, 1, nil, "adm")
+	if err == nil && resp.Err == nil || !(errorsIs(err, kerr.TopicAlreadyExists) || errorsIs(resp.Err, kerr.TopicAlreadyExists)) {
+		t.Fatalf("second create: %v %v", err, resp.Err)
+	}
+	if r, _ := adm.CreateTopic(ctx, 1, 3, nil, "rf3"); !errorsIs(r.Err, kerr.InvalidReplicationFactor) {
+		t.Fatalf("replication factor 3 on one broker: %v", r.Err)
+	}
+	if r, _ := adm.CreateTopic(ctx, 1, 1, map[string]*string{"no.such.config": kadm.StringPtr("1")}, "badcfg"); !errorsIs(r.Err, kerr.InvalidConfig) {
+		t.Fatalf("unknown config: %v", r.Err)
+	}
+	if r, _ := adm.CreateTopic(ctx, 1, 1, nil, "bad/name"); !errorsIs(r.Err, kerr.InvalidTopicException) {
+		t.Fatalf("bad name: %v", r.Err)
+	}
+
+	// CreatePartitions grows the topic; metadata shows it.
+	if _, err := adm.CreatePartitions(ctx, 3, "adm"); err != nil {
+		t.Fatal(err)
+	}
+	md, err := adm.Metadata(ctx, "adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(md.Topics["adm"].Partitions); n != 5 {
+		t.Fatalf("after CreatePartitions: %d partitions, want 5", n)
+	}
+	if p := md.Topics["adm"].Partitions[0]; p.Leader != 1 || len(p.Replicas) != 1 || len(p.ISR) != 1 {
+		t.Fatalf("partition metadata %+v", p)
+	}
+
+	// IncrementalAlterConfigs, then DescribeConfigs shows the new values.
+	alter, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+		{Name: "retention.ms", Value: kadm.StringPtr("3600000")},
+		{Name: "segment.bytes", Value: kadm.StringPtr("1048576")},
+		{Name: "max.message.bytes", Value: kadm.StringPtr("2000")},
+		{Name: "retention.bytes", Value: kadm.StringPtr("5000000")},
+		{Name: "cleanup.policy", Value: kadm.StringPtr("compact,delete")},
+	}, "adm")
+	if err != nil || alter[0].Err != nil {
+		t.Fatalf("alter: %v %v", err, alter)
+	}
+	bad, _ := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "segment.bytes", Value: kadm.StringPtr("x")}}, "adm")
+	if len(bad) != 1 || !errorsIs(bad[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("bad value accepted: %v", bad)
+	}
+	rc, err := adm.DescribeTopicConfigs(ctx, "adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"retention.ms": "3600000", "segment.bytes": "1048576", "max.message.bytes": "2000",
+		"retention.bytes": "5000000", "cleanup.policy": "compact,delete"}
+	for _, kv := range rc[0].Configs {
+		if w, ok := want[kv.Key]; ok && kv.MaybeValue() != w {
+			t.Errorf("%s = %q, want %q", kv.Key, kv.MaybeValue(), w)
+		}
+	}
+
+	// max.message.bytes is enforced.
+	cl := client(t, in.Addr(), kgo.DefaultProduceTopic("adm"), kgo.ProducerBatchMaxBytes(1<<20))
+	err = cl.ProduceSync(ctx, &kgo.Record{Value: randomBytes(5000)}).FirstErr()
+	if !errorsIs(err, kerr.MessageTooLarge) {
+		t.Fatalf("oversized batch: %v", err)
+	}
+
+	// ListOffsets and DeleteRecords.
+	for i := 0; i < 10; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("v"), Timestamp: time.UnixMilli(int64(1000 * (i + 1)))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ends, err := adm.ListEndOffsets(ctx, "adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int64(0)
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	if total != 10 {
+		t.Fatalf("end offsets sum %d, want 10", total)
+	}
+	var part int32 = -1
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset == 10 {
+			part = o.Partition
+		}
+	})
+	if part < 0 {
+		t.Fatal("no partition holds all ten records")
+	}
+	byTs, err := adm.ListOffsetsAfterMilli(ctx, 4500, "adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := byTs.Lookup("adm", part); o.Offset != 4 || o.Timestamp != 5000 {
+		t.Fatalf("offset for timestamp 4500: %+v, want offset 4 at 5000", o)
+	}
+	del, err := adm.DeleteRecords(ctx, kadm.Offsets{"adm": {part: {At: 6}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := del.Lookup("adm", part); d.LowWatermark != 6 || d.Err != nil {
+		t.Fatalf("delete records: %+v", d)
+	}
+	starts, _ := adm.ListStartOffsets(ctx, "adm")
+	if o, _ := starts.Lookup("adm", part); o.Offset != 6 {
+		t.Fatalf("start offset after DeleteRecords: %d", o.Offset)
+	}
+
+	// OffsetForLeaderEpoch of epoch 0 ends at the high watermark.
+	ofle := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	ofle.ReplicaID = -1
+	ot := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	ot.Topic = "adm"
+	op := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	op.Partition, op.LeaderEpoch, op.CurrentLeaderEpoch = part, 0, 0
+	ot.Partitions = append(ot.Partitions, op)
+	ofle.Topics = append(ofle.Topics, ot)
+	oresp, err := ofle.RequestWith(ctx, client(t, in.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := oresp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.EndOffset != 10 || p.LeaderEpoch != 0 {
+		t.Fatalf("OffsetForLeaderEpoch: %+v", p)
+	}
+
+	// DescribeCluster.
+	dc, err := kmsg.NewPtrDescribeClusterRequest().RequestWith(ctx, client(t, in.Addr()))
+	if err != nil || dc.ErrorCode != 0 || len(dc.Brokers) != 1 || dc.Brokers[0].NodeID != 1 || dc.ClusterID == "" {
+		t.Fatalf("describe cluster: %v %+v", err, dc)
+	}
+
+	// DeleteTopics; the topic is gone and can be created again empty.
+	if _, err := adm.DeleteTopics(ctx, "adm"); err != nil {
+		t.Fatal(err)
+	}
+	md, _ = adm.Metadata(ctx)
+	if _, ok := md.Topics["adm"]; ok {
+		t.Fatal("deleted topic still listed")
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "adm"); err != nil {
+		t.Fatal(err)
+	}
+	ends, _ = adm.ListEndOffsets(ctx, "adm")
+	if o, _ := ends.Lookup("adm", 0); o.Offset != 0 {
+		t.Fatalf("recreated topic is not empty: end %d", o.Offset)
+	}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+func errorsIs(err, target error) bool {
+	for e := err; e != nil; {
+		if e == target {
+			return true
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			return strings.Contains(err.Error(), target.Error())
+		}
+		e = u.Unwrap()
+	}
+	return false
+}
+
+func TestRetentionBySize(t *testing.T) {
+	in := startBroker(t, "", func(s *config.Server) { s.RetentionCheckMs = 20 })
+	createTopic(t, in.Addr(), "ret", 1, map[string]*string{
+		"segment.bytes": kadm.StringPtr("4096"), "retention.bytes": kadm.StringPtr("8192"),
+	})
+	cl := client(t, in.Addr(), kgo.DefaultProduceTopic("ret"))
+	for i := 0; i < 100; i++ {
+		if err := cl.ProduceSync(ctxT(t), &kgo.Record{Value: randomBytes(500)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(client(t, in.Addr()))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		starts, err := adm.ListStartOffsets(ctxT(t), "ret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := starts.Lookup("ret", 0); o.Offset > 0 {
+			t.Logf("log start offset advanced to %d", o.Offset)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("retention.bytes never removed a segment")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Consuming from the start begins at the new log start.
+	got := consumeAll(t, in.Addr(), "ret", 1)
+	if got[0].Offset == 0 {
+		t.Fatal("consumer read a record retention removed")
+	}
+}
+
+func TestAutoCreateSwitch(t *testing.T) {
+	in := startBroker(t, "", func(s *config.Server) { f := false; s.AutoCreateTopics = &f })
+	cl := client(t, in.Addr(), kgo.DefaultProduceTopic("nope"), kgo.RecordRetries(2), kgo.RecordDeliveryTimeout(3*time.Second))
+	err := cl.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("x")}).FirstErr()
+	if !errorsIs(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("produce to a missing topic with auto-create off: %v", err)
+	}
+	in2 := startBroker(t, "", func(s *config.Server) { s.DefaultPartitions = 3 })
+	cl2 := client(t, in2.Addr(), kgo.DefaultProduceTopic("auto"), kgo.AllowAutoTopicCreation())
+	if err := cl2.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := kadm.NewClient(cl2).Metadata(ctxT(t), "auto")
+	if n := len(md.Topics["auto"].Partitions); n != 3 {
+		t.Fatalf("auto-created topic has %d partitions, want DefaultPartitions 3", n)
+	}
+}
+
+// rawConn speaks frames directly, for the bad-input tests.
+func rawConn(t *testing.T, addr string) net.Conn {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+func frame(key, version int16, corr int32, body []byte, flexible bool) []byte {
+	var b []byte
+	b = binary.BigEndian.AppendUint16(b, uint16(key))
+	b = binary.BigEndian.AppendUint16(b, uint16(version))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, 4)
+	b = append(b, "test"...)
+	if flexible {
+		b = append(b, 0)
+	}
+	b = append(b, body...)
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
+}
+
+func expectClosed(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	_, err := io.ReadAll(c)
+	if err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: connection still open", what)
+		}
+	}
+}
+
+func TestBadInputClosesConnectionOnly(t *testing.T) {
+	in := startBroker(t, "", func(s *config.Server) { s.MaxRequestBytes = 2 << 20 })
+	cases := map[string][]byte{
+		"garbage":         []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		"negative length": {0xff, 0xff, 0xff, 0xf0, 1, 2, 3},
+		"too large":       binary.BigEndian.AppendUint32(nil, 3<<20),
+		"unknown api":     frame(999, 0, 1, nil, false),
+		"unknown version": frame(3, 99, 1, nil, false),
+		"truncated body":  frame(3, 1, 1, []byte{0, 0, 0, 5, 0}, false),
+		"huge array":      frame(3, 1, 1, []byte{0x7f, 0xff, 0xff, 0xff, 0, 1}, false),
+		"produce topics":  frame(0, 7, 1, append([]byte{0xff, 0xff, 0, 1, 0, 0, 0, 10, 0x7f, 0xff, 0xff, 0xff}, make([]byte, 64)...), false),
+	}
+	for name, payload := range cases {
+		c := rawConn(t, in.Addr())
+		if _, err := c.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+		expectClosed(t, c, name)
+	}
+	// The broker still serves everyone else.
+	createTopic(t, in.Addr(), "alive", 1, nil)
+	if n := in.Broker.Snapshot().BadFrames; n < int64(len(cases)-1) {
+		t.Fatalf("bad frames counted: %d", n)
+	}
+}
+
+func TestApiVersionsTooNew(t *testing.T) {
+	in := startBroker(t, "")
+	c := rawConn(t, in.Addr())
+	if _, err := c.Write(frame(18, 77, 42, []byte{0, 0, 0}, true)); err != nil {
+		t.Fatal(err)
+	}
+	var sz [4]byte
+	if _, err := io.ReadFull(c, sz[:]); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(sz[:]))
+	if _, err := io.ReadFull(c, body); err != nil {
+		t.Fatal(err)
+	}
+	if corr := int32(binary.BigEndian.Uint32(body)); corr != 42 {
+		t.Fatalf("correlation id %d", corr)
+	}
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.Version = 0
+	if err := resp.ReadFrom(body[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ErrorCode != 35 || len(resp.ApiKeys) == 0 {
+		t.Fatalf("want UNSUPPORTED_VERSION with our keys, got %+v", resp)
+	}
+}
+
+func TestCorruptBatchRefused(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "crc", 1, nil)
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("hello")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch[len(batch)-1] ^= 0xff // flip a bit inside the CRC-covered part
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "crc"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	cl := client(t, in.Addr())
+	resp, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.CorruptMessage.Code {
+		t.Fatalf("corrupt batch answered with %d", code)
+	}
+	rt.Topic = "missing-topic-x"
+	req.Topics[0] = rt
+	// Auto-create is on, so an unknown topic is created; an unknown
+	// partition of a known topic is refused.
+	rt.Topic = "crc"
+	rt.Partitions[0].Partition = 7
+	req.Topics[0] = rt
+	resp, _ = req.RequestWith(ctxT(t), cl)
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("unknown partition answered with %d", code)
+	}
+}
+
+func TestPipelinedAnswersInOrder(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "pipe", 1, nil)
+	cl := client(t, in.Addr(), kgo.DefaultProduceTopic("pipe"), kgo.MaxProduceRequestsInflightPerBroker(5),
+		kgo.ProducerLinger(0), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	offsets := map[string]int64{}
+	for i := 0; i < 2000; i++ {
+		wg.Add(1)
+		v := fmt.Sprint(i)
+		cl.Produce(ctxT(t), &kgo.Record{Value: []byte(v)}, func(r *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			offsets[v] = r.Offset
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	got := consumeAll(t, in.Addr(), "pipe", 2000)
+	for _, r := range got {
+		if offsets[string(r.Value)] != r.Offset {
+			t.Fatalf("record %s acknowledged at %d, read at %d", r.Value, offsets[string(r.Value)], r.Offset)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}

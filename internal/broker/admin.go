@@ -1,0 +1,524 @@
+package broker
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/storage"
+)
+
+// partitionOf resolves a topic and partition for the admin handlers.
+func (b *Broker) partitionOf(name string, index int32) (*partition, int16) {
+	t := b.lookup(name)
+	if t == nil || index < 0 || int(index) >= len(t.partitions) {
+		return nil, errUnknownTopicOrPartition
+	}
+	return t.partitions[index], 0
+}
+
+func (b *Broker) checkLeaderEpoch(current int32) int16 {
+	switch {
+	case current >= 0 && current < b.epoch:
+		return errFencedLeaderEpoch
+	case current > b.epoch:
+		return errUnknownLeaderEpoch
+	}
+	return 0
+}
+
+func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+	for _, rt := range r.Topics {
+		out := kmsg.ListOffsetsResponseTopic{Topic: rt.Topic}
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewListOffsetsResponseTopicPartition()
+			op.Partition = rp.Partition
+			op.LeaderEpoch = b.epoch
+			p, code := b.partitionOf(rt.Topic, rp.Partition)
+			if code == 0 {
+				code = b.checkLeaderEpoch(rp.CurrentLeaderEpoch)
+			}
+			if code != 0 {
+				op.ErrorCode = code
+				out.Partitions = append(out.Partitions, op)
+				continue
+			}
+			hw := p.hw.Load()
+			switch ts := rp.Timestamp; ts {
+			case -1: // latest; with one replica the LSO equals the high watermark
+				op.Offset = hw
+			case -2: // earliest
+				op.Offset = p.log.StartOffset()
+			case -3: // the record with the largest timestamp (KIP-734)
+				op.Offset, op.Timestamp = -1, -1
+				if off, mts, ok, err := p.log.MaxTimestamp(); err == nil && ok && off < hw {
+					op.Offset, op.Timestamp = off, mts
+				}
+			default:
+				if ts < 0 {
+					op.ErrorCode = errInvalidRequest
+					break
+				}
+				off, found, ok, err := p.log.OffsetForTimestamp(ts)
+				switch {
+				case err != nil:
+					b.log.Error("timestamp lookup failed", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+					op.ErrorCode = errKafkaStorageError
+				case !ok || off >= hw:
+					op.Offset, op.Timestamp = -1, -1
+				default:
+					op.Offset, op.Timestamp = off, found
+				}
+			}
+			if r.Version == 0 {
+				op.OldStyleOffsets = []int64{op.Offset}
+			}
+			out.Partitions = append(out.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+	seen := map[string]int{}
+	for _, rt := range r.Topics {
+		seen[rt.Topic]++
+	}
+	for _, rt := range r.Topics {
+		out := kmsg.NewCreateTopicsResponseTopic()
+		out.Topic = rt.Topic
+		fail := func(code int16, msg string) {
+			out.ErrorCode = code
+			out.ErrorMessage = &msg
+		}
+		n := int(rt.NumPartitions)
+		if n == -1 {
+			n = b.cfg.DefaultPartitions
+		}
+		overrides := map[string]string{}
+		var cfgErr error
+		for _, c := range rt.Configs {
+			if err := validateTopicConfig(c.Name, c.Value); err != nil {
+				cfgErr = err
+				break
+			}
+			overrides[c.Name] = *c.Value
+		}
+		b.mu.Lock()
+		switch err := validTopicName(rt.Topic); {
+		case seen[rt.Topic] > 1:
+			fail(errInvalidRequest, "topic listed more than once in the request")
+		case err != nil:
+			fail(errInvalidTopicException, err.Error())
+		case b.topics[rt.Topic] != nil:
+			fail(errTopicAlreadyExists, "topic "+rt.Topic+" already exists")
+		case len(rt.ReplicaAssignment) > 0:
+			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: every partition lives on the single broker")
+		case n < 1 || n > 100000:
+			fail(errInvalidPartitions, "partition count must be between 1 and 100000")
+		case rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
+			fail(errInvalidReplicationFact, "this broker stores one copy of each partition: use replication factor 1 or -1")
+		case cfgErr != nil:
+			fail(errInvalidConfig, cfgErr.Error())
+		case r.ValidateOnly:
+		default:
+			t, err := b.createTopicLocked(rt.Topic, n, overrides)
+			if err != nil {
+				b.log.Error("create topic failed", "topic", rt.Topic, "err", err)
+				fail(errKafkaStorageError, err.Error())
+				break
+			}
+			out.TopicID = t.id
+		}
+		b.mu.Unlock()
+		if out.ErrorCode == 0 {
+			out.NumPartitions = int32(n)
+			out.ReplicationFactor = 1
+			for _, k := range sortedConfigKeys() {
+				v, src := b.configValue(overrides, k)
+				out.Configs = append(out.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: k, Value: &v, Source: int8(src)})
+			}
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleDeleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	type ask struct {
+		name *string
+		id   [16]byte
+	}
+	var asks []ask
+	if r.Version >= 6 {
+		for _, t := range r.Topics {
+			asks = append(asks, ask{t.Topic, t.TopicID})
+		}
+	} else {
+		for i := range r.TopicNames {
+			asks = append(asks, ask{&r.TopicNames[i], [16]byte{}})
+		}
+	}
+	for _, a := range asks {
+		out := kmsg.NewDeleteTopicsResponseTopic()
+		out.Topic, out.TopicID = a.name, a.id
+		b.mu.Lock()
+		var t *topic
+		if a.name != nil {
+			t = b.topics[*a.name]
+		} else {
+			t = b.byID[a.id]
+		}
+		switch {
+		case t == nil && a.name == nil:
+			out.ErrorCode = errUnknownTopicID
+		case t == nil:
+			out.ErrorCode = errUnknownTopicOrPartition
+		default:
+			name := t.name
+			out.Topic, out.TopicID = &name, t.id
+			if err := b.deleteTopicLocked(t); err != nil {
+				b.log.Error("delete topic failed", "topic", t.name, "err", err)
+				out.ErrorCode = errKafkaStorageError
+			}
+		}
+		b.mu.Unlock()
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleCreatePartitions(r *kmsg.CreatePartitionsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	for _, rt := range r.Topics {
+		out := kmsg.NewCreatePartitionsResponseTopic()
+		out.Topic = rt.Topic
+		fail := func(code int16, msg string) {
+			out.ErrorCode = code
+			out.ErrorMessage = &msg
+		}
+		b.mu.Lock()
+		t := b.topics[rt.Topic]
+		switch {
+		case t == nil:
+			fail(errUnknownTopicOrPartition, "no topic "+rt.Topic)
+		case int(rt.Count) <= len(t.partitions):
+			fail(errInvalidPartitions, "partition count can only grow")
+		case rt.Count > 100000:
+			fail(errInvalidPartitions, "partition count must not exceed 100000")
+		case len(rt.Assignment) > 0:
+			fail(errInvalidReplicaAssign, "manual replica assignment is not supported")
+		case r.ValidateOnly:
+		default:
+			parts := append([]*partition(nil), t.partitions...)
+			for i := len(parts); i < int(rt.Count); i++ {
+				p, err := b.openPartition(t, int32(i))
+				if err != nil {
+					b.log.Error("create partition failed", "topic", t.name, "err", err)
+					fail(errKafkaStorageError, err.Error())
+					break
+				}
+				parts = append(parts, p)
+			}
+			if out.ErrorCode != 0 {
+				for _, p := range parts[len(t.partitions):] {
+					p.log.Close()
+				}
+				break
+			}
+			nt := *t
+			nt.partitions = parts
+			if err := b.saveTopic(&nt); err != nil {
+				for _, p := range parts[len(t.partitions):] {
+					p.log.Close()
+				}
+				fail(errKafkaStorageError, err.Error())
+				break
+			}
+			b.topics[nt.name], b.byID[nt.id] = &nt, &nt
+			b.log.Info("added partitions", "topic", t.name, "partitions", len(parts))
+		}
+		b.mu.Unlock()
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteRecordsResponse)
+	for _, rt := range r.Topics {
+		out := kmsg.DeleteRecordsResponseTopic{Topic: rt.Topic}
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewDeleteRecordsResponseTopicPartition()
+			op.Partition = rp.Partition
+			op.LowWatermark = -1
+			p, code := b.partitionOf(rt.Topic, rp.Partition)
+			if code != 0 {
+				op.ErrorCode = code
+				out.Partitions = append(out.Partitions, op)
+				continue
+			}
+			hw := p.hw.Load()
+			off := rp.Offset
+			if off == -1 {
+				off = hw
+			}
+			if off < 0 || off > hw {
+				op.ErrorCode = errOffsetOutOfRange
+				out.Partitions = append(out.Partitions, op)
+				continue
+			}
+			start, err := p.log.DeleteRecords(off)
+			if errors.Is(err, storage.ErrOffsetOutOfRange) {
+				op.ErrorCode = errOffsetOutOfRange
+			} else if err != nil {
+				b.log.Error("delete records failed", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+				op.ErrorCode = errKafkaStorageError
+			} else {
+				op.LowWatermark = start
+			}
+			out.Partitions = append(out.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	for _, rt := range r.Topics {
+		out := kmsg.OffsetForLeaderEpochResponseTopic{Topic: rt.Topic}
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			op.Partition = rp.Partition
+			op.LeaderEpoch, op.EndOffset = -1, -1
+			p, code := b.partitionOf(rt.Topic, rp.Partition)
+			if code == 0 && r.Version >= 2 {
+				code = b.checkLeaderEpoch(rp.CurrentLeaderEpoch)
+			}
+			if code != 0 {
+				op.ErrorCode = code
+			} else {
+				op.LeaderEpoch, op.EndOffset = p.log.EndOffsetForEpoch(rp.LeaderEpoch)
+				// A consumer must not be told about records above the
+				// high watermark: they could still be taken back.
+				if hw := p.hw.Load(); op.EndOffset > hw {
+					op.EndOffset = hw
+				}
+			}
+			out.Partitions = append(out.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// configValue returns a topic config's effective value and its source
+// (1 dynamic topic config, 5 default).
+func (b *Broker) configValue(overrides map[string]string, key string) (string, kmsg.ConfigSource) {
+	if v, ok := overrides[key]; ok {
+		return v, 1
+	}
+	return topicConfigs[key].def(&b.cfg), 5
+}
+
+func (b *Broker) handleDescribeConfigs(r *kmsg.DescribeConfigsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, rr := range r.Resources {
+		out := kmsg.NewDescribeConfigsResponseResource()
+		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		want := func(k string) bool {
+			if rr.ConfigNames == nil {
+				return true
+			}
+			for _, n := range rr.ConfigNames {
+				if n == k {
+					return true
+				}
+			}
+			return false
+		}
+		switch rr.ResourceType {
+		case 2: // topic
+			t := b.lookup(rr.ResourceName)
+			if t == nil {
+				out.ErrorCode = errUnknownTopicOrPartition
+				break
+			}
+			overrides := t.overrides
+			for _, k := range sortedConfigKeys() {
+				if !want(k) {
+					continue
+				}
+				v, src := b.configValue(overrides, k)
+				c := kmsg.NewDescribeConfigsResponseResourceConfig()
+				c.Name, c.Value, c.Source, c.IsDefault = k, &v, src, src == 5
+				if r.IncludeDocumentation {
+					doc := topicConfigs[k].doc
+					c.Documentation = &doc
+				}
+				if r.IncludeSynonyms && src == 1 {
+					def := topicConfigs[k].def(&b.cfg)
+					c.ConfigSynonyms = append(c.ConfigSynonyms,
+						kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{Name: k, Value: &v, Source: 1},
+						kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{Name: k, Value: &def, Source: 5})
+				}
+				out.Configs = append(out.Configs, c)
+			}
+		case 4: // broker
+			for _, k := range sortedConfigKeys() {
+				if !want(k) {
+					continue
+				}
+				v := topicConfigs[k].def(&b.cfg)
+				c := kmsg.NewDescribeConfigsResponseResourceConfig()
+				c.Name, c.Value, c.Source, c.IsDefault, c.ReadOnly = k, &v, 5, true, true
+				out.Configs = append(out.Configs, c)
+			}
+		default:
+			out.ErrorCode = errInvalidRequest
+			msg := "only topic and broker resources can be described"
+			out.ErrorMessage = &msg
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+// alterTopicConfigs replaces a topic's overrides after validating the new
+// set, persists them and applies them to the open logs.
+func (b *Broker) alterTopicConfigs(name string, edit func(map[string]string) error, validateOnly bool) (int16, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.topics[name]
+	if t == nil {
+		return errUnknownTopicOrPartition, "no topic " + name
+	}
+	next := make(map[string]string, len(t.overrides))
+	for k, v := range t.overrides {
+		next[k] = v
+	}
+	if err := edit(next); err != nil {
+		return errInvalidConfig, err.Error()
+	}
+	for k, v := range next {
+		v := v
+		if err := validateTopicConfig(k, &v); err != nil {
+			return errInvalidConfig, err.Error()
+		}
+	}
+	if validateOnly {
+		return 0, ""
+	}
+	nt := *t
+	nt.overrides = next
+	nt.settings = resolveSettings(&b.cfg, next)
+	if err := b.saveTopic(&nt); err != nil {
+		return errKafkaStorageError, err.Error()
+	}
+	b.topics[nt.name], b.byID[nt.id] = &nt, &nt
+	opts := b.storageOptions(&nt)
+	for _, p := range nt.partitions {
+		p.log.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
+	}
+	b.log.Info("altered topic configs", "topic", name, "configs", next)
+	return 0, ""
+}
+
+func (b *Broker) handleIncrementalAlterConfigs(r *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	for _, rr := range r.Resources {
+		out := kmsg.NewIncrementalAlterConfigsResponseResource()
+		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		var msg string
+		if rr.ResourceType != 2 {
+			out.ErrorCode, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
+		} else {
+			out.ErrorCode, msg = b.alterTopicConfigs(rr.ResourceName, func(m map[string]string) error {
+				for _, c := range rr.Configs {
+					if _, ok := topicConfigs[c.Name]; !ok {
+						return errors.New("unknown or unsupported topic config " + c.Name)
+					}
+					switch c.Op {
+					case 0: // SET
+						if c.Value == nil {
+							return errors.New("SET of " + c.Name + " needs a value")
+						}
+						m[c.Name] = *c.Value
+					case 1: // DELETE: back to the default
+						delete(m, c.Name)
+					case 2, 3: // APPEND, SUBTRACT on list configs
+						if !topicConfigs[c.Name].list || c.Value == nil {
+							return errors.New(c.Name + " is not a list config")
+						}
+						cur, _ := b.configValue(m, c.Name)
+						m[c.Name] = editList(cur, *c.Value, c.Op == 2)
+					default:
+						return errors.New("unknown config operation")
+					}
+				}
+				return nil
+			}, r.ValidateOnly)
+		}
+		if msg != "" {
+			out.ErrorMessage = &msg
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleAlterConfigs(r *kmsg.AlterConfigsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.AlterConfigsResponse)
+	for _, rr := range r.Resources {
+		out := kmsg.NewAlterConfigsResponseResource()
+		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		var msg string
+		if rr.ResourceType != 2 {
+			out.ErrorCode, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
+		} else {
+			// AlterConfigs replaces the whole set of overrides.
+			out.ErrorCode, msg = b.alterTopicConfigs(rr.ResourceName, func(m map[string]string) error {
+				for k := range m {
+					delete(m, k)
+				}
+				for _, c := range rr.Configs {
+					if c.Value == nil {
+						return errors.New("config " + c.Name + " needs a value")
+					}
+					m[c.Name] = *c.Value
+				}
+				return nil
+			}, r.ValidateOnly)
+		}
+		if msg != "" {
+			out.ErrorMessage = &msg
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+func editList(cur, val string, add bool) string {
+	var items []string
+	for _, x := range strings.Split(cur, ",") {
+		if x = strings.TrimSpace(x); x != "" && (add || x != val) {
+			items = append(items, x)
+		}
+	}
+	if add {
+		present := false
+		for _, x := range items {
+			present = present || x == val
+		}
+		if !present {
+			items = append(items, val)
+		}
+	}
+	return strings.Join(items, ",")
+}

@@ -1,0 +1,502 @@
+// Package broker owns the single-node Kafka broker: the topic registry and
+// its on-disk metadata, the request handlers for every advertised API, the
+// group-commit flusher that turns appends into durable, visible records,
+// and the client listener.
+//
+// It may not parse frames or record batches itself (internal/protocol and
+// internal/recordbatch do), and it touches partition data only through
+// internal/storage.
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+// Broker is a running single-node broker.
+type Broker struct {
+	cfg    config.Server
+	log    *slog.Logger
+	fs     vfs.FS
+	acks   config.AcksFloor
+	nodeID int32
+	// boundPort is the port the client listener got, for Port 0 (tests).
+	boundPort int
+
+	clusterID string
+	// epoch is the leader epoch stamped on appended batches. A single node
+	// leads every partition in epoch 0; replication will drive it.
+	epoch int32
+
+	mu     sync.RWMutex
+	topics map[string]*topic
+	byID   map[[16]byte]*topic
+
+	flush *flusher
+	stats *Stats
+
+	// fatal is called when the broker must stop (a failed fsync). It
+	// defaults to logging and exiting, because retrying an fsync can report
+	// success for data the kernel already dropped.
+	fatal func(error)
+
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+	closed atomic.Bool
+}
+
+// topic is an immutable snapshot of a topic: a change (new partitions, new
+// configs) installs a new snapshot in the registry, so handlers may hold one
+// without the broker lock. Snapshots share their *partition values.
+type topic struct {
+	name       string
+	id         [16]byte
+	dir        string
+	overrides  map[string]string
+	settings   topicSettings
+	partitions []*partition
+}
+
+// partition is one partition's log and the state that makes records visible.
+type partition struct {
+	topic string
+	index int32
+	log   *storage.Log
+
+	// appendMu serialises appends so the offsets a produce gets match the
+	// order its batches reach the log.
+	appendMu sync.Mutex
+
+	// hw is the high watermark: the durable log end. Consumers only see
+	// records below it, so a crash can never take back a record that was
+	// read.
+	hw atomic.Int64
+
+	// deleted is set when the topic is deleted, so the flusher does not
+	// mistake the closed log's error for a failed fsync.
+	deleted atomic.Bool
+
+	waitMu  sync.Mutex
+	waiters map[chan struct{}]struct{}
+}
+
+// topicMeta is the on-disk description of a topic (topic.json).
+type topicMeta struct {
+	Name       string
+	ID         string
+	Partitions int
+	Configs    map[string]string
+}
+
+// Option configures a Broker.
+type Option func(*Broker)
+
+// WithLogger sets the structured logger.
+func WithLogger(l *slog.Logger) Option { return func(b *Broker) { b.log = l } }
+
+// WithFS replaces the filesystem, for crash-simulation tests.
+func WithFS(fs vfs.FS) Option { return func(b *Broker) { b.fs = fs } }
+
+// WithFatal replaces what happens when the broker hits an unrecoverable
+// error such as a failed fsync.
+func WithFatal(f func(error)) Option { return func(b *Broker) { b.fatal = f } }
+
+// New opens the data directory, recovers every partition and returns a
+// broker ready to Serve.
+func New(cfg config.Server, opts ...Option) (*Broker, error) {
+	b := &Broker{
+		cfg:    cfg,
+		log:    slog.Default(),
+		fs:     vfs.Default,
+		topics: map[string]*topic{},
+		byID:   map[[16]byte]*topic{},
+		nodeID: 1,
+		stats:  newStats(),
+	}
+	for _, o := range opts {
+		o(b)
+	}
+	if b.fatal == nil {
+		b.fatal = func(err error) {
+			b.log.Error("stopping the broker: unrecoverable storage error", "err", err)
+			os.Exit(70)
+		}
+	}
+	if cfg.Replication != nil && cfg.Replication.Enabled {
+		b.nodeID = int32(cfg.Replication.ReplicaId)
+	}
+	var err error
+	if b.acks, err = config.ParseAcks(cfg.Acks); err != nil {
+		return nil, err
+	}
+	if err := b.fs.MkdirAll(b.topicsDir()); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
+	}
+	if err := b.loadClusterID(); err != nil {
+		return nil, err
+	}
+	b.flush = newFlusher(b)
+	if err := b.loadTopics(); err != nil {
+		b.closeLogs()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.flush.run(ctx) }()
+	go func() { defer b.wg.Done(); b.retentionLoop(ctx) }()
+	return b, nil
+}
+
+func (b *Broker) topicsDir() string { return filepath.Join(b.cfg.DataDir, "topics") }
+
+func (b *Broker) loadClusterID() error {
+	path := filepath.Join(b.cfg.DataDir, "meta.json")
+	var meta struct{ ClusterID string }
+	if data, err := vfs.ReadFile(b.fs, path); err == nil {
+		if err := json.Unmarshal(data, &meta); err != nil || meta.ClusterID == "" {
+			return fmt.Errorf("%s is damaged (%v); restore it or remove it to get a new cluster id", path, err)
+		}
+		b.clusterID = meta.ClusterID
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	id := newUUID()
+	meta.ClusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	data, _ := json.Marshal(meta)
+	if err := vfs.WriteFileAtomic(b.fs, path, data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	b.clusterID = meta.ClusterID
+	return nil
+}
+
+func (b *Broker) loadTopics() error {
+	// A topic deleted while the broker was running is renamed away first;
+	// finish removing any that a crash left behind.
+	_ = b.fs.RemoveAll(filepath.Join(b.cfg.DataDir, "deleted"))
+	names, err := b.fs.ReadDir(b.topicsDir())
+	if err != nil {
+		return fmt.Errorf("list topics in %s: %w", b.topicsDir(), err)
+	}
+	for _, name := range names {
+		dir := filepath.Join(b.topicsDir(), name)
+		data, err := vfs.ReadFile(b.fs, filepath.Join(dir, "topic.json"))
+		if errors.Is(err, os.ErrNotExist) {
+			// Creation never completed: topic.json is written last.
+			b.log.Warn("removing half-created topic directory", "dir", dir)
+			_ = b.fs.RemoveAll(dir)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", dir, err)
+		}
+		var meta topicMeta
+		if err := json.Unmarshal(data, &meta); err != nil {
+			return fmt.Errorf("%s/topic.json is damaged: %v", dir, err)
+		}
+		id, err := parseUUID(meta.ID)
+		if err != nil {
+			return fmt.Errorf("%s/topic.json: %v", dir, err)
+		}
+		t := &topic{name: meta.Name, id: id, dir: dir, overrides: meta.Configs}
+		if t.overrides == nil {
+			t.overrides = map[string]string{}
+		}
+		t.settings = resolveSettings(&b.cfg, t.overrides)
+		for i := 0; i < meta.Partitions; i++ {
+			p, err := b.openPartition(t, int32(i))
+			if err != nil {
+				return err
+			}
+			t.partitions = append(t.partitions, p)
+		}
+		b.topics[t.name] = t
+		b.byID[t.id] = t
+	}
+	if len(b.topics) > 0 {
+		b.log.Info("recovered topics", "topics", len(b.topics))
+	}
+	return nil
+}
+
+func (b *Broker) storageOptions(t *topic) storage.Options {
+	ret := t.settings.retentionMs
+	if !t.settings.cleanupDelete {
+		ret = -1
+	}
+	retBytes := t.settings.retentionBytes
+	if !t.settings.cleanupDelete {
+		retBytes = -1
+	}
+	return storage.Options{
+		FS:             b.fs,
+		SegmentBytes:   t.settings.segmentBytes,
+		RetentionMs:    ret,
+		RetentionBytes: retBytes,
+		Logger:         b.log.With("topic", t.name),
+	}
+}
+
+func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
+	dir := filepath.Join(t.dir, fmt.Sprint(index))
+	l, err := storage.Open(dir, b.storageOptions(t))
+	if err != nil {
+		return nil, fmt.Errorf("open partition %s/%d: %w", t.name, index, err)
+	}
+	p := &partition{topic: t.name, index: index, log: l, waiters: map[chan struct{}]struct{}{}}
+	// Everything recovered from disk was on disk; fsync it once so that the
+	// high watermark never covers bytes a second crash could lose.
+	durable, err := l.Sync()
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("sync partition %s/%d: %w", t.name, index, err)
+	}
+	p.hw.Store(durable)
+	return p, nil
+}
+
+// createTopic creates a topic with n partitions. The caller holds b.mu.
+func (b *Broker) createTopicLocked(name string, n int, overrides map[string]string) (*topic, error) {
+	if overrides == nil {
+		overrides = map[string]string{}
+	}
+	t := &topic{name: name, id: newUUID(), dir: filepath.Join(b.topicsDir(), name), overrides: overrides}
+	t.settings = resolveSettings(&b.cfg, overrides)
+	if err := b.fs.MkdirAll(t.dir); err != nil {
+		return nil, err
+	}
+	for i := 0; i < n; i++ {
+		p, err := b.openPartition(t, int32(i))
+		if err != nil {
+			for _, p := range t.partitions {
+				p.log.Close()
+			}
+			_ = b.fs.RemoveAll(t.dir)
+			return nil, err
+		}
+		t.partitions = append(t.partitions, p)
+	}
+	if err := b.saveTopic(t); err != nil {
+		for _, p := range t.partitions {
+			p.log.Close()
+		}
+		_ = b.fs.RemoveAll(t.dir)
+		return nil, err
+	}
+	b.topics[name] = t
+	b.byID[t.id] = t
+	b.log.Info("created topic", "topic", name, "partitions", n, "configs", overrides)
+	return t, nil
+}
+
+func (b *Broker) saveTopic(t *topic) error {
+	meta := topicMeta{Name: t.name, ID: formatUUID(t.id), Partitions: len(t.partitions), Configs: t.overrides}
+	data, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := vfs.WriteFileAtomic(b.fs, filepath.Join(t.dir, "topic.json"), data); err != nil {
+		return err
+	}
+	return b.fs.SyncDir(b.topicsDir())
+}
+
+// deleteTopicLocked removes a topic. The caller holds b.mu.
+func (b *Broker) deleteTopicLocked(t *topic) error {
+	delete(b.topics, t.name)
+	delete(b.byID, t.id)
+	for _, p := range t.partitions {
+		p.deleted.Store(true)
+		p.log.Close()
+		p.wake()
+	}
+	// Rename first so that a crash mid-removal does not resurrect a
+	// partial topic; the deleted/ directory is purged at start.
+	gone := filepath.Join(b.cfg.DataDir, "deleted")
+	if err := b.fs.MkdirAll(gone); err != nil {
+		return err
+	}
+	dst := filepath.Join(gone, t.name+"-"+formatUUID(t.id))
+	if err := b.fs.Rename(t.dir, dst); err != nil {
+		return err
+	}
+	_ = b.fs.SyncDir(b.topicsDir())
+	b.log.Info("deleted topic", "topic", t.name)
+	return b.fs.RemoveAll(dst)
+}
+
+// lookup returns the topic, or nil.
+func (b *Broker) lookup(name string) *topic {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.topics[name]
+}
+
+// lookupOrCreate returns the topic, auto-creating it when allowed.
+func (b *Broker) lookupOrCreate(name string, allowCreate bool) (*topic, int16) {
+	if t := b.lookup(name); t != nil {
+		return t, 0
+	}
+	if !allowCreate || !*b.cfg.AutoCreateTopics {
+		return nil, errUnknownTopicOrPartition
+	}
+	if err := validTopicName(name); err != nil {
+		return nil, errInvalidTopicException
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t := b.topics[name]; t != nil {
+		return t, 0
+	}
+	t, err := b.createTopicLocked(name, b.cfg.DefaultPartitions, nil)
+	if err != nil {
+		b.log.Error("auto-create topic failed", "topic", name, "err", err)
+		return nil, errKafkaStorageError
+	}
+	return t, 0
+}
+
+// sortedTopics returns all topics sorted by name.
+func (b *Broker) sortedTopics() []*topic {
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
+	return ts
+}
+
+func (b *Broker) retentionLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Duration(b.cfg.RetentionCheckMs) * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			b.EnforceRetention(now)
+		}
+	}
+}
+
+// EnforceRetention applies every topic's retention now.
+func (b *Broker) EnforceRetention(now time.Time) {
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			n, err := p.log.EnforceRetention(now)
+			if err != nil {
+				b.log.Error("retention failed", "topic", t.name, "partition", p.index, "err", err)
+				continue
+			}
+			if n > 0 {
+				b.log.Info("retention removed segments", "topic", t.name, "partition", p.index, "segments", n, "log_start_offset", p.log.StartOffset())
+			}
+		}
+	}
+}
+
+// Close stops background work and closes every log. Client connections are
+// closed by the Server that owns them.
+func (b *Broker) Close() error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	b.cancel()
+	b.wg.Wait()
+	// A final sync: acks=1 data written just before shutdown is kept.
+	b.flush.syncAll()
+	b.closeLogs()
+	return nil
+}
+
+func (b *Broker) closeLogs() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.topics {
+		for _, p := range t.partitions {
+			p.log.Close()
+		}
+	}
+}
+
+// wake tells long-polling fetches that the high watermark moved.
+func (p *partition) wake() {
+	p.waitMu.Lock()
+	for ch := range p.waiters {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	p.waitMu.Unlock()
+}
+
+func (p *partition) addWaiter(ch chan struct{}) {
+	p.waitMu.Lock()
+	p.waiters[ch] = struct{}{}
+	p.waitMu.Unlock()
+}
+
+func (p *partition) removeWaiter(ch chan struct{}) {
+	p.waitMu.Lock()
+	delete(p.waiters, ch)
+	p.waitMu.Unlock()
+}
+
+func validTopicName(name string) error {
+	if name == "" || name == "." || name == ".." {
+		return fmt.Errorf("topic name %q is not allowed", name)
+	}
+	if len(name) > 249 {
+		return fmt.Errorf("topic name is longer than 249 characters")
+	}
+	for _, r := range name {
+		if !(r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return fmt.Errorf("topic name %q may only contain ASCII letters, digits, '.', '_' and '-'", name)
+		}
+	}
+	return nil
+}
+
+func newUUID() [16]byte {
+	var id [16]byte
+	for {
+		_, _ = rand.Read(id[:])
+		id[6] = id[6]&0x0f | 0x40
+		id[8] = id[8]&0x3f | 0x80
+		if id != [16]byte{} {
+			return id
+		}
+	}
+}
+
+func formatUUID(id [16]byte) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
+
+func parseUUID(s string) ([16]byte, error) {
+	var id [16]byte
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return id, fmt.Errorf("bad topic id %q", s)
+	}
+	copy(id[:], b)
+	return id, nil
+}

@@ -1,0 +1,176 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/storage"
+)
+
+const errFetchSessionIDNotFound int16 = 70
+
+// fetchTarget is a resolved partition of a fetch request.
+type fetchTarget struct {
+	p   *partition
+	req *kmsg.FetchRequestTopicPartition
+	out *kmsg.FetchResponseTopicPartition
+}
+
+func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+	if r.SessionID != 0 || r.SessionEpoch > 0 {
+		// We never hand out sessions (SessionID 0 in every answer), so
+		// a client naming one is confused; this makes it start over.
+		resp.ErrorCode = errFetchSessionIDNotFound
+		return resp, nil
+	}
+	var targets []fetchTarget
+	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
+	for ti := range r.Topics {
+		rt := &r.Topics[ti]
+		var t *topic
+		if r.Version >= 13 {
+			b.mu.RLock()
+			t = b.byID[rt.TopicID]
+			b.mu.RUnlock()
+		} else {
+			t = b.lookup(rt.Topic)
+		}
+		out := &resp.Topics[ti]
+		out.Topic, out.TopicID = rt.Topic, rt.TopicID
+		out.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		for pi := range rt.Partitions {
+			rp := &rt.Partitions[pi]
+			op := &out.Partitions[pi]
+			op.Partition = rp.Partition
+			op.HighWatermark, op.LastStableOffset, op.LogStartOffset = -1, -1, -1
+			op.PreferredReadReplica = -1
+			// Never null: librdkafka rejects a MessageSetSize of -1.
+			op.RecordBatches = []byte{}
+			switch {
+			case t == nil && r.Version >= 13:
+				op.ErrorCode = errUnknownTopicID
+			case t == nil || rp.Partition < 0 || int(rp.Partition) >= len(t.partitions):
+				op.ErrorCode = errUnknownTopicOrPartition
+			case rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < b.epoch:
+				op.ErrorCode = errFencedLeaderEpoch
+			case rp.CurrentLeaderEpoch > b.epoch:
+				op.ErrorCode = errUnknownLeaderEpoch
+			default:
+				targets = append(targets, fetchTarget{p: t.partitions[rp.Partition], req: rp, out: op})
+			}
+		}
+	}
+	maxBytes := int(r.MaxBytes)
+	if r.Version < 3 || maxBytes <= 0 {
+		maxBytes = 50 << 20
+	}
+	if n := b.collect(targets, maxBytes); n >= int(r.MinBytes) || r.MaxWaitMillis <= 0 || len(targets) == 0 || anyError(targets) {
+		b.stats.fetched(n)
+		return resp, nil
+	}
+	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	return nil, func(ctx context.Context) kmsg.Response {
+		n := b.longPoll(ctx, targets, maxBytes, int(r.MinBytes), wait)
+		b.stats.fetched(n)
+		return resp
+	}
+}
+
+func anyError(ts []fetchTarget) bool {
+	for _, t := range ts {
+		if t.out.ErrorCode != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// longPoll re-collects whenever a partition's high watermark moves, until
+// MinBytes are there or the wait expires. An expired wait still answers,
+// with whatever there is (possibly nothing).
+func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, minBytes int, wait time.Duration) int {
+	ch := make(chan struct{}, 1)
+	for _, t := range targets {
+		t.p.addWaiter(ch)
+	}
+	defer func() {
+		for _, t := range targets {
+			t.p.removeWaiter(ch)
+		}
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		// Registered before collecting, so a wake between the two is
+		// not missed.
+		n := b.collect(targets, maxBytes)
+		if n >= minBytes || anyError(targets) {
+			return n
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+}
+
+// collect reads every target below its high watermark into its response,
+// sharing maxBytes across partitions in request order, and returns the
+// bytes gathered.
+func (b *Broker) collect(targets []fetchTarget, maxBytes int) int {
+	total := 0
+	for _, t := range targets {
+		p, out := t.p, t.out
+		hw := p.hw.Load()
+		out.HighWatermark = hw
+		out.LastStableOffset = hw
+		out.LogStartOffset = p.log.StartOffset()
+		out.RecordBatches = []byte{}
+		if p.deleted.Load() {
+			out.ErrorCode = errUnknownTopicOrPartition
+			continue
+		}
+		off := t.req.FetchOffset
+		if off < out.LogStartOffset || off > p.log.EndOffset() {
+			out.ErrorCode = errOffsetOutOfRange
+			continue
+		}
+		remaining := maxBytes - total
+		if remaining <= 0 || off >= hw {
+			continue
+		}
+		limit := int(t.req.PartitionMaxBytes)
+		if limit <= 0 || limit > remaining {
+			limit = remaining
+		}
+		if total > 0 && limit < 1 {
+			continue
+		}
+		data, err := p.log.Read(off, limit, hw)
+		if errors.Is(err, storage.ErrOffsetOutOfRange) {
+			out.ErrorCode = errOffsetOutOfRange
+			continue
+		}
+		if err != nil {
+			b.log.Error("read failed", "topic", p.topic, "partition", p.index, "offset", off, "err", err)
+			out.ErrorCode = errKafkaStorageError
+			continue
+		}
+		// A batch larger than what is left goes only to the first
+		// partition with data (KIP-74); later ones wait for the next
+		// fetch.
+		if total > 0 && len(data) > remaining {
+			continue
+		}
+		out.RecordBatches = data
+		total += len(data)
+	}
+	return total
+}

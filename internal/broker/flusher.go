@@ -1,0 +1,76 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// flusher is the broker's single group-commit loop. Appends mark their
+// partition dirty; the flusher fsyncs every dirty partition in one pass, so
+// concurrent producers share each fsync instead of paying one each. After a
+// sync it raises the partition's high watermark to the durable end and
+// wakes whoever waits on it (acks=all producers and long-polling fetches).
+type flusher struct {
+	b *Broker
+
+	mu    sync.Mutex
+	dirty map[*partition]struct{}
+	kick  chan struct{}
+}
+
+func newFlusher(b *Broker) *flusher {
+	return &flusher{b: b, dirty: map[*partition]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+// markDirty schedules p for the next sync.
+func (f *flusher) markDirty(p *partition) {
+	f.mu.Lock()
+	f.dirty[p] = struct{}{}
+	f.mu.Unlock()
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (f *flusher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+			f.syncAll()
+		}
+	}
+}
+
+// syncAll fsyncs every dirty partition and publishes the new high
+// watermarks.
+func (f *flusher) syncAll() {
+	f.mu.Lock()
+	if len(f.dirty) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	batch := f.dirty
+	f.dirty = make(map[*partition]struct{}, len(batch))
+	f.mu.Unlock()
+	for p := range batch {
+		start := time.Now()
+		durable, err := p.log.Sync()
+		f.b.stats.observeFsync(time.Since(start))
+		if err != nil {
+			if p.deleted.Load() {
+				continue // the topic was deleted under us
+			}
+			f.b.fatal(fmt.Errorf("fsync %s/%d: %w", p.topic, p.index, err))
+			return
+		}
+		if durable > p.hw.Load() {
+			p.hw.Store(durable)
+			p.wake()
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"context"
+	"net"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// Kafka error codes the broker answers with.
+const (
+	errOffsetOutOfRange        int16 = 1
+	errCorruptMessage          int16 = 2
+	errUnknownTopicOrPartition int16 = 3
+	errMessageTooLarge         int16 = 10
+	errRequestTimedOut         int16 = 7
+	errInvalidTopicException   int16 = 17
+	errRecordListTooLarge      int16 = 18
+	errTopicAlreadyExists      int16 = 36
+	errInvalidPartitions       int16 = 37
+	errInvalidReplicationFact  int16 = 38
+	errInvalidRequest          int16 = 42
+	errInvalidConfig           int16 = 40
+	errUnsupportedForMsgFormat int16 = 43
+	errKafkaStorageError       int16 = 56
+	errUnknownLeaderEpoch      int16 = 76
+	errFencedLeaderEpoch       int16 = 74
+	errInvalidRecord           int16 = 87
+	errUnknownTopicID          int16 = 100
+	errInvalidReplicaAssign    int16 = 39
+)
+
+// handle answers one request. A request that must wait (acks=all produce,
+// long-poll fetch) returns a wait function instead of a response; the
+// connection runs it on its own goroutine.
+func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(context.Context) kmsg.Response) {
+	switch r := req.Body.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return b.handleApiVersions(cn, r), nil
+	case *kmsg.MetadataRequest:
+		return b.handleMetadata(r), nil
+	case *kmsg.ProduceRequest:
+		return b.handleProduce(r)
+	case *kmsg.FetchRequest:
+		return b.handleFetch(r)
+	case *kmsg.ListOffsetsRequest:
+		return b.handleListOffsets(r), nil
+	case *kmsg.CreateTopicsRequest:
+		return b.handleCreateTopics(r), nil
+	case *kmsg.DeleteTopicsRequest:
+		return b.handleDeleteTopics(r), nil
+	case *kmsg.CreatePartitionsRequest:
+		return b.handleCreatePartitions(r), nil
+	case *kmsg.DescribeConfigsRequest:
+		return b.handleDescribeConfigs(r), nil
+	case *kmsg.AlterConfigsRequest:
+		return b.handleAlterConfigs(r), nil
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return b.handleIncrementalAlterConfigs(r), nil
+	case *kmsg.DeleteRecordsRequest:
+		return b.handleDeleteRecords(r), nil
+	case *kmsg.DescribeClusterRequest:
+		return b.handleDescribeCluster(r), nil
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return b.handleOffsetForLeaderEpoch(r), nil
+	}
+	// ParseRequest only lets through keys in the versions table, and every
+	// key there has a case above.
+	panic("broker: no handler for " + kmsg.NameForKey(req.Key))
+}
+
+func (b *Broker) handleApiVersions(cn *conn, r *kmsg.ApiVersionsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ApiVersionsResponse)
+	if r.Version >= 3 && r.ClientSoftwareName != "" {
+		cn.log.Info("client software", "name", r.ClientSoftwareName, "version", r.ClientSoftwareVersion)
+	}
+	resp.ApiKeys = protocol.ApiKeys(versions)
+	return resp
+}
+
+// Advertised is the host and port clients are told to dial.
+func (b *Broker) Advertised() (string, int32) {
+	addr := b.cfg.AdvertisedAddress
+	if addr == "" && b.cfg.Replication != nil && b.cfg.Replication.Enabled {
+		addr = b.cfg.Replication.ClientAddress
+	}
+	if addr == "" {
+		addr = b.cfg.ClientListenAddr()
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	if b.boundPort != 0 && b.cfg.Port == 0 && b.cfg.AdvertisedAddress == "" {
+		p = b.boundPort
+	}
+	return host, int32(p)
+}
+
+func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.MetadataResponse)
+	host, port := b.Advertised()
+	resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: b.nodeID, Host: host, Port: port}}
+	id := b.clusterID
+	resp.ClusterID = &id
+	resp.ControllerID = b.nodeID
+
+	var ts []*topic
+	var missing []kmsg.MetadataResponseTopic
+	if r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0) {
+		ts = b.sortedTopics()
+	} else {
+		// Before v4 there is no AllowAutoTopicCreation and Kafka creates.
+		allow := r.AllowAutoTopicCreation || r.Version < 4
+		for _, rt := range r.Topics {
+			var t *topic
+			var code int16
+			switch {
+			case rt.Topic != nil:
+				t, code = b.lookupOrCreate(*rt.Topic, allow)
+			case rt.TopicID != [16]byte{}:
+				b.mu.RLock()
+				t = b.byID[rt.TopicID]
+				b.mu.RUnlock()
+				code = errUnknownTopicID
+			default:
+				code = errInvalidRequest
+			}
+			if t == nil {
+				missing = append(missing, kmsg.MetadataResponseTopic{ErrorCode: code, Topic: rt.Topic, TopicID: rt.TopicID})
+				continue
+			}
+			ts = append(ts, t)
+		}
+	}
+	for _, t := range ts {
+		name := t.name
+		mt := kmsg.MetadataResponseTopic{Topic: &name, TopicID: t.id}
+		for _, p := range t.partitions {
+			mt.Partitions = append(mt.Partitions, kmsg.MetadataResponseTopicPartition{
+				Partition:   p.index,
+				Leader:      b.nodeID,
+				LeaderEpoch: b.epoch,
+				Replicas:    []int32{b.nodeID},
+				ISR:         []int32{b.nodeID},
+			})
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	resp.Topics = append(resp.Topics, missing...)
+	return resp
+}
+
+func (b *Broker) handleDescribeCluster(r *kmsg.DescribeClusterRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeClusterResponse)
+	host, port := b.Advertised()
+	resp.ClusterID = b.clusterID
+	resp.ControllerID = b.nodeID
+	resp.Brokers = []kmsg.DescribeClusterResponseBroker{{NodeID: b.nodeID, Host: host, Port: port}}
+	return resp
+}

@@ -1,0 +1,173 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+)
+
+// produceWait is one partition's durability target for an acks=all answer.
+type produceWait struct {
+	p      *partition
+	end    int64 // the high watermark must reach this
+	result *kmsg.ProduceResponseTopicPartition
+}
+
+func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	var waits []produceWait
+	for _, rt := range r.Topics {
+		t, code := b.lookupOrCreate(rt.Topic, true)
+		out := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
+		out.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		for i, rp := range rt.Partitions {
+			res := &out.Partitions[i]
+			res.Partition = rp.Partition
+			res.BaseOffset = -1
+			res.LogAppendTime = -1
+			res.LogStartOffset = -1
+			if t == nil {
+				res.ErrorCode = code
+				continue
+			}
+			if rp.Partition < 0 || int(rp.Partition) >= len(t.partitions) {
+				res.ErrorCode = errUnknownTopicOrPartition
+				continue
+			}
+			p := t.partitions[rp.Partition]
+			end, code, msg := b.appendBatches(t, p, rp.Records, r.Version)
+			res.ErrorCode = code
+			if msg != "" {
+				res.ErrorMessage = &msg
+			}
+			if code != 0 {
+				continue
+			}
+			res.BaseOffset = end.base
+			res.LogStartOffset = p.log.StartOffset()
+			b.stats.produced(int64(len(rp.Records)), end.records)
+			waits = append(waits, produceWait{p: p, end: end.last + 1, result: res})
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	// Each result points into its topic's Partitions array, which copying
+	// the topic into resp.Topics shares rather than moves.
+	if r.Acks == 0 {
+		return nil, nil
+	}
+	if r.Acks != -1 && b.acks != config.AcksAll || len(waits) == 0 {
+		return resp, nil
+	}
+	timeout := time.Duration(r.TimeoutMillis) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return nil, func(ctx context.Context) kmsg.Response {
+		b.waitDurable(ctx, waits, timeout)
+		return resp
+	}
+}
+
+// waitDurable blocks until every partition's high watermark covers what the
+// produce appended, marking the ones that miss the deadline
+// REQUEST_TIMED_OUT (their records may still become durable later, as in
+// Kafka: a timeout is an unknown outcome, not a failure).
+func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout time.Duration) {
+	ch := make(chan struct{}, 1)
+	for _, w := range waits {
+		w.p.addWaiter(ch)
+	}
+	defer func() {
+		for _, w := range waits {
+			w.p.removeWaiter(ch)
+		}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		done := true
+		for _, w := range waits {
+			if w.p.hw.Load() < w.end {
+				done = false
+				break
+			}
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			for _, w := range waits {
+				if w.p.hw.Load() < w.end {
+					w.result.ErrorCode = errRequestTimedOut
+				}
+			}
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+type appended struct {
+	base, last int64
+	records    int64
+}
+
+// appendBatches validates a partition's record batches and appends them.
+// Validation covers every batch before the first append, so a request is
+// stored whole or not at all per partition.
+func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version int16) (appended, int16, string) {
+	var res appended
+	batches, err := recordbatch.Split(records)
+	switch {
+	case errors.Is(err, recordbatch.ErrUnsupportedMagic):
+		return res, errUnsupportedForMsgFormat, "MoonMQ stores record batch format v2 only (produce v3+)"
+	case err != nil:
+		b.log.Warn("refused corrupt record batch", "topic", t.name, "partition", p.index, "err", err)
+		return res, errCorruptMessage, err.Error()
+	case len(batches) == 0:
+		return res, errInvalidRecord, "produce carried no record batch"
+	}
+	headers := make([]recordbatch.Header, len(batches))
+	for i, batch := range batches {
+		if len(batch) > t.settings.maxMessageBytes {
+			return res, errMessageTooLarge, "record batch exceeds max.message.bytes"
+		}
+		h, err := recordbatch.ParseHeader(batch)
+		if err != nil {
+			return res, errCorruptMessage, err.Error()
+		}
+		headers[i] = h
+		if h.Transactional() || h.Control() {
+			// Transactional and control batches need the transaction
+			// coordinator, which this broker does not run yet.
+			return res, errUnsupportedForMsgFormat, "transactional and control batches are not supported yet"
+		}
+		res.records += int64(h.RecordsCount)
+	}
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if p.deleted.Load() {
+		return res, errUnknownTopicOrPartition, ""
+	}
+	for i, batch := range batches {
+		base, err := p.log.Append(batch, b.epoch)
+		if err != nil {
+			b.log.Error("append failed", "topic", t.name, "partition", p.index, "err", err)
+			return res, errKafkaStorageError, ""
+		}
+		if i == 0 {
+			res.base = base
+		}
+		res.last = base + int64(headers[i].LastOffsetDelta)
+	}
+	b.flush.markDirty(p)
+	return res, 0, ""
+}

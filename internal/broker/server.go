@@ -1,0 +1,263 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// maxInFlight bounds how many requests of one connection may be decoded
+// and waiting for their turn to answer; the reader stops reading beyond it,
+// which pushes back on a client that pipelines faster than we answer.
+const maxInFlight = 64
+
+// Server accepts Kafka client connections for a Broker.
+type Server struct {
+	b  *Broker
+	ln net.Listener
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// Serve starts accepting connections on ln. It returns at once; Close stops
+// the listener and every connection.
+func (b *Broker) Serve(ln net.Listener) *Server {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		b.boundPort = a.Port
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{b: b, ln: ln, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.acceptLoop() }()
+	return s
+}
+
+// Addr is the listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *Server) acceptLoop() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			s.b.log.Error("accept failed", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		s.mu.Lock()
+		if s.ctx.Err() != nil {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.b.stats.connections.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			s.b.stats.connections.Add(-1)
+		}()
+	}
+}
+
+// Close stops accepting, closes every client connection and waits for
+// their goroutines.
+func (s *Server) Close() error {
+	s.cancel()
+	err := s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// pending is one request's place in the connection's answer order. done is
+// closed when resp (nil for acks=0 produce) is ready.
+type pending struct {
+	hdr  protocol.Header
+	resp kmsg.Response
+	done chan struct{}
+}
+
+// conn is one client connection. Its reader goroutine (serveConn) decodes
+// and dispatches requests in order; its writer goroutine answers them in the
+// same order, waiting for slow ones (acks=all, long-poll fetch) without
+// stopping the reader.
+type conn struct {
+	s      *Server
+	c      net.Conn
+	log    *slog.Logger
+	ctx    context.Context
+	queue  chan *pending
+	client string
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	cn := &conn{s: s, c: c, ctx: ctx, queue: make(chan *pending, maxInFlight),
+		log: s.b.log.With("peer", c.RemoteAddr().String())}
+	cn.log.Debug("client connected")
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		cn.writeLoop()
+		// A write error ends the connection: stop the reader too.
+		c.Close()
+		cancel()
+	}()
+	reason := cn.readLoop()
+	close(cn.queue)
+	<-writerDone
+	c.Close()
+	if reason != nil {
+		cn.log.Warn("closed client connection", "reason", reason.Error(), "client_id", cn.client)
+	} else {
+		cn.log.Debug("client disconnected")
+	}
+}
+
+// readLoop returns why the connection must close, or nil on a clean EOF.
+func (cn *conn) readLoop() error {
+	br := bufio.NewReaderSize(cn.c, 64<<10)
+	b := cn.s.b
+	for {
+		frame, err := protocol.ReadFrame(br, b.cfg.MaxRequestBytes)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || cn.ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return errors.New("connection closed in the middle of a frame")
+			}
+			b.stats.badFrames.Add(1)
+			return err
+		}
+		req, err := protocol.ParseRequest(frame, versions)
+		if errors.Is(err, protocol.ErrApiVersionsTooNew) {
+			b.stats.request(req.Key, 35)
+			p := &pending{hdr: req.Header, resp: protocol.ApiVersionsTooNew(versions), done: make(chan struct{})}
+			close(p.done)
+			if !cn.enqueue(p) {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			b.stats.badFrames.Add(1)
+			return err
+		}
+		if req.ClientID != nil && cn.client == "" {
+			cn.client = *req.ClientID
+		}
+		p := &pending{hdr: req.Header, done: make(chan struct{})}
+		if !cn.enqueue(p) {
+			return nil
+		}
+		cn.dispatch(req, p)
+	}
+}
+
+func (cn *conn) enqueue(p *pending) bool {
+	select {
+	case cn.queue <- p:
+		return true
+	case <-cn.ctx.Done():
+		return false
+	}
+}
+
+// dispatch runs the handler. A handler that must wait returns a function
+// that finishes the response; it runs on its own goroutine so the reader
+// can go on decoding pipelined requests.
+func (cn *conn) dispatch(req protocol.Request, p *pending) {
+	start := time.Now()
+	resp, wait := cn.s.b.handle(cn, req)
+	finish := func(resp kmsg.Response) {
+		p.resp = resp
+		cn.s.b.stats.finished(req.Key, resp, time.Since(start))
+		close(p.done)
+	}
+	if wait == nil {
+		finish(resp)
+		return
+	}
+	go func() { finish(wait(cn.ctx)) }()
+}
+
+func (cn *conn) writeLoop() {
+	bw := bufio.NewWriterSize(cn.c, 64<<10)
+	var buf []byte
+	for p := range cn.queue {
+		select {
+		case <-p.done:
+		default:
+			// Flush what is ready before blocking on a slow answer.
+			if err := bw.Flush(); err != nil {
+				cn.drain()
+				return
+			}
+			select {
+			case <-p.done:
+			case <-cn.ctx.Done():
+				cn.drain()
+				return
+			}
+		}
+		if p.resp == nil {
+			continue // acks=0 produce: no answer at all
+		}
+		buf = protocol.AppendResponse(buf[:0], p.hdr, p.resp)
+		if _, err := bw.Write(buf); err != nil {
+			cn.drain()
+			return
+		}
+		if len(cn.queue) == 0 {
+			if err := bw.Flush(); err != nil {
+				cn.drain()
+				return
+			}
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+	bw.Flush()
+}
+
+// drain empties the queue after a write failure so the reader never blocks
+// on a full queue for a connection that is going away.
+func (cn *conn) drain() {
+	cn.c.Close()
+	for range cn.queue {
+	}
+}

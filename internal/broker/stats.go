@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Stats holds the broker's counters. They feed both the Prometheus registry
+// and the /stats JSON, so the two never disagree.
+type Stats struct {
+	reg *prometheus.Registry
+
+	connections atomic.Int64
+	badFrames   atomic.Int64
+
+	producedBytes   atomic.Int64
+	producedRecords atomic.Int64
+	fetchedBytes    atomic.Int64
+	requestCount    atomic.Int64
+
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	fsyncHist  prometheus.Histogram
+	fsyncCount atomic.Int64
+	fsyncNanos atomic.Int64
+}
+
+func newStats() *Stats {
+	s := &Stats{reg: prometheus.NewRegistry()}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moonmq_requests_total", Help: "Requests answered, by API and Kafka error code (0 = none).",
+	}, []string{"api", "error_code"})
+	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "moonmq_request_duration_seconds", Help: "Time from decoding a request to its answer being ready.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	}, []string{"api"})
+	s.fsyncHist = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "moonmq_fsync_duration_seconds", Help: "Latency of partition log fsyncs.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+	})
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	s.reg.MustRegister(s.requests, s.latency, s.fsyncHist,
+		gauge("moonmq_connections", "Open client connections.", func() float64 { return float64(s.connections.Load()) }),
+		counter("moonmq_bad_frames_total", "Connections closed for a frame that could not be accepted.", &s.badFrames),
+		counter("moonmq_produced_bytes_total", "Record batch bytes appended.", &s.producedBytes),
+		counter("moonmq_produced_records_total", "Records appended.", &s.producedRecords),
+		counter("moonmq_fetched_bytes_total", "Record batch bytes returned to consumers.", &s.fetchedBytes),
+		prometheus.NewGoCollector(),
+	)
+	return s
+}
+
+func (s *Stats) request(key int16, code int16) {
+	s.requests.WithLabelValues(kmsg.NameForKey(key), strconv.Itoa(int(code))).Inc()
+}
+
+func (s *Stats) finished(key int16, resp kmsg.Response, d time.Duration) {
+	s.requestCount.Add(1)
+	s.latency.WithLabelValues(kmsg.NameForKey(key)).Observe(d.Seconds())
+	s.request(key, topLevelError(resp))
+}
+
+// topLevelError reports the first error code of a response, enough to see
+// in metrics which APIs fail and how.
+func topLevelError(resp kmsg.Response) int16 {
+	switch r := resp.(type) {
+	case nil:
+		return 0
+	case *kmsg.ProduceResponse:
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					return p.ErrorCode
+				}
+			}
+		}
+	case *kmsg.FetchResponse:
+		if r.ErrorCode != 0 {
+			return r.ErrorCode
+		}
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					return p.ErrorCode
+				}
+			}
+		}
+	case *kmsg.ApiVersionsResponse:
+		return r.ErrorCode
+	}
+	return 0
+}
+
+func (s *Stats) produced(bytes, records int64) {
+	s.producedBytes.Add(bytes)
+	s.producedRecords.Add(records)
+}
+
+func (s *Stats) fetched(n int) { s.fetchedBytes.Add(int64(n)) }
+
+func (s *Stats) observeFsync(d time.Duration) {
+	s.fsyncHist.Observe(d.Seconds())
+	s.fsyncCount.Add(1)
+	s.fsyncNanos.Add(int64(d))
+}
+
+// Registry is the Prometheus registry behind /metrics.
+func (b *Broker) Registry() *prometheus.Registry { return b.stats.reg }
+
+// PartitionStats is one partition's entry in /stats.
+type PartitionStats struct {
+	Topic          string `json:"topic"`
+	Partition      int32  `json:"partition"`
+	LogStartOffset int64  `json:"log_start_offset"`
+	LogEndOffset   int64  `json:"log_end_offset"`
+	HighWatermark  int64  `json:"high_watermark"`
+	SizeBytes      int64  `json:"size_bytes"`
+}
+
+// StatsSnapshot is the /stats JSON document.
+type StatsSnapshot struct {
+	NodeID          int32            `json:"node_id"`
+	ClusterID       string           `json:"cluster_id"`
+	Role            string           `json:"role"`
+	Connections     int64            `json:"connections"`
+	Requests        int64            `json:"requests"`
+	BadFrames       int64            `json:"bad_frames"`
+	ProducedBytes   int64            `json:"produced_bytes"`
+	ProducedRecords int64            `json:"produced_records"`
+	FetchedBytes    int64            `json:"fetched_bytes"`
+	Fsyncs          int64            `json:"fsyncs"`
+	FsyncAvgMicros  int64            `json:"fsync_avg_us"`
+	Topics          int              `json:"topics"`
+	Partitions      []PartitionStats `json:"partitions"`
+}
+
+// Snapshot returns the current /stats document.
+func (b *Broker) Snapshot() StatsSnapshot {
+	s := b.stats
+	snap := StatsSnapshot{
+		NodeID: b.nodeID, ClusterID: b.clusterID, Role: "standalone",
+		Connections: s.connections.Load(), Requests: s.requestCount.Load(), BadFrames: s.badFrames.Load(),
+		ProducedBytes: s.producedBytes.Load(), ProducedRecords: s.producedRecords.Load(),
+		FetchedBytes: s.fetchedBytes.Load(), Fsyncs: s.fsyncCount.Load(),
+	}
+	if n := snap.Fsyncs; n > 0 {
+		snap.FsyncAvgMicros = s.fsyncNanos.Load() / n / 1000
+	}
+	ts := b.sortedTopics()
+	snap.Topics = len(ts)
+	snap.Partitions = []PartitionStats{}
+	for _, t := range ts {
+		for _, p := range t.partitions {
+			snap.Partitions = append(snap.Partitions, PartitionStats{
+				Topic: t.name, Partition: p.index, LogStartOffset: p.log.StartOffset(),
+				LogEndOffset: p.log.EndOffset(), HighWatermark: p.hw.Load(), SizeBytes: p.log.Size(),
+			})
+		}
+	}
+	return snap
+}

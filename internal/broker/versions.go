@@ -1,0 +1,27 @@
+package broker
+
+import "github.com/moonmq/moonmq/internal/protocol"
+
+// versions is what ApiVersions advertises and what the server accepts.
+//
+// Minimums reach as low as clients probe, because librdkafka enables a
+// feature only when an exact old version is inside the range (record format
+// v2 needs Produce 3 and Fetch 4). Maximums stop before versions whose
+// semantics the broker does not implement yet (Produce 12 implies
+// transactions v2; Produce 13 and Fetch 17+ need features we lack).
+var versions = protocol.Table{
+	0:  {Min: 0, Max: 11}, // Produce; v0-2 carry message format v0/v1 and are refused per partition
+	1:  {Min: 4, Max: 16}, // Fetch
+	2:  {Min: 0, Max: 8},  // ListOffsets
+	3:  {Min: 0, Max: 12}, // Metadata
+	18: {Min: 0, Max: 4},  // ApiVersions
+	19: {Min: 0, Max: 7},  // CreateTopics
+	20: {Min: 0, Max: 6},  // DeleteTopics
+	21: {Min: 0, Max: 2},  // DeleteRecords
+	23: {Min: 0, Max: 4},  // OffsetForLeaderEpoch
+	32: {Min: 0, Max: 4},  // DescribeConfigs
+	33: {Min: 0, Max: 2},  // AlterConfigs
+	37: {Min: 0, Max: 3},  // CreatePartitions
+	44: {Min: 0, Max: 1},  // IncrementalAlterConfigs
+	60: {Min: 0, Max: 1},  // DescribeCluster
+}
