@@ -236,6 +236,11 @@ func (cn *conn) writeLoop() {
 		if p.resp == nil {
 			continue // acks=0 produce: no answer at all
 		}
+		if n := recordBytes(p.resp) + 64<<10; cap(buf) < n {
+			// Sized once: growing by appends would copy a multi-MB
+			// fetch answer several times over.
+			buf = make([]byte, 0, n)
+		}
 		buf = protocol.AppendResponse(buf[:0], p.hdr, p.resp)
 		if _, err := bw.Write(buf); err != nil {
 			cn.drain()
@@ -247,7 +252,7 @@ func (cn *conn) writeLoop() {
 				return
 			}
 		}
-		if cap(buf) > 1<<20 {
+		if cap(buf) > 16<<20 {
 			buf = nil
 		}
 	}
@@ -260,4 +265,19 @@ func (cn *conn) drain() {
 	cn.c.Close()
 	for range cn.queue {
 	}
+}
+
+// recordBytes is the size of the record data a response carries.
+func recordBytes(resp kmsg.Response) int {
+	f, ok := resp.(*kmsg.FetchResponse)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for i := range f.Topics {
+		for j := range f.Topics[i].Partitions {
+			n += len(f.Topics[i].Partitions[j].RecordBatches)
+		}
+	}
+	return n
 }

@@ -1,5 +1,6 @@
 // Package metrics owns the operator HTTP endpoints on the metrics port:
-// /stats (JSON), /metrics (Prometheus) and /health/live, /health/ready.
+// /stats (JSON), /metrics (Prometheus), /health/live, /health/ready and
+// /debug/pprof.
 //
 // It only reads what its Source hands it; it may not reach into the broker
 // or storage.
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +47,12 @@ func Handler(src Source) http.Handler {
 		_ = enc.Encode(src.Stats())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(src.Registry, promhttp.HandlerOpts{}))
+	// Profiles are how performance work starts here ("profile before
+	// optimizing"); they are on the metrics port, which is operator-only.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
