@@ -66,10 +66,6 @@ type Server struct {
 	RetentionBytes int64
 	// RetentionCheckMs is how often retention is enforced. Default 30000.
 	RetentionCheckMs int64
-	// FlushIntervalMs bounds how long data produced with acks 0 or 1 may
-	// stay unsynced. acks=all data is always fsynced before the answer.
-	// Default 1000.
-	FlushIntervalMs int64
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// Replication configures the replication group (seed 000).
@@ -138,7 +134,6 @@ const (
 	DefaultSegmentBytes      = 1 << 30
 	DefaultRetentionMs       = 7 * 24 * 3600 * 1000
 	DefaultRetentionCheckMs  = 30000
-	DefaultFlushIntervalMs   = 1000
 	DefaultAckTimeoutSeconds = 5
 	DefaultIsrLagSeconds     = 10
 )
@@ -255,9 +250,6 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if s.RetentionCheckMs == 0 {
 		s.RetentionCheckMs = DefaultRetentionCheckMs
 	}
-	if s.FlushIntervalMs == 0 {
-		s.FlushIntervalMs = DefaultFlushIntervalMs
-	}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -323,9 +315,6 @@ func (s *Server) Validate() error {
 	}
 	if s.RetentionCheckMs < 10 {
 		bad("RetentionCheckMs", "%d must be at least 10", s.RetentionCheckMs)
-	}
-	if s.FlushIntervalMs < 1 {
-		bad("FlushIntervalMs", "%d must be at least 1", s.FlushIntervalMs)
 	}
 	if _, err := ParseLevel(s.LogLevel); err != nil {
 		bad("LogLevel", "%v", err)
