@@ -183,6 +183,9 @@ func producerOpts(cfg *Config, cs caseSpec, topic string) []kgo.Opt {
 	return opts
 }
 
+// startKey carries a record's send time in its Context.
+type startKey struct{}
+
 // produce runs the producer phase of a case, fills out and returns the
 // number of records the broker acknowledged (including warm-up records),
 // which is what the consumer must read back.
@@ -214,7 +217,9 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 		first  error
 	)
 	onDone := func(r *kgo.Record, err error) {
-		lat := time.Since(r.Timestamp) // Timestamp carries the monotonic start time.
+		// Not r.Timestamp: franz-go may rewrite it (millisecond
+		// precision), which biased p50 by half a millisecond.
+		lat := time.Since(r.Context.Value(startKey{}).(time.Time))
 		if err != nil {
 			failed.Add(1)
 			errMu.Lock()
@@ -241,7 +246,7 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 				break
 			}
 			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Value: pool.Next(), Timestamp: t0}, func(r *kgo.Record, err error) {
+			cl.Produce(ctx, &kgo.Record{Value: pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}, func(r *kgo.Record, err error) {
 				onDone(r, err)
 				wg.Done()
 			})
@@ -260,7 +265,7 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 			if (cfg.Records == 0 && !t0.Before(deadline)) || ctx.Err() != nil {
 				break
 			}
-			r := &kgo.Record{Value: pool.Next(), Timestamp: t0}
+			r := &kgo.Record{Value: pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}
 			onDone(r, cl.ProduceSync(ctx, r).FirstErr())
 			if f := failed.Load(); f >= 100 && f > acked.Load() {
 				break // the broker is clearly failing; do not spin
