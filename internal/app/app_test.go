@@ -638,3 +638,140 @@ func TestPipelinedAnswersInOrder(t *testing.T) {
 func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
+
+// produceRaw sends one batch built by hand, for the idempotence tests.
+func produceRaw(t *testing.T, cl *kgo.Client, topic string, batch []byte) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Topics[0].Partitions[0]
+}
+
+func TestIdempotentProducer(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "idem", 1, nil)
+	cl := client(t, in.Addr())
+	init := kmsg.NewPtrInitProducerIDRequest()
+	init.TransactionTimeoutMillis = 60000
+	ir, err := init.RequestWith(ctxT(t), cl)
+	if err != nil || ir.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v %+v", err, ir)
+	}
+	pid := ir.ProducerID
+	batch := func(seq int32, n int) []byte {
+		recs := make([]recordbatch.Record, n)
+		for i := range recs {
+			recs[i] = recordbatch.Record{Value: []byte(fmt.Sprint(seq + int32(i)))}
+		}
+		b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: pid, ProducerEpoch: ir.ProducerEpoch, BaseSequence: seq}, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if r := produceRaw(t, cl, "idem", batch(0, 3)); r.ErrorCode != 0 || r.BaseOffset != 0 {
+		t.Fatalf("first batch: %+v", r)
+	}
+	if r := produceRaw(t, cl, "idem", batch(3, 2)); r.ErrorCode != 0 || r.BaseOffset != 3 {
+		t.Fatalf("second batch: %+v", r)
+	}
+	// A retry of the first batch is answered with its original offset and
+	// not stored again.
+	if r := produceRaw(t, cl, "idem", batch(0, 3)); r.ErrorCode != 0 || r.BaseOffset != 0 {
+		t.Fatalf("retried batch: %+v", r)
+	}
+	if r := produceRaw(t, cl, "idem", batch(9, 1)); r.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("gap in sequence: %+v", r)
+	}
+	in.Close()
+
+	// After a restart the state is back (from the snapshot), and new
+	// producer ids never repeat.
+	in = startBroker(t, dir)
+	defer in.Close()
+	cl = client(t, in.Addr())
+	if r := produceRaw(t, cl, "idem", batch(3, 2)); r.ErrorCode != 0 || r.BaseOffset != 3 {
+		t.Fatalf("retry after restart: %+v", r)
+	}
+	ir2, err := init.RequestWith(ctxT(t), cl)
+	if err != nil || ir2.ErrorCode != 0 || ir2.ProducerID == pid {
+		t.Fatalf("second InitProducerId: %v %+v (first was %d)", err, ir2, pid)
+	}
+	got := consumeAll(t, in.Addr(), "idem", 5)
+	if len(got) != 5 {
+		t.Fatalf("log holds %d records, want 5", len(got))
+	}
+	// franz-go's default (idempotent) producer works end to end.
+	p := client(t, in.Addr(), kgo.DefaultProduceTopic("idem"))
+	for i := 0; i < 100; i++ {
+		if err := p.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCommittedOffsetsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "co", 3, nil)
+	adm := kadm.NewClient(client(t, in.Addr()))
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "co", Partition: 0, At: 42, LeaderEpoch: 0, Metadata: "m0"})
+	offs.Add(kadm.Offset{Topic: "co", Partition: 2, At: 7, LeaderEpoch: -1})
+	resp, err := adm.CommitOffsets(ctxT(t), "g1", offs)
+	if err != nil || resp.Error() != nil {
+		t.Fatalf("commit: %v %v", err, resp.Error())
+	}
+	offs = kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "co", Partition: 0, At: 43, LeaderEpoch: 0})
+	if _, err := adm.CommitOffsets(ctxT(t), "g1", offs); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	in = startBroker(t, dir)
+	defer in.Close()
+	adm = kadm.NewClient(client(t, in.Addr()))
+	fetched, err := adm.FetchOffsets(ctxT(t), "g1")
+	if err != nil || fetched.Error() != nil {
+		t.Fatalf("fetch: %v %v", err, fetched.Error())
+	}
+	if o, _ := fetched.Lookup("co", 0); o.At != 43 {
+		t.Fatalf("partition 0 committed %d, want 43 (the later commit)", o.At)
+	}
+	if o, _ := fetched.Lookup("co", 2); o.At != 7 {
+		t.Fatalf("partition 2 committed %d, want 7", o.At)
+	}
+	if _, ok := fetched.Lookup("co", 1); ok {
+		t.Fatal("partition 1 was never committed")
+	}
+	// OffsetDelete removes a partition's commit.
+	dr, err := adm.DeleteOffsets(ctxT(t), "g1", kadm.TopicsSet{"co": {2: {}}})
+	if err != nil || dr.Error() != nil {
+		t.Fatalf("delete offsets: %v %v", err, dr.Error())
+	}
+	fetched, _ = adm.FetchOffsets(ctxT(t), "g1")
+	if _, ok := fetched.Lookup("co", 2); ok {
+		t.Fatal("deleted offset still returned")
+	}
+	// The internal topic is listed as internal and refuses client writes.
+	md, _ := adm.Metadata(ctxT(t), "__consumer_offsets")
+	if !md.Topics["__consumer_offsets"].IsInternal {
+		t.Fatal("__consumer_offsets not marked internal")
+	}
+	cl := client(t, in.Addr(), kgo.DefaultProduceTopic("__consumer_offsets"), kgo.RecordRetries(1))
+	if err := cl.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("x")}).FirstErr(); !errorsIs(err, kerr.InvalidTopicException) {
+		t.Fatalf("client write to __consumer_offsets: %v", err)
+	}
+}

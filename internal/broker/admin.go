@@ -179,6 +179,8 @@ func (b *Broker) handleDeleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
 			out.ErrorCode = errUnknownTopicID
 		case t == nil:
 			out.ErrorCode = errUnknownTopicOrPartition
+		case internalTopic(t.name):
+			out.ErrorCode = errInvalidTopicException
 		default:
 			name := t.name
 			out.Topic, out.TopicID = &name, t.id

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/producer"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -49,6 +50,15 @@ type Broker struct {
 
 	flush *flusher
 	stats *Stats
+
+	offsets *offsetStore
+	groups  groupCoordinator
+
+	pidMu             sync.Mutex
+	pidNext, pidLimit int64
+
+	// ctx ends when the broker closes; background waits use it.
+	ctx context.Context
 
 	// fatal is called when the broker must stop (a failed fsync). It
 	// defaults to logging and exiting, because retrying an fsync can report
@@ -81,6 +91,9 @@ type partition struct {
 	// appendMu serialises appends so the offsets a produce gets match the
 	// order its batches reach the log.
 	appendMu sync.Mutex
+
+	// producers is the idempotent producers' state, guarded by appendMu.
+	producers *producer.State
 
 	// hw is the high watermark: the durable log end. Consumers only see
 	// records below it, so a crash can never take back a record that was
@@ -120,13 +133,14 @@ func WithFatal(f func(error)) Option { return func(b *Broker) { b.fatal = f } }
 // broker ready to Serve.
 func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	b := &Broker{
-		cfg:    cfg,
-		log:    slog.Default(),
-		fs:     vfs.Default,
-		topics: map[string]*topic{},
-		byID:   map[[16]byte]*topic{},
-		nodeID: 1,
-		stats:  newStats(),
+		cfg:     cfg,
+		log:     slog.Default(),
+		fs:      vfs.Default,
+		topics:  map[string]*topic{},
+		byID:    map[[16]byte]*topic{},
+		nodeID:  1,
+		stats:   newStats(),
+		offsets: newOffsetStore(),
 	}
 	for _, o := range opts {
 		o(b)
@@ -151,12 +165,19 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		return nil, err
 	}
 	b.flush = newFlusher(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.ctx, b.cancel = ctx, cancel
 	if err := b.loadTopics(); err != nil {
+		cancel()
 		b.closeLogs()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
+	if err := b.loadOffsets(); err != nil {
+		cancel()
+		b.closeLogs()
+		return nil, err
+	}
+	b.groups = noGroups{}
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.flush.run(ctx) }()
 	go func() { defer b.wg.Done(); b.retentionLoop(ctx) }()
@@ -269,6 +290,10 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 		return nil, fmt.Errorf("sync partition %s/%d: %w", t.name, index, err)
 	}
 	p.hw.Store(durable)
+	if err := b.loadProducerState(p); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("rebuild producer state of %s/%d: %w", t.name, index, err)
+	}
 	return p, nil
 }
 
@@ -349,6 +374,12 @@ func (b *Broker) lookup(name string) *topic {
 	return b.topics[name]
 }
 
+// internalTopic reports whether clients may not write or delete the topic
+// directly: the broker owns its contents.
+func internalTopic(name string) bool {
+	return name == offsetsTopic || name == producerIDsTopic
+}
+
 // lookupOrCreate returns the topic, auto-creating it when allowed.
 func (b *Broker) lookupOrCreate(name string, allowCreate bool) (*topic, int16) {
 	if t := b.lookup(name); t != nil {
@@ -424,6 +455,11 @@ func (b *Broker) Close() error {
 	b.wg.Wait()
 	// A final sync: acks=1 data written just before shutdown is kept.
 	b.flush.syncAll()
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			b.saveProducerState(p)
+		}
+	}
 	b.closeLogs()
 	return nil
 }

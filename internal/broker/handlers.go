@@ -66,6 +66,16 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 		return b.handleDescribeCluster(r), nil
 	case *kmsg.OffsetForLeaderEpochRequest:
 		return b.handleOffsetForLeaderEpoch(r), nil
+	case *kmsg.InitProducerIDRequest:
+		return b.handleInitProducerID(r), nil
+	case *kmsg.FindCoordinatorRequest:
+		return b.handleFindCoordinator(r), nil
+	case *kmsg.OffsetCommitRequest:
+		return b.handleOffsetCommit(r)
+	case *kmsg.OffsetFetchRequest:
+		return b.handleOffsetFetch(r), nil
+	case *kmsg.OffsetDeleteRequest:
+		return b.handleOffsetDelete(r)
 	}
 	// ParseRequest only lets through keys in the versions table, and every
 	// key there has a case above.
@@ -136,7 +146,7 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 	}
 	for _, t := range ts {
 		name := t.name
-		mt := kmsg.MetadataResponseTopic{Topic: &name, TopicID: t.id}
+		mt := kmsg.MetadataResponseTopic{Topic: &name, TopicID: t.id, IsInternal: internalTopic(name)}
 		for _, p := range t.partitions {
 			mt.Partitions = append(mt.Partitions, kmsg.MetadataResponseTopicPartition{
 				Partition:   p.index,

@@ -23,6 +23,9 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 	var waits []produceWait
 	for _, rt := range r.Topics {
 		t, code := b.lookupOrCreate(rt.Topic, true)
+		if internalTopic(rt.Topic) {
+			t, code = nil, errInvalidTopicException
+		}
 		out := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
 		out.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
 		for i, rp := range rt.Partitions {
@@ -150,12 +153,27 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			// coordinator, which this broker does not run yet.
 			return res, errUnsupportedForMsgFormat, "transactional and control batches are not supported yet"
 		}
+		if h.ProducerID >= 0 && len(batches) > 1 {
+			return res, errInvalidRecord, "an idempotent producer must send one batch per partition"
+		}
 		res.records += int64(h.RecordsCount)
 	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if p.deleted.Load() {
 		return res, errUnknownTopicOrPartition, ""
+	}
+	if h := headers[0]; h.ProducerID >= 0 {
+		v := p.producers.Check(batchInfo(h))
+		if v.Code != 0 {
+			return res, v.Code, ""
+		}
+		if v.Duplicate {
+			// A retry of a batch we already hold: answer with its
+			// original offset (after it is durable, like the original).
+			res.base, res.last, res.records = v.BaseOffset, v.BaseOffset+int64(h.LastOffsetDelta), 0
+			return res, 0, ""
+		}
 	}
 	for i, batch := range batches {
 		base, err := p.log.Append(batch, b.epoch)
@@ -167,6 +185,9 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			res.base = base
 		}
 		res.last = base + int64(headers[i].LastOffsetDelta)
+		if headers[i].ProducerID >= 0 {
+			p.producers.Record(batchInfo(headers[i]), base)
+		}
 	}
 	b.flush.markDirty(p)
 	return res, 0, ""

@@ -24,4 +24,9 @@ var versions = protocol.Table{
 	37: {Min: 0, Max: 3},  // CreatePartitions
 	44: {Min: 0, Max: 1},  // IncrementalAlterConfigs
 	60: {Min: 0, Max: 1},  // DescribeCluster
+	22: {Min: 0, Max: 4},  // InitProducerId (idempotent producers; transactional ids are refused)
+	10: {Min: 0, Max: 4},  // FindCoordinator (groups)
+	8:  {Min: 0, Max: 8},  // OffsetCommit
+	9:  {Min: 0, Max: 8},  // OffsetFetch
+	47: {Min: 0, Max: 0},  // OffsetDelete
 }

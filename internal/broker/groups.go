@@ -1,0 +1,248 @@
+package broker
+
+import (
+	"context"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const (
+	errCoordinatorNotAvailable int16 = 15
+	errOffsetMetadataTooLarge  int16 = 12
+	errInvalidGroupID          int16 = 24
+	errGroupSubscribedToTopic  int16 = 86
+	errNonEmptyGroup           int16 = 68
+	errGroupIDNotFound         int16 = 69
+)
+
+// groupCoordinator is what the offset handlers need of group membership.
+type groupCoordinator interface {
+	// ValidateCommit returns the error code for a commit by this member.
+	ValidateCommit(group, memberID string, generation int32, instanceID *string) int16
+	// State returns the group's state name and whether it has members.
+	State(group string) (string, bool)
+}
+
+// noGroups serves brokers without a membership coordinator: only commits
+// from non-members (generation -1, no member id) are accepted, which is
+// what assign-mode consumers and admin tools send.
+type noGroups struct{}
+
+func (noGroups) ValidateCommit(_, memberID string, generation int32, _ *string) int16 {
+	if generation < 0 && memberID == "" {
+		return 0
+	}
+	return 25 // UNKNOWN_MEMBER_ID
+}
+
+func (noGroups) State(string) (string, bool) { return "Dead", false }
+
+// maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
+const maxOffsetMetadata = 4096
+
+func (b *Broker) handleFindCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	host, port := b.Advertised()
+	answer := func(key string) (int16, *string) {
+		if r.CoordinatorType != 0 {
+			msg := "only group coordinators are served; transactions are not supported yet"
+			return errInvalidRequest, &msg
+		}
+		if key == "" {
+			return errInvalidGroupID, nil
+		}
+		return 0, nil
+	}
+	if r.Version >= 4 {
+		for _, key := range r.CoordinatorKeys {
+			c := kmsg.NewFindCoordinatorResponseCoordinator()
+			c.Key = key
+			c.ErrorCode, c.ErrorMessage = answer(key)
+			if c.ErrorCode == 0 {
+				c.NodeID, c.Host, c.Port = b.nodeID, host, port
+			}
+			resp.Coordinators = append(resp.Coordinators, c)
+		}
+		return resp
+	}
+	resp.ErrorCode, resp.ErrorMessage = answer(r.CoordinatorKey)
+	if resp.ErrorCode == 0 {
+		resp.NodeID, resp.Host, resp.Port = b.nodeID, host, port
+	}
+	return resp
+}
+
+func (b *Broker) handleOffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	groupCode := int16(0)
+	if r.Group == "" {
+		groupCode = errInvalidGroupID
+	} else {
+		groupCode = b.groups.ValidateCommit(r.Group, r.MemberID, r.Generation, r.InstanceID)
+	}
+	var writes []offsetWrite
+	type slot struct{ t, p int }
+	var slots []slot
+	for ti, rt := range r.Topics {
+		out := kmsg.OffsetCommitResponseTopic{Topic: rt.Topic}
+		t := b.lookup(rt.Topic)
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewOffsetCommitResponseTopicPartition()
+			op.Partition = rp.Partition
+			switch {
+			case groupCode != 0:
+				op.ErrorCode = groupCode
+			case t == nil || rp.Partition < 0 || int(rp.Partition) >= len(t.partitions):
+				op.ErrorCode = errUnknownTopicOrPartition
+			case rp.Metadata != nil && len(*rp.Metadata) > maxOffsetMetadata:
+				op.ErrorCode = errOffsetMetadataTooLarge
+			default:
+				c := committed{offset: rp.Offset, leaderEpoch: rp.LeaderEpoch}
+				if r.Version < 6 {
+					c.leaderEpoch = -1
+				}
+				if rp.Metadata != nil {
+					c.metadata = *rp.Metadata
+				}
+				writes = append(writes, offsetWrite{key: offsetKey{r.Group, rt.Topic, rp.Partition}, value: c})
+				slots = append(slots, slot{ti, len(out.Partitions)})
+			}
+			out.Partitions = append(out.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	if len(writes) == 0 {
+		return resp, nil
+	}
+	return nil, func(ctx context.Context) kmsg.Response {
+		if err := b.writeOffsets(ctx, writes); err != nil {
+			b.log.Error("offset commit failed", "group", r.Group, "err", err)
+			code := errKafkaStorageError
+			if err == errCommitTimeout {
+				code = errRequestTimedOut
+			}
+			for _, s := range slots {
+				resp.Topics[s.t].Partitions[s.p].ErrorCode = code
+			}
+		}
+		return resp
+	}
+}
+
+// fetchGroupOffsets answers one group's part of an OffsetFetch; nil topics
+// means every committed partition.
+func (b *Broker) fetchGroupOffsets(group string, topics map[string][]int32, all bool) []kmsg.OffsetFetchResponseTopic {
+	if all {
+		topics = map[string][]int32{}
+		for _, k := range b.offsets.groupKeys(group) {
+			topics[k.topic] = append(topics[k.topic], k.partition)
+		}
+	}
+	names := make([]string, 0, len(topics))
+	for n := range topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []kmsg.OffsetFetchResponseTopic
+	for _, name := range names {
+		parts := topics[name]
+		sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+		ot := kmsg.OffsetFetchResponseTopic{Topic: name}
+		for _, p := range parts {
+			op := kmsg.NewOffsetFetchResponseTopicPartition()
+			op.Partition = p
+			op.Offset, op.LeaderEpoch = -1, -1
+			if c, ok := b.offsets.get(offsetKey{group, name, p}); ok {
+				op.Offset, op.LeaderEpoch = c.offset, c.leaderEpoch
+				md := c.metadata
+				op.Metadata = &md
+			} else {
+				empty := ""
+				op.Metadata = &empty
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		out = append(out, ot)
+	}
+	return out
+}
+
+func (b *Broker) handleOffsetFetch(r *kmsg.OffsetFetchRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+	if r.Version >= 8 {
+		for _, g := range r.Groups {
+			og := kmsg.NewOffsetFetchResponseGroup()
+			og.Group = g.Group
+			if g.Group == "" {
+				og.ErrorCode = errInvalidGroupID
+			} else {
+				topics := map[string][]int32{}
+				for _, t := range g.Topics {
+					topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
+				}
+				for _, t := range b.fetchGroupOffsets(g.Group, topics, g.Topics == nil) {
+					ot := kmsg.OffsetFetchResponseGroupTopic{Topic: t.Topic}
+					for _, p := range t.Partitions {
+						ot.Partitions = append(ot.Partitions, kmsg.OffsetFetchResponseGroupTopicPartition{
+							Partition: p.Partition, Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata,
+						})
+					}
+					og.Topics = append(og.Topics, ot)
+				}
+			}
+			resp.Groups = append(resp.Groups, og)
+		}
+		return resp
+	}
+	if r.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return resp
+	}
+	topics := map[string][]int32{}
+	for _, t := range r.Topics {
+		topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
+	}
+	resp.Topics = b.fetchGroupOffsets(r.Group, topics, r.Topics == nil)
+	return resp
+}
+
+func (b *Broker) handleOffsetDelete(r *kmsg.OffsetDeleteRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
+	resp := r.ResponseKind().(*kmsg.OffsetDeleteResponse)
+	if r.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return resp, nil
+	}
+	state, exists := b.groups.State(r.Group)
+	busy := exists && state != "Empty" && state != "Dead"
+	var writes []offsetWrite
+	for _, rt := range r.Topics {
+		out := kmsg.OffsetDeleteResponseTopic{Topic: rt.Topic}
+		for _, rp := range rt.Partitions {
+			op := kmsg.OffsetDeleteResponseTopicPartition{Partition: rp.Partition}
+			k := offsetKey{r.Group, rt.Topic, rp.Partition}
+			if busy {
+				// Without knowing the members' subscriptions, a live
+				// group's offsets are all treated as in use.
+				op.ErrorCode = errGroupSubscribedToTopic
+			} else if _, ok := b.offsets.get(k); ok {
+				writes = append(writes, offsetWrite{key: k, tombstone: true})
+			}
+			out.Partitions = append(out.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	if len(writes) == 0 {
+		if !exists && len(b.offsets.groupKeys(r.Group)) == 0 {
+			resp.ErrorCode = errGroupIDNotFound
+		}
+		return resp, nil
+	}
+	return nil, func(ctx context.Context) kmsg.Response {
+		if err := b.writeOffsets(ctx, writes); err != nil {
+			b.log.Error("offset delete failed", "group", r.Group, "err", err)
+			resp.ErrorCode = errKafkaStorageError
+		}
+		return resp
+	}
+}

@@ -1,0 +1,266 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+)
+
+// offsetsTopic is the internal, compacted topic that holds committed
+// offsets. State that must survive goes there first and is applied to
+// memory from there, so a restart (and, with replication, a new leader)
+// rebuilds exactly what was acknowledged.
+const offsetsTopic = "__consumer_offsets"
+
+// Record formats of __consumer_offsets, as Kafka writes them (kmsg's
+// OffsetCommitKey v1 and OffsetCommitValue v3), so that tools that decode
+// Kafka's internal topic can read ours.
+const (
+	offsetKeyVersion   = 1
+	offsetValueVersion = 3
+)
+
+type offsetKey struct {
+	group, topic string
+	partition    int32
+}
+
+// committed is one committed offset and where in __consumer_offsets it was
+// written; the log position orders concurrent commits.
+type committed struct {
+	offset      int64
+	leaderEpoch int32
+	metadata    string
+	logOffset   int64
+}
+
+// offsetStore is the in-memory view of __consumer_offsets.
+type offsetStore struct {
+	mu     sync.RWMutex
+	byKey  map[offsetKey]committed
+	groups map[string]map[offsetKey]struct{}
+}
+
+func newOffsetStore() *offsetStore {
+	return &offsetStore{byKey: map[offsetKey]committed{}, groups: map[string]map[offsetKey]struct{}{}}
+}
+
+// apply records a commit (or, with tombstone, a deletion) read from or
+// written to the log at logOffset. Older log positions never overwrite
+// newer ones.
+func (s *offsetStore) apply(k offsetKey, c committed, tombstone bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.byKey[k]; ok && cur.logOffset > c.logOffset {
+		return
+	}
+	if tombstone {
+		delete(s.byKey, k)
+		if g := s.groups[k.group]; g != nil {
+			delete(g, k)
+			if len(g) == 0 {
+				delete(s.groups, k.group)
+			}
+		}
+		return
+	}
+	s.byKey[k] = c
+	g := s.groups[k.group]
+	if g == nil {
+		g = map[offsetKey]struct{}{}
+		s.groups[k.group] = g
+	}
+	g[k] = struct{}{}
+}
+
+func (s *offsetStore) get(k offsetKey) (committed, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.byKey[k]
+	return c, ok
+}
+
+// groupKeys lists a group's committed partitions.
+func (s *offsetStore) groupKeys(group string) []offsetKey {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	keys := make([]offsetKey, 0, len(s.groups[group]))
+	for k := range s.groups[group] {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func (s *offsetStore) groupNames() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	names := make([]string, 0, len(s.groups))
+	for g := range s.groups {
+		names = append(names, g)
+	}
+	return names
+}
+
+// offsetWrite is one record for __consumer_offsets.
+type offsetWrite struct {
+	key       offsetKey
+	value     committed
+	tombstone bool
+}
+
+func encodeOffsetRecord(w offsetWrite, now time.Time) recordbatch.Record {
+	k := kmsg.OffsetCommitKey{Version: offsetKeyVersion, Group: w.key.group, Topic: w.key.topic, Partition: w.key.partition}
+	rec := recordbatch.Record{Key: k.AppendTo(nil), Timestamp: now.UnixMilli()}
+	if !w.tombstone {
+		v := kmsg.NewOffsetCommitValue()
+		v.Version = offsetValueVersion
+		v.Offset = w.value.offset
+		v.LeaderEpoch = w.value.leaderEpoch
+		v.Metadata = w.value.metadata
+		v.CommitTimestamp = now.UnixMilli()
+		rec.Value = v.AppendTo(nil)
+	}
+	return rec
+}
+
+// decodeOffsetRecord turns a __consumer_offsets record back into a write.
+// Group-metadata records (key version 2) are skipped: membership is not
+// persisted.
+func decodeOffsetRecord(r recordbatch.Record) (offsetWrite, bool, error) {
+	var k kmsg.OffsetCommitKey
+	if err := k.ReadFrom(r.Key); err != nil {
+		return offsetWrite{}, false, err
+	}
+	if k.Version > 1 {
+		return offsetWrite{}, false, nil
+	}
+	w := offsetWrite{key: offsetKey{k.Group, k.Topic, k.Partition}, tombstone: r.Value == nil}
+	w.value.logOffset = r.Offset
+	if !w.tombstone {
+		var v kmsg.OffsetCommitValue
+		if err := v.ReadFrom(r.Value); err != nil {
+			return offsetWrite{}, false, err
+		}
+		w.value.offset, w.value.leaderEpoch, w.value.metadata = v.Offset, v.LeaderEpoch, v.Metadata
+		if v.Version < 3 {
+			w.value.leaderEpoch = -1
+		}
+	}
+	return w, true, nil
+}
+
+// internalPartition returns partition 0 of an internal topic, creating the
+// topic on first use.
+func (b *Broker) internalPartition(name string, configs map[string]string) (*partition, error) {
+	if t := b.lookup(name); t != nil {
+		return t.partitions[0], nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t := b.topics[name]; t != nil {
+		return t.partitions[0], nil
+	}
+	t, err := b.createTopicLocked(name, 1, configs)
+	if err != nil {
+		return nil, err
+	}
+	return t.partitions[0], nil
+}
+
+// loadOffsets rebuilds the offset store from __consumer_offsets.
+func (b *Broker) loadOffsets() error {
+	t := b.lookup(offsetsTopic)
+	if t == nil {
+		return nil
+	}
+	p := t.partitions[0]
+	n := 0
+	for off := p.log.StartOffset(); off < p.hw.Load(); {
+		data, err := p.log.Read(off, 4<<20, p.hw.Load())
+		if err != nil {
+			return fmt.Errorf("read %s at %d: %w", offsetsTopic, off, err)
+		}
+		if len(data) == 0 {
+			break
+		}
+		batches, err := recordbatch.Split(data)
+		if err != nil {
+			return fmt.Errorf("%s at %d: %w", offsetsTopic, off, err)
+		}
+		for _, batch := range batches {
+			h, _ := recordbatch.ParseHeader(batch)
+			off = h.LastOffset() + 1
+			recs, err := recordbatch.Records(batch, 64<<20)
+			if err != nil {
+				return fmt.Errorf("%s batch at %d: %w", offsetsTopic, h.BaseOffset, err)
+			}
+			for _, r := range recs {
+				w, ok, err := decodeOffsetRecord(r)
+				if err != nil {
+					b.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)
+					continue
+				}
+				if ok {
+					b.offsets.apply(w.key, w.value, w.tombstone)
+					n++
+				}
+			}
+		}
+	}
+	if n > 0 {
+		b.log.Info("rebuilt committed offsets", "records", n, "groups", len(b.offsets.groupNames()))
+	}
+	return nil
+}
+
+var errCommitTimeout = errors.New("commit not durable before the timeout")
+
+// writeOffsets appends commits to __consumer_offsets, waits until they are
+// durable, then applies them to memory.
+func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
+	if len(writes) == 0 {
+		return nil
+	}
+	p, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	recs := make([]recordbatch.Record, len(writes))
+	for i, w := range writes {
+		recs[i] = encodeOffsetRecord(w, now)
+	}
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
+	if err != nil {
+		return err
+	}
+	p.appendMu.Lock()
+	base, err := p.log.Append(batch, b.epoch)
+	p.appendMu.Unlock()
+	if err != nil {
+		return err
+	}
+	b.flush.markDirty(p)
+	end := base + int64(len(writes))
+	if !b.waitHW(ctx, p, end, 10*time.Second) {
+		return errCommitTimeout
+	}
+	for i, w := range writes {
+		w.value.logOffset = base + int64(i)
+		b.offsets.apply(w.key, w.value, w.tombstone)
+	}
+	return nil
+}
+
+// waitHW waits until p's high watermark reaches end.
+func (b *Broker) waitHW(ctx context.Context, p *partition, end int64, timeout time.Duration) bool {
+	waits := []produceWait{{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}}}
+	b.waitDurable(ctx, waits, timeout)
+	return p.hw.Load() >= end
+}

@@ -1,0 +1,194 @@
+// Package producer owns the per-partition state of idempotent producers:
+// for each producer id its epoch and the sequence ranges of its last five
+// batches, and the rules that turn a new batch into "append", "duplicate of
+// an earlier append" or an error (Kafka's KIP-98 semantics).
+//
+// It is a pure state machine: no I/O, no clocks, no locks. The caller
+// serialises Check and Record with the partition's appends, rebuilds state
+// by calling Record for every stored batch (or loads a Snapshot), and
+// persists snapshots where it likes.
+package producer
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// Kafka error codes the state machine answers with.
+const (
+	ErrOutOfOrderSequence   int16 = 45
+	ErrInvalidProducerEpoch int16 = 47
+	ErrUnknownProducerID    int16 = 59
+)
+
+// keep is how many recent batches per producer are remembered, as in Kafka:
+// a client has at most five requests in flight, so a retry always names one
+// of them.
+const keep = 5
+
+// BatchInfo is what the state machine needs of a batch header.
+type BatchInfo struct {
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+	// Count is the number of records (lastOffsetDelta + 1).
+	Count int32
+}
+
+// LastSequence is the sequence of the batch's last record; sequences wrap
+// at 2^31 as in Kafka.
+func (b BatchInfo) LastSequence() int32 {
+	return int32((int64(b.BaseSequence) + int64(b.Count) - 1) % (1 << 31))
+}
+
+// entry is one appended batch of a producer.
+type entry struct {
+	FirstSeq, LastSeq int32
+	BaseOffset        int64
+}
+
+// producer is one producer id's state in a partition.
+type producer struct {
+	Epoch   int16
+	Batches []entry // oldest first, at most keep
+}
+
+// State is the idempotence state of one partition.
+type State struct {
+	producers map[int64]*producer
+}
+
+// New returns empty state.
+func New() *State { return &State{producers: map[int64]*producer{}} }
+
+// Verdict is Check's answer for a batch.
+type Verdict struct {
+	// Code is 0 for a batch to append, or a Kafka error code.
+	Code int16
+	// Duplicate is set when the batch was already appended; BaseOffset is
+	// where, and the producer must be told success with that offset.
+	Duplicate  bool
+	BaseOffset int64
+}
+
+// Check decides what to do with a batch from an idempotent producer. It
+// does not change the state; call Record after appending.
+func (s *State) Check(b BatchInfo) Verdict {
+	p := s.producers[b.ProducerID]
+	if p == nil {
+		// A producer we have no state for must start at sequence 0;
+		// otherwise its earlier batches were lost to retention or
+		// truncation and the client has to reset (UNKNOWN_PRODUCER_ID).
+		if b.BaseSequence != 0 {
+			return Verdict{Code: ErrUnknownProducerID}
+		}
+		return Verdict{}
+	}
+	switch {
+	case b.ProducerEpoch < p.Epoch:
+		return Verdict{Code: ErrInvalidProducerEpoch}
+	case b.ProducerEpoch > p.Epoch:
+		// A bumped epoch restarts the sequence.
+		if b.BaseSequence != 0 {
+			return Verdict{Code: ErrOutOfOrderSequence}
+		}
+		return Verdict{}
+	}
+	last := b.LastSequence()
+	for _, e := range p.Batches {
+		if e.FirstSeq == b.BaseSequence && e.LastSeq == last {
+			return Verdict{Duplicate: true, BaseOffset: e.BaseOffset}
+		}
+	}
+	if len(p.Batches) == 0 {
+		return Verdict{}
+	}
+	next := int32((int64(p.Batches[len(p.Batches)-1].LastSeq) + 1) % (1 << 31))
+	if b.BaseSequence != next {
+		return Verdict{Code: ErrOutOfOrderSequence}
+	}
+	return Verdict{}
+}
+
+// Record notes an appended batch at baseOffset. It is also how state is
+// rebuilt from the log: Record every stored idempotent batch in order.
+func (s *State) Record(b BatchInfo, baseOffset int64) {
+	if b.ProducerID < 0 {
+		return
+	}
+	p := s.producers[b.ProducerID]
+	if p == nil {
+		p = &producer{Epoch: b.ProducerEpoch}
+		s.producers[b.ProducerID] = p
+	}
+	if b.ProducerEpoch > p.Epoch {
+		p.Epoch = b.ProducerEpoch
+		p.Batches = p.Batches[:0]
+	}
+	p.Batches = append(p.Batches, entry{FirstSeq: b.BaseSequence, LastSeq: b.LastSequence(), BaseOffset: baseOffset})
+	if len(p.Batches) > keep {
+		p.Batches = append(p.Batches[:0], p.Batches[len(p.Batches)-keep:]...)
+	}
+}
+
+// Truncate forgets batches at or above offset, after the log was truncated
+// there. Producers left with no batch are dropped.
+func (s *State) Truncate(offset int64) {
+	for id, p := range s.producers {
+		n := 0
+		for _, e := range p.Batches {
+			if e.BaseOffset < offset {
+				p.Batches[n] = e
+				n++
+			}
+		}
+		p.Batches = p.Batches[:n]
+		if n == 0 {
+			delete(s.producers, id)
+		}
+	}
+}
+
+// Len is the number of producers tracked.
+func (s *State) Len() int { return len(s.producers) }
+
+// snapshot is the JSON form of State, with the log offset it covers.
+type snapshot struct {
+	Offset    int64
+	Producers []snapshotProducer
+}
+
+type snapshotProducer struct {
+	ID      int64
+	Epoch   int16
+	Batches []entry
+}
+
+// Snapshot serialises the state as of log offset end (the next offset to
+// scan from when it is loaded).
+func (s *State) Snapshot(end int64) []byte {
+	snap := snapshot{Offset: end}
+	for id, p := range s.producers {
+		snap.Producers = append(snap.Producers, snapshotProducer{ID: id, Epoch: p.Epoch, Batches: p.Batches})
+	}
+	sort.Slice(snap.Producers, func(i, j int) bool { return snap.Producers[i].ID < snap.Producers[j].ID })
+	b, _ := json.Marshal(snap)
+	return b
+}
+
+// Load restores a snapshot and returns the offset it covers.
+func Load(data []byte) (*State, int64, error) {
+	var snap snapshot
+	if err := json.Unmarshal(data, &snap); err != nil {
+		return nil, 0, fmt.Errorf("producer snapshot: %w", err)
+	}
+	s := New()
+	for _, p := range snap.Producers {
+		if len(p.Batches) > keep {
+			return nil, 0, fmt.Errorf("producer snapshot: %d batches for producer %d", len(p.Batches), p.ID)
+		}
+		s.producers[p.ID] = &producer{Epoch: p.Epoch, Batches: p.Batches}
+	}
+	return s, snap.Offset, nil
+}
