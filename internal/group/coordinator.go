@@ -13,11 +13,11 @@ import (
 
 // Group states, spelled exactly as Kafka reports them.
 const (
-	StateEmpty               = "Empty"
-	StatePreparingRebalance  = "PreparingRebalance"
-	StateCompletingRebalance = "CompletingRebalance"
-	StateStable              = "Stable"
-	StateDead                = "Dead"
+	StateEmpty               = "Empty"               // no members (offsets may exist)
+	StatePreparingRebalance  = "PreparingRebalance"  // waiting for members to (re)join
+	StateCompletingRebalance = "CompletingRebalance" // waiting for the leader's SyncGroup
+	StateStable              = "Stable"              // assignments handed out
+	StateDead                = "Dead"                // unknown or deleted group
 )
 
 // groupType is the ListGroups v5 type of every group this package manages.
@@ -66,8 +66,10 @@ func WithSessionTimeoutBounds(min, max time.Duration) Option {
 	return func(co *Coordinator) { co.minSession, co.maxSession = min, max }
 }
 
-// WithOnEmpty registers f, called (outside the coordinator's lock) with the
-// group id whenever a group loses its last member and becomes Empty.
+// WithOnEmpty registers f, called (outside the coordinator's lock, on the
+// goroutine of the call or Tick that emptied the group) with the group id
+// whenever a group loses its last member and becomes Empty. f may call the
+// Coordinator.
 func WithOnEmpty(f func(group string)) Option { return func(co *Coordinator) { co.onEmpty = f } }
 
 // WithOnDelete registers f, called (outside the coordinator's lock) with the

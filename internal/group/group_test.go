@@ -551,3 +551,21 @@ func TestListDeleteDescribe(t *testing.T) {
 		t.Fatalf("describe deleted %+v", d.Groups[0])
 	}
 }
+
+func TestPendingMemberIDExpires(t *testing.T) {
+	h := newHarness(t)
+	h.stable("g", 1)
+	w := h.c.startJoin(joinReq(9, "g", "", nil), "late", "h")
+	if w.resp.ErrorCode != errMemberIDRequired {
+		t.Fatal(w.resp.ErrorCode)
+	}
+	h.advance(testSession + time.Second)
+	if c := h.c.startJoin(joinReq(9, "g", w.resp.MemberID, nil), "late", "h").resp.ErrorCode; c != errUnknownMemberID {
+		t.Fatalf("expired pending id: %d", c)
+	}
+	// A pending id can also leave.
+	w = h.c.startJoin(joinReq(9, "g", "", nil), "late", "h")
+	if lr := h.c.LeaveGroup(&kmsg.LeaveGroupRequest{Version: 2, Group: "g", MemberID: w.resp.MemberID}); lr.ErrorCode != 0 {
+		t.Fatalf("leave pending: %d", lr.ErrorCode)
+	}
+}
