@@ -46,8 +46,12 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 				continue
 			}
 			hw := p.hw.Load()
+			if r.IsolationLevel == 1 {
+				// read_committed sees up to the last stable offset.
+				hw = p.lso(hw)
+			}
 			switch ts := rp.Timestamp; ts {
-			case -1: // latest; with one replica the LSO equals the high watermark
+			case -1: // latest
 				op.Offset = hw
 			case -2: // earliest
 				op.Offset = p.log.StartOffset()

@@ -24,8 +24,10 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/group"
 	"github.com/moonmq/moonmq/internal/producer"
 	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -52,7 +54,8 @@ type Broker struct {
 	stats *Stats
 
 	offsets *offsetStore
-	groups  groupCoordinator
+	groups  *group.Coordinator
+	txc     *txnCoordinator
 
 	pidMu             sync.Mutex
 	pidNext, pidLimit int64
@@ -94,6 +97,11 @@ type partition struct {
 
 	// producers is the idempotent producers' state, guarded by appendMu.
 	producers *producer.State
+	// txns tracks open and aborted transactions (LSO, aborted index).
+	// Appends change it under appendMu and txnMu; fetches read it under
+	// txnMu only, so they never wait for an append.
+	txnMu sync.Mutex
+	txns  *txn.Partition
 
 	// hw is the high watermark: the durable log end. Consumers only see
 	// records below it, so a crash can never take back a record that was
@@ -165,22 +173,38 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		return nil, err
 	}
 	b.flush = newFlusher(b)
+	b.txc = newTxnCoordinator(b)
+	b.groups = group.New(group.WithLogger(b.log.With("component", "groups")))
 	ctx, cancel := context.WithCancel(context.Background())
 	b.ctx, b.cancel = ctx, cancel
-	if err := b.loadTopics(); err != nil {
+	// The flusher runs first: recovering transactions writes markers and
+	// waits for them to be durable.
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); b.flush.run(ctx) }()
+	fail := func(err error) (*Broker, error) {
 		cancel()
+		b.wg.Wait()
 		b.closeLogs()
 		return nil, err
+	}
+	if err := b.loadTopics(); err != nil {
+		return fail(err)
 	}
 	if err := b.loadOffsets(); err != nil {
-		cancel()
-		b.closeLogs()
-		return nil, err
+		return fail(err)
 	}
-	b.groups = noGroups{}
-	b.wg.Add(2)
-	go func() { defer b.wg.Done(); b.flush.run(ctx) }()
+	if err := b.txc.load(ctx); err != nil {
+		return fail(err)
+	}
+	// Groups known only through committed offsets exist as Empty, as in
+	// Kafka, so they can be listed, described and deleted.
+	for _, g := range b.offsets.groupNames() {
+		b.groups.EnsureGroup(g)
+	}
+	b.wg.Add(3)
 	go func() { defer b.wg.Done(); b.retentionLoop(ctx) }()
+	go func() { defer b.wg.Done(); b.txc.run(ctx) }()
+	go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
 	return b, nil
 }
 
@@ -377,7 +401,7 @@ func (b *Broker) lookup(name string) *topic {
 // internalTopic reports whether clients may not write or delete the topic
 // directly: the broker owns its contents.
 func internalTopic(name string) bool {
-	return name == offsetsTopic || name == producerIDsTopic
+	return name == offsetsTopic || name == producerIDsTopic || name == txnStateTopic
 }
 
 // lookupOrCreate returns the topic, auto-creating it when allowed.

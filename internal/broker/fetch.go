@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/storage"
 )
 
@@ -68,13 +69,14 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 	if r.Version < 3 || maxBytes <= 0 {
 		maxBytes = 50 << 20
 	}
-	if n := b.collect(targets, maxBytes); n >= int(r.MinBytes) || r.MaxWaitMillis <= 0 || len(targets) == 0 || anyError(targets) {
+	committedOnly := r.IsolationLevel == 1
+	if n := b.collect(targets, maxBytes, committedOnly); n >= int(r.MinBytes) || r.MaxWaitMillis <= 0 || len(targets) == 0 || anyError(targets) {
 		b.stats.fetched(n)
 		return resp, nil
 	}
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 	return nil, func(ctx context.Context) kmsg.Response {
-		n := b.longPoll(ctx, targets, maxBytes, int(r.MinBytes), wait)
+		n := b.longPoll(ctx, targets, maxBytes, int(r.MinBytes), wait, committedOnly)
 		b.stats.fetched(n)
 		return resp
 	}
@@ -92,7 +94,7 @@ func anyError(ts []fetchTarget) bool {
 // longPoll re-collects whenever a partition's high watermark moves, until
 // MinBytes are there or the wait expires. An expired wait still answers,
 // with whatever there is (possibly nothing).
-func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, minBytes int, wait time.Duration) int {
+func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, minBytes int, wait time.Duration, committedOnly bool) int {
 	ch := make(chan struct{}, 1)
 	for _, t := range targets {
 		t.p.addWaiter(ch)
@@ -107,7 +109,7 @@ func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, 
 	for {
 		// Registered before collecting, so a wake between the two is
 		// not missed.
-		n := b.collect(targets, maxBytes)
+		n := b.collect(targets, maxBytes, committedOnly)
 		if n >= minBytes || anyError(targets) {
 			return n
 		}
@@ -121,16 +123,22 @@ func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, 
 	}
 }
 
-// collect reads every target below its high watermark into its response,
-// sharing maxBytes across partitions in request order, and returns the
-// bytes gathered.
-func (b *Broker) collect(targets []fetchTarget, maxBytes int) int {
+// collect reads every target below its high watermark (read_committed:
+// below its last stable offset) into its response, sharing maxBytes across
+// partitions in request order, and returns the bytes gathered.
+func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool) int {
 	total := 0
 	for _, t := range targets {
 		p, out := t.p, t.out
 		hw := p.hw.Load()
+		lso := p.lso(hw)
 		out.HighWatermark = hw
-		out.LastStableOffset = hw
+		out.LastStableOffset = lso
+		out.AbortedTransactions = nil
+		limit := hw
+		if committedOnly {
+			limit = lso
+		}
 		out.LogStartOffset = p.log.StartOffset()
 		out.RecordBatches = []byte{}
 		if p.deleted.Load() {
@@ -143,17 +151,14 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int) int {
 			continue
 		}
 		remaining := maxBytes - total
-		if remaining <= 0 || off >= hw {
+		if remaining <= 0 || off >= limit {
 			continue
 		}
-		limit := int(t.req.PartitionMaxBytes)
-		if limit <= 0 || limit > remaining {
-			limit = remaining
+		max := int(t.req.PartitionMaxBytes)
+		if max <= 0 || max > remaining {
+			max = remaining
 		}
-		if total > 0 && limit < 1 {
-			continue
-		}
-		data, err := p.log.Read(off, limit, hw)
+		data, err := p.log.Read(off, max, limit)
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
 			out.ErrorCode = errOffsetOutOfRange
 			continue
@@ -171,6 +176,42 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int) int {
 		}
 		out.RecordBatches = data
 		total += len(data)
+		if committedOnly && len(data) > 0 {
+			out.AbortedTransactions = p.abortedIn(off, lastOffsetIn(data)+1)
+		}
 	}
 	return total
+}
+
+// lastOffsetIn is the last offset covered by a run of whole batches.
+func lastOffsetIn(data []byte) int64 {
+	last := int64(-1)
+	for len(data) >= recordbatch.HeaderSize {
+		h, err := recordbatch.ParseHeader(data)
+		if err != nil || h.Size() > len(data) {
+			break
+		}
+		last = h.LastOffset()
+		data = data[h.Size():]
+	}
+	return last
+}
+
+// lso is the partition's last stable offset given its high watermark.
+func (p *partition) lso(hw int64) int64 {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	return p.txns.LSO(hw)
+}
+
+// abortedIn lists aborted transactions overlapping [from, to) for a
+// read_committed answer.
+func (p *partition) abortedIn(from, to int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	var out []kmsg.FetchResponseTopicPartitionAbortedTransaction
+	for _, a := range p.txns.AbortedIn(from, to) {
+		out = append(out, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+	}
+	return out
 }

@@ -16,28 +16,6 @@ const (
 	errGroupIDNotFound         int16 = 69
 )
 
-// groupCoordinator is what the offset handlers need of group membership.
-type groupCoordinator interface {
-	// ValidateCommit returns the error code for a commit by this member.
-	ValidateCommit(group, memberID string, generation int32, instanceID *string) int16
-	// State returns the group's state name and whether it has members.
-	State(group string) (string, bool)
-}
-
-// noGroups serves brokers without a membership coordinator: only commits
-// from non-members (generation -1, no member id) are accepted, which is
-// what assign-mode consumers and admin tools send.
-type noGroups struct{}
-
-func (noGroups) ValidateCommit(_, memberID string, generation int32, _ *string) int16 {
-	if generation < 0 && memberID == "" {
-		return 0
-	}
-	return 25 // UNKNOWN_MEMBER_ID
-}
-
-func (noGroups) State(string) (string, bool) { return "Dead", false }
-
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
 const maxOffsetMetadata = 4096
 
@@ -45,8 +23,8 @@ func (b *Broker) handleFindCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Resp
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	host, port := b.Advertised()
 	answer := func(key string) (int16, *string) {
-		if r.CoordinatorType != 0 {
-			msg := "only group coordinators are served; transactions are not supported yet"
+		if r.CoordinatorType != 0 && r.CoordinatorType != 1 {
+			msg := "unknown coordinator type"
 			return errInvalidRequest, &msg
 		}
 		if key == "" {
@@ -242,6 +220,38 @@ func (b *Broker) handleOffsetDelete(r *kmsg.OffsetDeleteRequest) (kmsg.Response,
 		if err := b.writeOffsets(ctx, writes); err != nil {
 			b.log.Error("offset delete failed", "group", r.Group, "err", err)
 			resp.ErrorCode = errKafkaStorageError
+		}
+		return resp
+	}
+}
+
+func (b *Broker) handleDeleteGroups(r *kmsg.DeleteGroupsRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
+	resp := r.ResponseKind().(*kmsg.DeleteGroupsResponse)
+	codes := b.groups.Delete(r.Groups)
+	var writes []offsetWrite
+	for _, g := range r.Groups {
+		code := codes[g]
+		if code == errGroupIDNotFound && len(b.offsets.groupKeys(g)) > 0 {
+			code = 0
+		}
+		if code == 0 {
+			for _, k := range b.offsets.groupKeys(g) {
+				writes = append(writes, offsetWrite{key: k, tombstone: true})
+			}
+		}
+		resp.Groups = append(resp.Groups, kmsg.DeleteGroupsResponseGroup{Group: g, ErrorCode: code})
+	}
+	if len(writes) == 0 {
+		return resp, nil
+	}
+	return nil, func(ctx context.Context) kmsg.Response {
+		if err := b.writeOffsets(ctx, writes); err != nil {
+			b.log.Error("deleting group offsets failed", "err", err)
+			for i := range resp.Groups {
+				if resp.Groups[i].ErrorCode == 0 {
+					resp.Groups[i].ErrorCode = errKafkaStorageError
+				}
+			}
 		}
 		return resp
 	}

@@ -67,7 +67,24 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 	case *kmsg.OffsetForLeaderEpochRequest:
 		return b.handleOffsetForLeaderEpoch(r), nil
 	case *kmsg.InitProducerIDRequest:
-		return b.handleInitProducerID(r), nil
+		if r.TransactionalID != nil {
+			return nil, func(ctx context.Context) kmsg.Response { return b.handleInitProducerIDTxn(ctx, r) }
+		}
+		return nil, func(context.Context) kmsg.Response { return b.handleInitProducerID(r) }
+	case *kmsg.AddPartitionsToTxnRequest:
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleAddPartitionsToTxn(ctx, r) }
+	case *kmsg.AddOffsetsToTxnRequest:
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleAddOffsetsToTxn(ctx, r) }
+	case *kmsg.EndTxnRequest:
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleEndTxn(ctx, r) }
+	case *kmsg.TxnOffsetCommitRequest:
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleTxnOffsetCommit(ctx, r) }
+	case *kmsg.DescribeTransactionsRequest:
+		return b.handleDescribeTransactions(r), nil
+	case *kmsg.ListTransactionsRequest:
+		return b.handleListTransactions(r), nil
+	case *kmsg.DescribeProducersRequest:
+		return b.handleDescribeProducers(r), nil
 	case *kmsg.FindCoordinatorRequest:
 		return b.handleFindCoordinator(r), nil
 	case *kmsg.OffsetCommitRequest:
@@ -76,6 +93,24 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 		return b.handleOffsetFetch(r), nil
 	case *kmsg.OffsetDeleteRequest:
 		return b.handleOffsetDelete(r)
+	case *kmsg.JoinGroupRequest:
+		clientID, host := "", cn.host()
+		if req.ClientID != nil {
+			clientID = *req.ClientID
+		}
+		return nil, func(ctx context.Context) kmsg.Response { return b.groups.JoinGroup(ctx, r, clientID, host) }
+	case *kmsg.SyncGroupRequest:
+		return nil, func(ctx context.Context) kmsg.Response { return b.groups.SyncGroup(ctx, r) }
+	case *kmsg.HeartbeatRequest:
+		return b.groups.Heartbeat(r), nil
+	case *kmsg.LeaveGroupRequest:
+		return b.groups.LeaveGroup(r), nil
+	case *kmsg.DescribeGroupsRequest:
+		return b.groups.DescribeGroups(r), nil
+	case *kmsg.ListGroupsRequest:
+		return b.groups.ListGroups(r), nil
+	case *kmsg.DeleteGroupsRequest:
+		return b.handleDeleteGroups(r)
 	}
 	// ParseRequest only lets through keys in the versions table, and every
 	// key there has a case above.

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/producer"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -33,8 +35,8 @@ func batchInfo(h recordbatch.Header) producer.BatchInfo {
 		BaseSequence: h.BaseSequence, Count: h.LastOffsetDelta + 1}
 }
 
-// scanBatches calls fn for every batch header in [from, to).
-func scanBatches(p *partition, from, to int64, fn func(h recordbatch.Header)) error {
+// scanBatches calls fn for every stored batch in [from, to) of p.
+func scanBatches(p *partition, from, to int64, fn func(h recordbatch.Header, batch []byte) error) error {
 	for off := from; off < to; {
 		data, err := p.log.Read(off, 4<<20, to)
 		if err != nil {
@@ -48,7 +50,9 @@ func scanBatches(p *partition, from, to int64, fn func(h recordbatch.Header)) er
 			if err != nil || h.Size() > len(data) {
 				return fmt.Errorf("batch at offset %d: %v", off, err)
 			}
-			fn(h)
+			if err := fn(h, data[:h.Size()]); err != nil {
+				return err
+			}
 			off = h.LastOffset() + 1
 			data = data[h.Size():]
 		}
@@ -56,14 +60,66 @@ func scanBatches(p *partition, from, to int64, fn func(h recordbatch.Header)) er
 	return nil
 }
 
-// loadProducerState rebuilds a partition's idempotence state from its
-// snapshot (if it still matches the log) and the batches after it.
+// partitionSnapshot is what producer-snapshot.json holds: the idempotence
+// and transaction state of a partition as of Offset.
+type partitionSnapshot struct {
+	Offset    int64
+	Producers json.RawMessage
+	Txns      json.RawMessage
+}
+
+// applyBatch updates a partition's producer and transaction state for a
+// stored batch. It is used both when rebuilding from the log and after
+// every append, so the two can never disagree.
+func applyBatch(p *partition, h recordbatch.Header, batch []byte) error {
+	if h.ProducerID < 0 {
+		return nil
+	}
+	if h.Control() {
+		recs, err := recordbatch.Records(batch, 1<<16)
+		if err != nil || len(recs) == 0 {
+			return fmt.Errorf("control batch at %d: %v", h.BaseOffset, err)
+		}
+		typ, err := txn.ParseControlKey(recs[0].Key)
+		if err != nil {
+			return err
+		}
+		p.txnMu.Lock()
+		p.txns.OnMarker(h.ProducerID, typ, h.BaseOffset)
+		p.txnMu.Unlock()
+		return nil
+	}
+	if h.BaseSequence >= 0 {
+		p.producers.Record(batchInfo(h), h.BaseOffset)
+	}
+	if h.Transactional() {
+		p.txnMu.Lock()
+		p.txns.OnData(h.ProducerID, h.BaseOffset)
+		p.txnMu.Unlock()
+	}
+	return nil
+}
+
+// loadProducerState rebuilds a partition's idempotence and transaction
+// state from its snapshot (if it still matches the log) and the batches
+// after it.
 func (b *Broker) loadProducerState(p *partition) error {
 	path := filepath.Join(p.log.Dir(), producerSnapshotFile)
-	state, from := producer.New(), p.log.StartOffset()
+	p.producers, p.txns = producer.New(), txn.NewPartition()
+	from := p.log.StartOffset()
 	if data, err := vfs.ReadFile(b.fs, path); err == nil {
-		if s, off, err := producer.Load(data); err == nil && off <= p.log.EndOffset() && off >= from {
-			state, from = s, off
+		var snap partitionSnapshot
+		err := json.Unmarshal(data, &snap)
+		var ps *producer.State
+		var ts *txn.Partition
+		if err == nil {
+			ps, _, err = producer.Load(snap.Producers)
+		}
+		if err == nil {
+			ts, err = txn.LoadPartition(snap.Txns)
+		}
+		if err == nil && snap.Offset <= p.log.EndOffset() && snap.Offset >= from {
+			p.producers, p.txns, from = ps, ts, snap.Offset
 		} else {
 			b.log.Warn("ignoring producer snapshot; rescanning the log", "topic", p.topic, "partition", p.index, "err", err)
 		}
@@ -73,24 +129,25 @@ func (b *Broker) loadProducerState(p *partition) error {
 	// A snapshot is only valid for the log it was taken of: remove it now
 	// so a crash later cannot pair it with a truncated log.
 	_ = b.fs.Remove(path)
-	err := scanBatches(p, from, p.log.EndOffset(), func(h recordbatch.Header) {
-		if h.ProducerID >= 0 {
-			state.Record(batchInfo(h), h.BaseOffset)
-		}
+	return scanBatches(p, from, p.log.EndOffset(), func(h recordbatch.Header, batch []byte) error {
+		return applyBatch(p, h, batch)
 	})
-	p.producers = state
-	return err
 }
 
 // saveProducerState writes the snapshot at shutdown.
 func (b *Broker) saveProducerState(p *partition) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	if p.producers == nil || p.producers.Len() == 0 {
+	if p.producers == nil || p.producers.Len() == 0 && p.txns.Empty() {
 		return
 	}
+	end := p.log.EndOffset()
+	p.txnMu.Lock()
+	snap := partitionSnapshot{Offset: end, Producers: p.producers.Snapshot(end), Txns: p.txns.Snapshot()}
+	p.txnMu.Unlock()
+	data, _ := json.Marshal(snap)
 	path := filepath.Join(p.log.Dir(), producerSnapshotFile)
-	if err := vfs.WriteFileAtomic(b.fs, path, p.producers.Snapshot(p.log.EndOffset())); err != nil {
+	if err := vfs.WriteFileAtomic(b.fs, path, data); err != nil {
 		b.log.Warn("could not write producer snapshot; the next start rescans the log", "topic", p.topic, "partition", p.index, "err", err)
 	}
 }
@@ -166,17 +223,10 @@ func lastProducerBlock(p *partition) (int64, error) {
 	return last, perr
 }
 
+// handleInitProducerID serves idempotent (non-transactional) producers.
 func (b *Broker) handleInitProducerID(r *kmsg.InitProducerIDRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
-	if r.TransactionalID != nil {
-		// Transactions need the transaction coordinator (not built
-		// yet). A retriable code would make clients spin; this one
-		// fails the transactional producer at once.
-		b.log.Warn("refused a transactional producer: transactions are not supported yet", "transactional_id", *r.TransactionalID)
-		resp.ErrorCode = errInvalidRequest
-		return resp
-	}
 	id, err := b.nextProducerID()
 	if err != nil {
 		b.log.Error("allocating a producer id failed", "err", err)

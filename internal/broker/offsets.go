@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
 )
 
 // offsetsTopic is the internal, compacted topic that holds committed
@@ -45,10 +46,34 @@ type offsetStore struct {
 	mu     sync.RWMutex
 	byKey  map[offsetKey]committed
 	groups map[string]map[offsetKey]struct{}
+	// pending holds transactional commits by producer id until their
+	// transaction's marker decides them.
+	pending map[int64][]offsetWrite
 }
 
 func newOffsetStore() *offsetStore {
-	return &offsetStore{byKey: map[offsetKey]committed{}, groups: map[string]map[offsetKey]struct{}{}}
+	return &offsetStore{byKey: map[offsetKey]committed{}, groups: map[string]map[offsetKey]struct{}{},
+		pending: map[int64][]offsetWrite{}}
+}
+
+// addPending holds transactional commits until their transaction ends.
+func (s *offsetStore) addPending(pid int64, writes []offsetWrite) {
+	s.mu.Lock()
+	s.pending[pid] = append(s.pending[pid], writes...)
+	s.mu.Unlock()
+}
+
+// endTxn applies (commit) or drops (abort) a producer's pending commits.
+func (s *offsetStore) endTxn(pid int64, commit bool) {
+	s.mu.Lock()
+	writes := s.pending[pid]
+	delete(s.pending, pid)
+	s.mu.Unlock()
+	if commit {
+		for _, w := range writes {
+			s.apply(w.key, w.value, w.tombstone)
+		}
+	}
 }
 
 // apply records a commit (or, with tombstone, a deletion) read from or
@@ -200,22 +225,77 @@ func (b *Broker) loadOffsets() error {
 			if err != nil {
 				return fmt.Errorf("%s batch at %d: %w", offsetsTopic, h.BaseOffset, err)
 			}
+			if h.Control() {
+				typ, err := txn.ParseControlKey(recs[0].Key)
+				if err == nil {
+					b.offsets.endTxn(h.ProducerID, typ == txn.ControlCommit)
+				}
+				continue
+			}
+			var txnWrites []offsetWrite
 			for _, r := range recs {
 				w, ok, err := decodeOffsetRecord(r)
 				if err != nil {
 					b.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)
 					continue
 				}
-				if ok {
-					b.offsets.apply(w.key, w.value, w.tombstone)
-					n++
+				if !ok {
+					continue
 				}
+				n++
+				if h.Transactional() {
+					txnWrites = append(txnWrites, w)
+				} else {
+					b.offsets.apply(w.key, w.value, w.tombstone)
+				}
+			}
+			if len(txnWrites) > 0 {
+				b.offsets.addPending(h.ProducerID, txnWrites)
 			}
 		}
 	}
 	if n > 0 {
 		b.log.Info("rebuilt committed offsets", "records", n, "groups", len(b.offsets.groupNames()))
 	}
+	return nil
+}
+
+// writeTxnOffsets appends a transaction's offset commits to
+// __consumer_offsets as a transactional batch; they apply when the
+// transaction's commit marker is written.
+func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, writes []offsetWrite) error {
+	p, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	recs := make([]recordbatch.Record, len(writes))
+	for i, w := range writes {
+		recs[i] = encodeOffsetRecord(w, now)
+	}
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: -1, Transactional: true}, recs)
+	if err != nil {
+		return err
+	}
+	p.appendMu.Lock()
+	base, err := p.log.Append(batch, b.epoch)
+	if err == nil {
+		h, _ := recordbatch.ParseHeader(batch)
+		h.BaseOffset = base
+		err = applyBatch(p, h, batch)
+	}
+	p.appendMu.Unlock()
+	if err != nil {
+		return err
+	}
+	b.flush.markDirty(p)
+	if !b.waitHW(ctx, p, base+int64(len(writes)), 10*time.Second) {
+		return errCommitTimeout
+	}
+	for i := range writes {
+		writes[i].value.logOffset = base + int64(i)
+	}
+	b.offsets.addPending(pid, writes)
 	return nil
 }
 

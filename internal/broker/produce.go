@@ -148,10 +148,14 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			return res, errCorruptMessage, err.Error()
 		}
 		headers[i] = h
-		if h.Transactional() || h.Control() {
-			// Transactional and control batches need the transaction
-			// coordinator, which this broker does not run yet.
-			return res, errUnsupportedForMsgFormat, "transactional and control batches are not supported yet"
+		if h.Control() {
+			// Only the transaction coordinator writes markers.
+			return res, errInvalidRecord, "clients may not write control batches"
+		}
+		if h.Transactional() {
+			if code := b.txc.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.index); code != 0 {
+				return res, code, "the partition is not part of an ongoing transaction of this producer"
+			}
 		}
 		if h.ProducerID >= 0 && len(batches) > 1 {
 			return res, errInvalidRecord, "an idempotent producer must send one batch per partition"
@@ -185,8 +189,9 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			res.base = base
 		}
 		res.last = base + int64(headers[i].LastOffsetDelta)
-		if headers[i].ProducerID >= 0 {
-			p.producers.Record(batchInfo(headers[i]), base)
+		headers[i].BaseOffset = base
+		if err := applyBatch(p, headers[i], batch); err != nil {
+			b.log.Error("producer state update failed", "topic", t.name, "partition", p.index, "err", err)
 		}
 	}
 	b.flush.markDirty(p)

@@ -187,6 +187,14 @@ func (cn *conn) readLoop() error {
 	}
 }
 
+// host is the client's IP, for DescribeGroups.
+func (cn *conn) host() string {
+	if a, ok := cn.c.RemoteAddr().(*net.TCPAddr); ok {
+		return "/" + a.IP.String()
+	}
+	return cn.c.RemoteAddr().String()
+}
+
 func (cn *conn) enqueue(p *pending) bool {
 	select {
 	case cn.queue <- p:

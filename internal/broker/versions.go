@@ -24,9 +24,23 @@ var versions = protocol.Table{
 	37: {Min: 0, Max: 3},  // CreatePartitions
 	44: {Min: 0, Max: 1},  // IncrementalAlterConfigs
 	60: {Min: 0, Max: 1},  // DescribeCluster
-	22: {Min: 0, Max: 4},  // InitProducerId (idempotent producers; transactional ids are refused)
-	10: {Min: 0, Max: 4},  // FindCoordinator (groups)
+	22: {Min: 0, Max: 4},  // InitProducerId
+	24: {Min: 0, Max: 3},  // AddPartitionsToTxn (v4+ is transactions v2, not served)
+	25: {Min: 0, Max: 3},  // AddOffsetsToTxn
+	26: {Min: 0, Max: 3},  // EndTxn
+	28: {Min: 0, Max: 3},  // TxnOffsetCommit
+	61: {Min: 0, Max: 0},  // DescribeProducers
+	65: {Min: 0, Max: 0},  // DescribeTransactions
+	66: {Min: 0, Max: 1},  // ListTransactions
+	10: {Min: 0, Max: 4},  // FindCoordinator (groups and transactions)
 	8:  {Min: 0, Max: 8},  // OffsetCommit
 	9:  {Min: 0, Max: 8},  // OffsetFetch
 	47: {Min: 0, Max: 0},  // OffsetDelete
+	11: {Min: 0, Max: 9},  // JoinGroup
+	14: {Min: 0, Max: 5},  // SyncGroup
+	12: {Min: 0, Max: 4},  // Heartbeat
+	13: {Min: 0, Max: 5},  // LeaveGroup
+	15: {Min: 0, Max: 5},  // DescribeGroups
+	16: {Min: 0, Max: 5},  // ListGroups
+	42: {Min: 0, Max: 2},  // DeleteGroups
 }

@@ -150,6 +150,24 @@ func (s *State) Truncate(offset int64) {
 	}
 }
 
+// Each calls fn for every producer with its epoch, last sequence and the
+// base offset of its last batch (for DescribeProducers).
+func (s *State) Each(fn func(id int64, epoch int16, lastSeq int32, lastOffset int64)) {
+	ids := make([]int64, 0, len(s.producers))
+	for id := range s.producers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		p := s.producers[id]
+		lastSeq, lastOff := int32(-1), int64(-1)
+		if n := len(p.Batches); n > 0 {
+			lastSeq, lastOff = p.Batches[n-1].LastSeq, p.Batches[n-1].BaseOffset
+		}
+		fn(id, p.Epoch, lastSeq, lastOff)
+	}
+}
+
 // Len is the number of producers tracked.
 func (s *State) Len() int { return len(s.producers) }
 

@@ -1,0 +1,201 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func txnClient(t *testing.T, addr, id string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	return client(t, addr, append([]kgo.Opt{kgo.TransactionalID(id), kgo.DefaultProduceTopic("tx"),
+		kgo.TransactionTimeout(10 * time.Second), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+}
+
+func runTxn(t *testing.T, cl *kgo.Client, prefix string, n int, commit bool) {
+	t.Helper()
+	ctx := ctxT(t)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Partition: int32(i % 2), Value: []byte(fmt.Sprintf("%s-%d", prefix, i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readAllValues reads both partitions up to their end with the isolation
+// level given.
+func readAllValues(t *testing.T, addr string, committed bool) map[string]int {
+	t.Helper()
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	adm := kadm.NewClient(client(t, addr))
+	ends, err := adm.ListEndOffsets(ctxT(t), "tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := client(t, addr, kgo.ConsumeTopics("tx"), kgo.FetchIsolationLevel(iso), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]int{}
+	pos := map[int32]int64{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := func() bool {
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if pos[o.Partition] < o.Offset-1 {
+				ok = false
+			}
+		})
+		return ok
+	}
+	for !done() && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[string(r.Value)]++
+			pos[r.Partition] = r.Offset
+		})
+	}
+	return seen
+}
+
+func TestTransactionsCommitAbortIsolation(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "tx", 2, nil)
+	cl := txnClient(t, in.Addr(), "t1")
+	runTxn(t, cl, "c1", 20, true)
+	runTxn(t, cl, "a1", 20, false)
+	runTxn(t, cl, "c2", 20, true)
+	// A plain record after everything, so every partition's end is
+	// readable by both consumers.
+	plain := client(t, in.Addr(), kgo.DefaultProduceTopic("tx"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := int32(0); p < 2; p++ {
+		if err := plain.ProduceSync(ctxT(t), &kgo.Record{Partition: p, Value: []byte(fmt.Sprint("tail-", p))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed := readAllValues(t, in.Addr(), true)
+	for i := 0; i < 20; i++ {
+		for _, pre := range []string{"c1", "c2"} {
+			if v := fmt.Sprintf("%s-%d", pre, i); committed[v] != 1 {
+				t.Fatalf("read_committed saw committed %s %d times", v, committed[v])
+			}
+		}
+		if v := fmt.Sprintf("a1-%d", i); committed[v] != 0 {
+			t.Fatalf("read_committed saw aborted %s", v)
+		}
+	}
+	uncommitted := readAllValues(t, in.Addr(), false)
+	if uncommitted["a1-3"] != 1 {
+		t.Fatal("read_uncommitted did not see an aborted record")
+	}
+
+	adm := kadm.NewClient(client(t, in.Addr()))
+	dt, err := adm.DescribeTransactions(ctxT(t), "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := dt["t1"]; !ok || d.State != "CompleteCommit" {
+		t.Fatalf("describe transactions: %+v", dt)
+	}
+	lt, err := adm.ListTransactions(ctxT(t), nil, nil)
+	if err != nil || len(lt) != 1 {
+		t.Fatalf("list transactions: %v %+v", err, lt)
+	}
+	dp, err := adm.DescribeProducers(ctxT(t), kadm.TopicsSet{"tx": {0: {}, 1: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	dp.EachPartition(func(p kadm.DescribedProducersPartition) {
+		found = found || len(p.ActiveProducers) > 0
+	})
+	if !found {
+		t.Fatal("describe producers lists no producer")
+	}
+}
+
+func TestTransactionFencing(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "tx", 2, nil)
+	zombie := txnClient(t, in.Addr(), "fence")
+	if err := zombie.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("zombie")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// A new incarnation with the same id fences the zombie and aborts its
+	// open transaction.
+	fresh := txnClient(t, in.Addr(), "fence")
+	runTxn(t, fresh, "fresh", 4, true)
+	err := zombie.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("zombie-2")}).FirstErr()
+	if err == nil {
+		err = zombie.EndTransaction(ctxT(t), kgo.TryCommit)
+	}
+	if !errorsIs(err, kerr.InvalidProducerEpoch) && !errorsIs(err, kerr.ProducerFenced) && !errorsIs(err, kerr.InvalidTxnState) {
+		t.Fatalf("zombie was not fenced: %v", err)
+	}
+	plain := client(t, in.Addr(), kgo.DefaultProduceTopic("tx"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := int32(0); p < 2; p++ {
+		plain.ProduceSync(ctxT(t), &kgo.Record{Partition: p, Value: []byte("tail")})
+	}
+	seen := readAllValues(t, in.Addr(), true)
+	if seen["zombie"] != 0 || seen["zombie-2"] != 0 || seen["fresh-0"] != 1 {
+		t.Fatalf("after fencing read_committed saw %v", seen)
+	}
+}
+
+// TestOpenTransactionAbortedAfterRestart leaves a transaction open, restarts
+// the broker, and checks that the timeout aborts it so the partition's last
+// stable offset moves on.
+func TestOpenTransactionAbortedAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "tx", 2, nil)
+	cl := txnClient(t, in.Addr(), "stuck", kgo.TransactionTimeout(2*time.Second))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctxT(t), &kgo.Record{Partition: 0, Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	in.Close()
+
+	in = startBroker(t, dir)
+	defer in.Close()
+	adm := kadm.NewClient(client(t, in.Addr()))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		lso, err := adm.ListCommittedOffsets(ctxT(t), "tx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends, _ := adm.ListEndOffsets(ctxT(t), "tx")
+		l, _ := lso.Lookup("tx", 0)
+		e, _ := ends.Lookup("tx", 0)
+		if l.Offset == e.Offset && e.Offset >= 2 {
+			break // the abort marker was written and the LSO caught up
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition stuck behind an open transaction: LSO %d, end %d", l.Offset, e.Offset)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	dt, _ := adm.DescribeTransactions(ctxT(t), "stuck")
+	if d := dt["stuck"]; d.State != "CompleteAbort" {
+		t.Fatalf("state after timeout: %+v", d)
+	}
+}

@@ -1,0 +1,642 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
+)
+
+// txnStateTopic holds every transactional id's state. A transition is
+// written there (and fsynced) before it takes effect, so a restart resumes
+// exactly the decisions clients were told about.
+const txnStateTopic = "__transaction_state"
+
+const errOperationNotAttempted int16 = 55
+
+// txnCoordinator is the transaction coordinator. Transitions of one
+// transactional id are serialised by its entry's mutex; different ids
+// proceed in parallel. The current state is published through an atomic
+// pointer so produce-path checks never wait for a transition.
+type txnCoordinator struct {
+	b *Broker
+
+	mu    sync.Mutex
+	byID  map[string]*txnEntry
+	byPID map[int64]*txnEntry
+}
+
+type txnEntry struct {
+	mu   sync.Mutex
+	meta atomic.Pointer[txn.Metadata]
+}
+
+func newTxnCoordinator(b *Broker) *txnCoordinator {
+	return &txnCoordinator{b: b, byID: map[string]*txnEntry{}, byPID: map[int64]*txnEntry{}}
+}
+
+func (c *txnCoordinator) entry(id string, create bool) *txnEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.byID[id]
+	if e == nil && create {
+		e = &txnEntry{}
+		c.byID[id] = e
+	}
+	return e
+}
+
+// install publishes m as e's state.
+func (c *txnCoordinator) install(e *txnEntry, m *txn.Metadata) {
+	c.mu.Lock()
+	if old := e.meta.Load(); old != nil && old.ProducerID != m.ProducerID {
+		delete(c.byPID, old.ProducerID)
+	}
+	c.byPID[m.ProducerID] = e
+	c.mu.Unlock()
+	e.meta.Store(m)
+}
+
+// checkProduce validates a transactional batch: its producer must have an
+// ongoing transaction, at this epoch, that includes the partition. This is
+// what keeps a delayed or zombie write out of a later transaction.
+func (c *txnCoordinator) checkProduce(pid int64, epoch int16, topic string, partition int32) int16 {
+	c.mu.Lock()
+	e := c.byPID[pid]
+	c.mu.Unlock()
+	if e == nil {
+		return txn.ErrInvalidProducerIDMapping
+	}
+	m := e.meta.Load()
+	switch {
+	case epoch < m.Epoch:
+		return txn.ErrInvalidProducerEpoch
+	case epoch > m.Epoch || m.State != kmsg.TransactionStateOngoing:
+		return txn.ErrInvalidTxnState
+	}
+	if _, ok := m.Partitions[txn.TP{Topic: topic, Partition: partition}]; !ok {
+		return txn.ErrInvalidTxnState
+	}
+	return 0
+}
+
+// writeState appends m to __transaction_state and waits until durable.
+func (c *txnCoordinator) writeState(ctx context.Context, m *txn.Metadata) error {
+	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
+	if err != nil {
+		return err
+	}
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{
+		Key: txn.EncodeKey(m.ID), Value: txn.EncodeValue(m), Timestamp: time.Now().UnixMilli(),
+	}})
+	if err != nil {
+		return err
+	}
+	p.appendMu.Lock()
+	base, err := p.log.Append(batch, c.b.epoch)
+	p.appendMu.Unlock()
+	if err != nil {
+		return err
+	}
+	c.b.flush.markDirty(p)
+	if !c.b.waitHW(ctx, p, base+1, 10*time.Second) {
+		return errCommitTimeout
+	}
+	return nil
+}
+
+// transition writes m and then publishes it.
+func (c *txnCoordinator) transition(ctx context.Context, e *txnEntry, m *txn.Metadata) error {
+	if err := c.writeState(ctx, m); err != nil {
+		return err
+	}
+	c.install(e, m)
+	return nil
+}
+
+// writeMarkers appends a commit or abort marker to every partition of the
+// transaction and waits until all are durable; committed offsets of the
+// transaction become visible once their marker is.
+func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, commit bool) error {
+	typ := txn.ControlAbort
+	if commit {
+		typ = txn.ControlCommit
+	}
+	batch0, err := recordbatch.Encode(recordbatch.BatchOptions{
+		ProducerID: m.ProducerID, ProducerEpoch: m.Epoch, BaseSequence: -1, Transactional: true, Control: true,
+	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0), Timestamp: time.Now().UnixMilli()}})
+	if err != nil {
+		return err
+	}
+	var waits []produceWait
+	offsetsTouched := false
+	for _, tp := range m.SortedPartitions() {
+		t := c.b.lookup(tp.Topic)
+		if t == nil || int(tp.Partition) >= len(t.partitions) {
+			continue // deleted since: nothing to mark
+		}
+		p := t.partitions[tp.Partition]
+		batch := append([]byte(nil), batch0...)
+		p.appendMu.Lock()
+		base, err := p.log.Append(batch, c.b.epoch)
+		if err == nil {
+			h, _ := recordbatch.ParseHeader(batch)
+			h.BaseOffset = base
+			err = applyBatch(p, h, batch)
+		}
+		p.appendMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("marker for %s/%d: %w", tp.Topic, tp.Partition, err)
+		}
+		c.b.flush.markDirty(p)
+		waits = append(waits, produceWait{p: p, end: base + 1, result: &kmsg.ProduceResponseTopicPartition{}})
+		offsetsTouched = offsetsTouched || tp.Topic == offsetsTopic
+	}
+	c.b.waitDurable(ctx, waits, 10*time.Second)
+	for _, w := range waits {
+		if w.p.hw.Load() < w.end {
+			return errCommitTimeout
+		}
+	}
+	if offsetsTouched {
+		c.b.offsets.endTxn(m.ProducerID, commit)
+	}
+	return nil
+}
+
+// finish completes a transaction whose Prepare* state is current: markers,
+// then the Complete* state.
+func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry) error {
+	m := e.meta.Load()
+	if err := c.writeMarkers(ctx, m, m.Committing()); err != nil {
+		return err
+	}
+	return c.transition(ctx, e, m.Complete(time.Now().UnixMilli()))
+}
+
+// end decides and completes a transaction (commit or abort). fence bumps
+// the epoch first, as a timeout abort does, so the old producer's later
+// requests are refused.
+func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence bool) int16 {
+	m := e.meta.Load()
+	action, prepared, code := m.End(commit, time.Now().UnixMilli())
+	switch action {
+	case txn.EndDone:
+		return 0
+	case txn.EndFail:
+		return code
+	}
+	if fence {
+		prepared.Epoch++
+	}
+	if err := c.transition(ctx, e, prepared); err != nil {
+		c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
+		return errKafkaStorageError
+	}
+	if err := c.finish(ctx, e); err != nil {
+		// The decision is durable; recovery or the next request will
+		// finish it.
+		c.b.log.Error("completing transaction failed", "transactional_id", m.ID, "err", err)
+		return errKafkaStorageError
+	}
+	return 0
+}
+
+func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProducerIDRequest) kmsg.Response {
+	c := b.txc
+	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
+	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	id := *r.TransactionalID
+	if id == "" {
+		resp.ErrorCode = errInvalidRequest
+		return resp
+	}
+	if r.TransactionTimeoutMillis <= 0 || r.TransactionTimeoutMillis > txn.MaxTimeoutMs {
+		resp.ErrorCode = txn.ErrInvalidTransactionTimeout
+		return resp
+	}
+	e := c.entry(id, true)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now().UnixMilli()
+	m := e.meta.Load()
+	if m == nil {
+		pid, err := b.nextProducerID()
+		if err != nil {
+			resp.ErrorCode = errKafkaStorageError
+			return resp
+		}
+		m = &txn.Metadata{ID: id, ProducerID: pid, TimeoutMs: r.TransactionTimeoutMillis,
+			State: kmsg.TransactionStateEmpty, Partitions: map[txn.TP]struct{}{}, StartMs: now, UpdateMs: now}
+		if err := c.transition(ctx, e, m); err != nil {
+			resp.ErrorCode = errKafkaStorageError
+			return resp
+		}
+		resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
+		return resp
+	}
+	// KIP-360: a producer re-initialising names its id and epoch; only
+	// the current epoch (or the one a timeout abort just bumped) may.
+	if r.ProducerID >= 0 && (r.ProducerID != m.ProducerID || r.ProducerEpoch != m.Epoch && r.ProducerEpoch != m.Epoch-1) {
+		resp.ErrorCode = txn.ErrProducerFenced
+		if r.Version < 4 {
+			resp.ErrorCode = txn.ErrInvalidProducerEpoch
+		}
+		return resp
+	}
+	if m.Preparing() {
+		if err := c.finish(ctx, e); err != nil {
+			resp.ErrorCode = errKafkaStorageError
+			return resp
+		}
+	}
+	if e.meta.Load().State == kmsg.TransactionStateOngoing {
+		// A new incarnation fences the old one and aborts what it left
+		// open, at once.
+		if code := c.end(ctx, e, false, false); code != 0 {
+			resp.ErrorCode = code
+			return resp
+		}
+	}
+	next := e.meta.Load().Clone()
+	next.Epoch++
+	if next.Epoch >= math.MaxInt16-1 {
+		pid, err := b.nextProducerID()
+		if err != nil {
+			resp.ErrorCode = errKafkaStorageError
+			return resp
+		}
+		next.ProducerID, next.Epoch = pid, 0
+	}
+	next.State = kmsg.TransactionStateEmpty
+	next.Partitions = map[txn.TP]struct{}{}
+	next.TimeoutMs = r.TransactionTimeoutMillis
+	next.UpdateMs = now
+	if err := c.transition(ctx, e, next); err != nil {
+		resp.ErrorCode = errKafkaStorageError
+		return resp
+	}
+	b.log.Info("initialized transactional producer", "transactional_id", id, "producer_id", next.ProducerID, "epoch", next.Epoch)
+	resp.ProducerID, resp.ProducerEpoch = next.ProducerID, next.Epoch
+	return resp
+}
+
+// lockTxn finds and locks a transactional id's entry and validates the
+// producer; the caller unlocks e.mu when code is 0.
+func (c *txnCoordinator) lockTxn(id string, pid int64, epoch int16, newErrors bool) (*txnEntry, int16) {
+	e := c.entry(id, false)
+	if e == nil {
+		return nil, txn.ErrInvalidProducerIDMapping
+	}
+	e.mu.Lock()
+	m := e.meta.Load()
+	if m == nil {
+		e.mu.Unlock()
+		return nil, txn.ErrInvalidProducerIDMapping
+	}
+	if code := m.CheckProducer(pid, epoch, newErrors); code != 0 {
+		e.mu.Unlock()
+		return nil, code
+	}
+	return e, 0
+}
+
+func (b *Broker) handleAddPartitionsToTxn(ctx context.Context, r *kmsg.AddPartitionsToTxnRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	var tps []txn.TP
+	missing := map[txn.TP]bool{}
+	for _, rt := range r.Topics {
+		t := b.lookup(rt.Topic)
+		for _, p := range rt.Partitions {
+			tp := txn.TP{Topic: rt.Topic, Partition: p}
+			if t == nil || p < 0 || int(p) >= len(t.partitions) || internalTopic(rt.Topic) {
+				missing[tp] = true
+			}
+			tps = append(tps, tp)
+		}
+	}
+	code := int16(0)
+	if len(missing) == 0 {
+		e, c := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+		code = c
+		if e != nil {
+			next, c := e.meta.Load().AddPartitions(tps, time.Now().UnixMilli())
+			code = c
+			if code == 0 {
+				if err := b.txc.transition(ctx, e, next); err != nil {
+					code = errKafkaStorageError
+				}
+			}
+			e.mu.Unlock()
+		}
+	}
+	for _, rt := range r.Topics {
+		out := kmsg.AddPartitionsToTxnResponseTopic{Topic: rt.Topic}
+		for _, p := range rt.Partitions {
+			pc := code
+			if len(missing) > 0 {
+				pc = errOperationNotAttempted
+				if missing[txn.TP{Topic: rt.Topic, Partition: p}] {
+					pc = errUnknownTopicOrPartition
+				}
+			}
+			out.Partitions = append(out.Partitions, kmsg.AddPartitionsToTxnResponseTopicPartition{Partition: p, ErrorCode: pc})
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, r *kmsg.AddOffsetsToTxnRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+	if r.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return resp
+	}
+	if _, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		resp.ErrorCode = errKafkaStorageError
+		return resp
+	}
+	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+	if e == nil {
+		resp.ErrorCode = code
+		return resp
+	}
+	defer e.mu.Unlock()
+	next, code := e.meta.Load().AddPartitions([]txn.TP{{Topic: offsetsTopic, Partition: 0}}, time.Now().UnixMilli())
+	if code == 0 {
+		if err := b.txc.transition(ctx, e, next); err != nil {
+			code = errKafkaStorageError
+		}
+	}
+	resp.ErrorCode = code
+	return resp
+}
+
+func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+	if e == nil {
+		resp.ErrorCode = code
+		return resp
+	}
+	defer e.mu.Unlock()
+	resp.ErrorCode = b.txc.end(ctx, e, r.Commit, false)
+	return resp
+}
+
+func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCommitRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+	fill := func(code int16) {
+		for _, rt := range r.Topics {
+			out := kmsg.TxnOffsetCommitResponseTopic{Topic: rt.Topic}
+			for _, rp := range rt.Partitions {
+				out.Partitions = append(out.Partitions, kmsg.TxnOffsetCommitResponseTopicPartition{Partition: rp.Partition, ErrorCode: code})
+			}
+			resp.Topics = append(resp.Topics, out)
+		}
+	}
+	if r.Group == "" {
+		fill(errInvalidGroupID)
+		return resp
+	}
+	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+	if e == nil {
+		fill(code)
+		return resp
+	}
+	defer e.mu.Unlock()
+	m := e.meta.Load()
+	if _, ok := m.Partitions[txn.TP{Topic: offsetsTopic, Partition: 0}]; !ok || m.State != kmsg.TransactionStateOngoing {
+		fill(txn.ErrInvalidTxnState)
+		return resp
+	}
+	if r.Version >= 3 {
+		if code := b.groups.ValidateCommit(r.Group, r.MemberID, r.Generation, r.InstanceID); code != 0 {
+			fill(code)
+			return resp
+		}
+	}
+	var writes []offsetWrite
+	for _, rt := range r.Topics {
+		for _, rp := range rt.Partitions {
+			c := committed{offset: rp.Offset, leaderEpoch: rp.LeaderEpoch}
+			if r.Version < 2 {
+				c.leaderEpoch = -1
+			}
+			if rp.Metadata != nil {
+				c.metadata = *rp.Metadata
+			}
+			writes = append(writes, offsetWrite{key: offsetKey{r.Group, rt.Topic, rp.Partition}, value: c})
+		}
+	}
+	if err := b.writeTxnOffsets(ctx, m.ProducerID, m.Epoch, writes); err != nil {
+		b.log.Error("transactional offset commit failed", "group", r.Group, "err", err)
+		fill(errKafkaStorageError)
+		return resp
+	}
+	fill(0)
+	return resp
+}
+
+// loadTxnState rebuilds the coordinator from __transaction_state and
+// finishes transactions whose decision was made but not completed.
+func (c *txnCoordinator) load(ctx context.Context) error {
+	t := c.b.lookup(txnStateTopic)
+	if t == nil {
+		return nil
+	}
+	p := t.partitions[0]
+	err := scanBatches(p, p.log.StartOffset(), p.hw.Load(), func(h recordbatch.Header, batch []byte) error {
+		recs, err := recordbatch.Records(batch, 64<<20)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			id, m, err := txn.Decode(r.Key, r.Value)
+			if err != nil {
+				c.b.log.Warn("skipping undecodable transaction state record", "offset", r.Offset, "err", err)
+				continue
+			}
+			e := c.entry(id, true)
+			if m == nil {
+				c.mu.Lock()
+				delete(c.byID, id)
+				c.mu.Unlock()
+				continue
+			}
+			c.install(e, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild transactions from %s: %w", txnStateTopic, err)
+	}
+	c.mu.Lock()
+	entries := make([]*txnEntry, 0, len(c.byID))
+	for _, e := range c.byID {
+		entries = append(entries, e)
+	}
+	c.mu.Unlock()
+	for _, e := range entries {
+		if m := e.meta.Load(); m.Preparing() {
+			c.b.log.Info("completing a transaction decided before the restart", "transactional_id", m.ID, "commit", m.Committing())
+			e.mu.Lock()
+			err := c.finish(ctx, e)
+			e.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if len(entries) > 0 {
+		c.b.log.Info("rebuilt transaction state", "transactional_ids", len(entries))
+	}
+	return nil
+}
+
+// abortExpired aborts (and fences) transactions open longer than their
+// timeout, so a dead producer never pins a partition's LSO.
+func (c *txnCoordinator) abortExpired(ctx context.Context, now time.Time) {
+	c.mu.Lock()
+	var expired []*txnEntry
+	for _, e := range c.byID {
+		if m := e.meta.Load(); m != nil && m.Expired(now.UnixMilli()) {
+			expired = append(expired, e)
+		}
+	}
+	c.mu.Unlock()
+	for _, e := range expired {
+		e.mu.Lock()
+		if m := e.meta.Load(); m.Expired(now.UnixMilli()) {
+			c.b.log.Warn("aborting a transaction past its timeout", "transactional_id", m.ID, "producer_id", m.ProducerID, "timeout_ms", m.TimeoutMs)
+			c.end(ctx, e, false, true)
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (c *txnCoordinator) run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			c.abortExpired(ctx, now)
+		}
+	}
+}
+
+func (b *Broker) handleDescribeTransactions(r *kmsg.DescribeTransactionsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+	for _, id := range r.TransactionalIDs {
+		st := kmsg.NewDescribeTransactionsResponseTransactionState()
+		st.TransactionalID = id
+		e := b.txc.entry(id, false)
+		var m *txn.Metadata
+		if e != nil {
+			m = e.meta.Load()
+		}
+		if m == nil {
+			st.ErrorCode = 105 // TRANSACTIONAL_ID_NOT_FOUND
+			resp.TransactionStates = append(resp.TransactionStates, st)
+			continue
+		}
+		st.State = txn.StateName(m.State)
+		st.TimeoutMillis, st.StartTimestamp = m.TimeoutMs, m.StartMs
+		st.ProducerID, st.ProducerEpoch = m.ProducerID, m.Epoch
+		byTopic := map[string]int{}
+		for _, tp := range m.SortedPartitions() {
+			i, ok := byTopic[tp.Topic]
+			if !ok {
+				i = len(st.Topics)
+				byTopic[tp.Topic] = i
+				st.Topics = append(st.Topics, kmsg.DescribeTransactionsResponseTransactionStateTopic{Topic: tp.Topic})
+			}
+			st.Topics[i].Partitions = append(st.Topics[i].Partitions, tp.Partition)
+		}
+		resp.TransactionStates = append(resp.TransactionStates, st)
+	}
+	return resp
+}
+
+func (b *Broker) handleListTransactions(r *kmsg.ListTransactionsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ListTransactionsResponse)
+	states := map[string]bool{}
+	for _, s := range r.StateFilters {
+		states[s] = true
+	}
+	pids := map[int64]bool{}
+	for _, p := range r.ProducerIDFilters {
+		pids[p] = true
+	}
+	now := time.Now().UnixMilli()
+	b.txc.mu.Lock()
+	defer b.txc.mu.Unlock()
+	for id, e := range b.txc.byID {
+		m := e.meta.Load()
+		if m == nil {
+			continue
+		}
+		name := txn.StateName(m.State)
+		if len(states) > 0 && !states[name] || len(pids) > 0 && !pids[m.ProducerID] {
+			continue
+		}
+		if r.DurationFilterMillis >= 0 && r.Version >= 1 && m.State == kmsg.TransactionStateOngoing && now-m.StartMs < r.DurationFilterMillis {
+			continue
+		}
+		resp.TransactionStates = append(resp.TransactionStates, kmsg.ListTransactionsResponseTransactionState{
+			TransactionalID: id, ProducerID: m.ProducerID, TransactionState: name,
+		})
+	}
+	return resp
+}
+
+func (b *Broker) handleDescribeProducers(r *kmsg.DescribeProducersRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeProducersResponse)
+	for _, rt := range r.Topics {
+		out := kmsg.DescribeProducersResponseTopic{Topic: rt.Topic}
+		for _, pi := range rt.Partitions {
+			op := kmsg.NewDescribeProducersResponseTopicPartition()
+			op.Partition = pi
+			p, code := b.partitionOf(rt.Topic, pi)
+			if code != 0 {
+				op.ErrorCode = code
+				out.Partitions = append(out.Partitions, op)
+				continue
+			}
+			p.appendMu.Lock()
+			p.txnMu.Lock()
+			open := p.txns.OpenTransactions()
+			p.producers.Each(func(id int64, epoch int16, lastSeq int32, lastOffset int64) {
+				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
+				ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = id, int32(epoch), lastSeq
+				ap.LastTimestamp, ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = -1, 0, -1
+				if first, ok := open[id]; ok {
+					ap.CurrentTxnStartOffset = first
+					delete(open, id)
+				}
+				op.ActiveProducers = append(op.ActiveProducers, ap)
+			})
+			for id, first := range open {
+				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
+				ap.ProducerID, ap.LastSequence, ap.LastTimestamp, ap.CurrentTxnStartOffset = id, -1, -1, first
+				op.ActiveProducers = append(op.ActiveProducers, ap)
+			}
+			p.txnMu.Unlock()
+			p.appendMu.Unlock()
+			out.Partitions = append(out.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
