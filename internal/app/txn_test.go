@@ -109,6 +109,11 @@ func TestTransactionsCommitAbortIsolation(t *testing.T) {
 	if d, ok := dt["t1"]; !ok || d.State != "CompleteCommit" {
 		t.Fatalf("describe transactions: %+v", dt)
 	}
+	// Transactions v2 (KIP-890): franz-go sees the transaction.version
+	// feature and every EndTxn bumps the epoch (three transactions).
+	if d := dt["t1"]; d.ProducerEpoch < 3 {
+		t.Fatalf("producer epoch %d after three transactions: transactions v2 not in use", d.ProducerEpoch)
+	}
 	lt, err := adm.ListTransactions(ctxT(t), nil, nil)
 	if err != nil || len(lt) != 1 {
 		t.Fatalf("list transactions: %v %+v", err, lt)

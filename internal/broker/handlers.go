@@ -123,6 +123,13 @@ func (b *Broker) handleApiVersions(cn *conn, r *kmsg.ApiVersionsRequest) kmsg.Re
 		cn.log.Info("client software", "name", r.ClientSoftwareName, "version", r.ClientSoftwareVersion)
 	}
 	resp.ApiKeys = protocol.ApiKeys(versions)
+	if r.Version >= 3 {
+		// KIP-890 transactions v2: clients bump the epoch every
+		// transaction and add partitions implicitly with Produce v12.
+		resp.SupportedFeatures = []kmsg.ApiVersionsResponseSupportedFeature{{Name: "transaction.version", MinVersion: 0, MaxVersion: 2}}
+		resp.FinalizedFeaturesEpoch = 1
+		resp.FinalizedFeatures = []kmsg.ApiVersionsResponseFinalizedFeature{{Name: "transaction.version", MinVersionLevel: 2, MaxVersionLevel: 2}}
+	}
 	return resp
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
 )
 
 // produceWait is one partition's durability target for an acks=all answer.
@@ -153,6 +154,13 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			return res, errInvalidRecord, "clients may not write control batches"
 		}
 		if h.Transactional() {
+			if version >= 12 {
+				// Transactions v2: the first produce to a partition
+				// adds it to the transaction.
+				if code := b.txc.addImplicit(b.ctx, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: t.name, Partition: p.index}); code != 0 {
+					return res, code, "could not add the partition to the producer's transaction"
+				}
+			}
 			if code := b.txc.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.index); code != 0 {
 				return res, code, "the partition is not part of an ongoing transaction of this producer"
 			}

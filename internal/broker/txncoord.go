@@ -87,6 +87,40 @@ func (c *txnCoordinator) checkProduce(pid int64, epoch int16, topic string, part
 	return 0
 }
 
+// addImplicit adds a partition to the producer's transaction, as Produce
+// v12+ does under transactions v2. Adding a partition that is already in
+// the transaction costs no write.
+func (c *txnCoordinator) addImplicit(ctx context.Context, pid int64, epoch int16, tp txn.TP) int16 {
+	c.mu.Lock()
+	e := c.byPID[pid]
+	c.mu.Unlock()
+	if e == nil {
+		return txn.ErrInvalidProducerIDMapping
+	}
+	if m := e.meta.Load(); m.State == kmsg.TransactionStateOngoing && m.Epoch == epoch {
+		if _, ok := m.Partitions[tp]; ok {
+			return 0
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := e.meta.Load()
+	if code := m.CheckProducer(pid, epoch, true); code != 0 {
+		if epoch < m.Epoch {
+			return txn.ErrInvalidProducerEpoch
+		}
+		return code
+	}
+	next, code := m.AddPartitions([]txn.TP{tp}, time.Now().UnixMilli())
+	if code != 0 {
+		return code
+	}
+	if err := c.transition(ctx, e, next); err != nil {
+		return errKafkaStorageError
+	}
+	return 0
+}
+
 // writeState appends m to __transaction_state and waits until durable.
 func (c *txnCoordinator) writeState(ctx context.Context, m *txn.Metadata) error {
 	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
@@ -178,15 +212,50 @@ func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry) error {
 	if err := c.writeMarkers(ctx, m, m.Committing()); err != nil {
 		return err
 	}
-	return c.transition(ctx, e, m.Complete(time.Now().UnixMilli()))
+	done := m.Complete(time.Now().UnixMilli())
+	if m.NextProducerID == -2 {
+		if err := c.bump(done); err != nil {
+			return err
+		}
+	}
+	return c.transition(ctx, e, done)
+}
+
+// bump moves m to the next epoch, or to a fresh producer id when the epoch
+// space is used up.
+func (c *txnCoordinator) bump(m *txn.Metadata) error {
+	m.NextProducerID = 0
+	if m.Epoch < math.MaxInt16-2 {
+		m.Epoch++
+		return nil
+	}
+	pid, err := c.b.nextProducerID()
+	if err != nil {
+		return err
+	}
+	m.ProducerID, m.Epoch = pid, 0
+	return nil
 }
 
 // end decides and completes a transaction (commit or abort). fence bumps
-// the epoch first, as a timeout abort does, so the old producer's later
-// requests are refused.
+// the epoch first, as a timeout abort and every transactions-v2 EndTxn do,
+// so the old epoch's later requests are refused.
 func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence bool) int16 {
 	m := e.meta.Load()
 	action, prepared, code := m.End(commit, time.Now().UnixMilli())
+	if fence && action == txn.EndFail && code == txn.ErrInvalidTxnState && m.State != kmsg.TransactionStateOngoing && !commit {
+		// Transactions v2: aborting with nothing open is legal and
+		// still bumps the epoch.
+		next := m.Clone()
+		next.State = kmsg.TransactionStateCompleteAbort
+		if err := c.bump(next); err != nil {
+			return errKafkaStorageError
+		}
+		if err := c.transition(ctx, e, next); err != nil {
+			return errKafkaStorageError
+		}
+		return 0
+	}
 	switch action {
 	case txn.EndDone:
 		return 0
@@ -194,7 +263,13 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 		return code
 	}
 	if fence {
-		prepared.Epoch++
+		if prepared.Epoch >= math.MaxInt16-2 {
+			// Out of epochs: markers go out under the current epoch,
+			// and the completed state moves to a fresh producer id.
+			prepared.NextProducerID = -2
+		} else {
+			prepared.Epoch++
+		}
 	}
 	if err := c.transition(ctx, e, prepared); err != nil {
 		c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
@@ -382,13 +457,33 @@ func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, r *kmsg.AddOffsetsTo
 
 func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	v2 := r.Version >= 5
+	if v2 {
+		// A retry of an EndTxn that already completed arrives with
+		// the epoch from before the bump.
+		if e := b.txc.entry(r.TransactionalID, false); e != nil {
+			e.mu.Lock()
+			m := e.meta.Load()
+			done := m != nil && r.ProducerID == m.ProducerID && r.ProducerEpoch == m.Epoch-1 &&
+				(r.Commit && m.State == kmsg.TransactionStateCompleteCommit || !r.Commit && m.State == kmsg.TransactionStateCompleteAbort)
+			e.mu.Unlock()
+			if done {
+				resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
+				return resp
+			}
+		}
+	}
 	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
 	if e == nil {
 		resp.ErrorCode = code
 		return resp
 	}
 	defer e.mu.Unlock()
-	resp.ErrorCode = b.txc.end(ctx, e, r.Commit, false)
+	resp.ErrorCode = b.txc.end(ctx, e, r.Commit, v2)
+	if m := e.meta.Load(); v2 && resp.ErrorCode == 0 {
+		resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
+	}
 	return resp
 }
 
@@ -414,7 +509,24 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 	}
 	defer e.mu.Unlock()
 	m := e.meta.Load()
-	if _, ok := m.Partitions[txn.TP{Topic: offsetsTopic, Partition: 0}]; !ok || m.State != kmsg.TransactionStateOngoing {
+	offsetsTP := txn.TP{Topic: offsetsTopic, Partition: 0}
+	if _, ok := m.Partitions[offsetsTP]; !ok && r.Version >= 5 {
+		// Transactions v2: the commit adds the group implicitly.
+		if _, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"}); err != nil {
+			fill(errKafkaStorageError)
+			return resp
+		}
+		next, code := m.AddPartitions([]txn.TP{offsetsTP}, time.Now().UnixMilli())
+		if code == 0 && b.txc.transition(ctx, e, next) != nil {
+			code = errKafkaStorageError
+		}
+		if code != 0 {
+			fill(code)
+			return resp
+		}
+		m = e.meta.Load()
+	}
+	if _, ok := m.Partitions[offsetsTP]; !ok || m.State != kmsg.TransactionStateOngoing {
 		fill(txn.ErrInvalidTxnState)
 		return resp
 	}

@@ -7,10 +7,10 @@ import "github.com/moonmq/moonmq/internal/protocol"
 // Minimums reach as low as clients probe, because librdkafka enables a
 // feature only when an exact old version is inside the range (record format
 // v2 needs Produce 3 and Fetch 4). Maximums stop before versions whose
-// semantics the broker does not implement yet (Produce 12 implies
-// transactions v2; Produce 13 and Fetch 17+ need features we lack).
+// semantics the broker does not implement yet (Produce 13 and Fetch 17+
+// need features we lack).
 var versions = protocol.Table{
-	0:  {Min: 0, Max: 11}, // Produce; v0-2 carry message format v0/v1 and are refused per partition
+	0:  {Min: 0, Max: 12}, // Produce; v0-2 carry message format v0/v1 and are refused per partition; v12 adds partitions to transactions implicitly
 	1:  {Min: 4, Max: 16}, // Fetch
 	2:  {Min: 0, Max: 8},  // ListOffsets
 	3:  {Min: 0, Max: 12}, // Metadata
@@ -27,8 +27,8 @@ var versions = protocol.Table{
 	22: {Min: 0, Max: 4},  // InitProducerId
 	24: {Min: 0, Max: 3},  // AddPartitionsToTxn (v4+ is transactions v2, not served)
 	25: {Min: 0, Max: 3},  // AddOffsetsToTxn
-	26: {Min: 0, Max: 3},  // EndTxn
-	28: {Min: 0, Max: 3},  // TxnOffsetCommit
+	26: {Min: 0, Max: 5},  // EndTxn (v5: transactions v2, epoch bump per transaction)
+	28: {Min: 0, Max: 5},  // TxnOffsetCommit (v5: adds the group implicitly)
 	61: {Min: 0, Max: 0},  // DescribeProducers
 	65: {Min: 0, Max: 0},  // DescribeTransactions
 	66: {Min: 0, Max: 1},  // ListTransactions

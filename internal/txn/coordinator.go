@@ -38,6 +38,9 @@ type Metadata struct {
 	Partitions map[TP]struct{}
 	StartMs    int64
 	UpdateMs   int64
+	// NextProducerID is transient coordinator bookkeeping (-2: move to a
+	// fresh producer id when completing); it is not persisted.
+	NextProducerID int64
 }
 
 // Clone returns a deep copy, so a proposed change can be written to the log
