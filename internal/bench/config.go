@@ -20,6 +20,9 @@ const (
 	// ModeOneAtATime produces one record synchronously after another, so
 	// exactly one record is ever in flight.
 	ModeOneAtATime Mode = "one-at-a-time"
+	// ModeTransactional produces pipelined inside transactions of TxnSize
+	// records each (begin, produce, flush, commit), with acks=-1.
+	ModeTransactional Mode = "transactional"
 )
 
 // DefaultMaxBuffered is the default bound on records in flight in pipelined
@@ -44,6 +47,7 @@ type Config struct {
 	KeepTopics       bool          // do not delete topics after each case
 	Linger           time.Duration // producer linger
 	MaxBuffered      int           // max records buffered in the pipelined producer
+	TxnSize          int           // records per transaction in transactional mode
 	MaxInflight      int           // produce requests in flight per broker when idempotency is off
 	Partitioner      string        // "roundrobin" or "sticky"
 	ConsumeTimeout   time.Duration // give up consuming after this long without progress
@@ -69,6 +73,9 @@ func (cfg *Config) cases() []caseSpec {
 	for _, a := range cfg.Acks {
 		for _, p := range cfg.Partitions {
 			for _, m := range cfg.Modes {
+				if m == ModeTransactional && a != -1 {
+					continue // transactions need acks=-1
+				}
 				out = append(out, caseSpec{Acks: a, Partitions: p, Mode: m})
 			}
 		}
@@ -92,7 +99,8 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.RecordSize, "record-size", 1024, "record value size in bytes (random, incompressible)")
 	fs.StringVar(&acks, "acks", "1,-1", "comma-separated acks values to run (-1/all, 0, 1)")
 	fs.StringVar(&partitions, "partitions", "1,8", "comma-separated partition counts to run")
-	fs.StringVar(&modes, "modes", "pipelined,one-at-a-time", "comma-separated produce modes: pipelined, one-at-a-time")
+	fs.StringVar(&modes, "modes", "pipelined,one-at-a-time", "comma-separated produce modes: pipelined, one-at-a-time, transactional")
+	fs.IntVar(&cfg.TxnSize, "txn-size", 100, "records per transaction in transactional mode")
 	fs.StringVar(&cfg.JSONPath, "json", "", "write results as JSON to this file")
 	fs.BoolVar(&cfg.NoCreate, "no-create", false, "do not create or delete topics (they must exist or be auto-created)")
 	fs.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete each case's topic after it ran")
@@ -141,6 +149,8 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("bench: --max-buffered must be positive, got %d", cfg.MaxBuffered)
 	case cfg.MaxInflight <= 0:
 		return nil, fmt.Errorf("bench: --max-inflight must be positive, got %d", cfg.MaxInflight)
+	case cfg.TxnSize <= 0:
+		return nil, fmt.Errorf("bench: --txn-size must be positive, got %d", cfg.TxnSize)
 	case cfg.Partitioner != "roundrobin" && cfg.Partitioner != "sticky":
 		return nil, fmt.Errorf("bench: --partitioner must be roundrobin or sticky, got %q", cfg.Partitioner)
 	case cfg.ProgressInterval <= 0 || cfg.ProgressInterval > time.Second:
@@ -206,8 +216,10 @@ func parseModes(s string) ([]Mode, error) {
 			out = append(out, ModePipelined)
 		case "one-at-a-time", "sync", "oneatatime", "single":
 			out = append(out, ModeOneAtATime)
+		case "transactional", "txn":
+			out = append(out, ModeTransactional)
 		default:
-			return nil, fmt.Errorf("bench: invalid mode %q (want pipelined or one-at-a-time)", f)
+			return nil, fmt.Errorf("bench: invalid mode %q (want pipelined, one-at-a-time or transactional)", f)
 		}
 	}
 	if len(out) == 0 {

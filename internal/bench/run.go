@@ -96,8 +96,11 @@ func topicName(cfg *Config, cs caseSpec) string {
 		acks = "all"
 	}
 	mode := "pipe"
-	if cs.Mode == ModeOneAtATime {
+	switch cs.Mode {
+	case ModeOneAtATime:
 		mode = "sync"
+	case ModeTransactional:
+		mode = "txn"
 	}
 	parts := []string{cfg.TopicPrefix}
 	if cfg.RunID != "" {
@@ -177,6 +180,9 @@ func producerOpts(cfg *Config, cs caseSpec, topic string) []kgo.Opt {
 		// franz-go only supports idempotent producing with acks=all.
 		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(cfg.MaxInflight))
 	}
+	if cs.Mode == ModeTransactional {
+		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("moonmq-bench-%s", topic)), kgo.TransactionTimeout(60*time.Second))
+	}
 	if cfg.Partitioner == "roundrobin" {
 		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	}
@@ -203,7 +209,15 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 		warm[i] = &kgo.Record{Value: pool.Next()}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = cl.ProduceSync(wctx, warm...).FirstErr()
+	if cs.Mode == ModeTransactional {
+		err = cl.BeginTransaction()
+	}
+	if err == nil {
+		err = cl.ProduceSync(wctx, warm...).FirstErr()
+	}
+	if err == nil && cs.Mode == ModeTransactional {
+		err = cl.EndTransaction(wctx, kgo.TryCommit)
+	}
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("warm-up produce to %s: %w", topic, err)
@@ -258,6 +272,26 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 		case <-ctx.Done():
 			cl.Close() // fails whatever is still buffered
 			<-done
+		}
+	case ModeTransactional:
+		for cfg.Records == 0 || n < cfg.Records {
+			if (cfg.Records == 0 && !time.Now().Before(deadline)) || ctx.Err() != nil {
+				break
+			}
+			if err := cl.BeginTransaction(); err != nil {
+				return 0, fmt.Errorf("begin transaction: %w", err)
+			}
+			for i := 0; i < cfg.TxnSize; i++ {
+				t0 := time.Now()
+				cl.Produce(ctx, &kgo.Record{Value: pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}, onDone)
+				n++
+			}
+			if err := cl.Flush(ctx); err != nil {
+				return 0, fmt.Errorf("flush transaction: %w", err)
+			}
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return 0, fmt.Errorf("commit transaction: %w", err)
+			}
 		}
 	case ModeOneAtATime:
 		for ; cfg.Records == 0 || n < cfg.Records; n++ {

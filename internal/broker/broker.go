@@ -196,6 +196,9 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	if err := b.txc.load(ctx); err != nil {
 		return fail(err)
 	}
+	if err := b.txc.sweepOrphans(ctx); err != nil {
+		return fail(err)
+	}
 	// Groups known only through committed offsets exist as Empty, as in
 	// Kafka, so they can be listed, described and deleted.
 	for _, g := range b.offsets.groupNames() {

@@ -22,6 +22,9 @@ type produceWait struct {
 func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	var waits []produceWait
+	if r.Version >= 12 && r.TransactionID != nil {
+		waits = b.addTxnPartitions(r)
+	}
 	for _, rt := range r.Topics {
 		t, code := b.lookupOrCreate(rt.Topic, true)
 		if internalTopic(rt.Topic) {
@@ -117,6 +120,35 @@ func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout t
 			return
 		}
 	}
+}
+
+// addTxnPartitions adds every partition a transactional Produce v12+ writes
+// to its producer's transaction with one state write, and returns what the
+// acknowledgement must also wait for. Failures are left for the
+// per-partition check, which reports them.
+func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
+	type producerKey struct {
+		pid   int64
+		epoch int16
+	}
+	adds := map[producerKey][]txn.TP{}
+	for _, rt := range r.Topics {
+		for _, rp := range rt.Partitions {
+			h, err := recordbatch.ParseHeader(rp.Records)
+			if err != nil || !h.Transactional() || h.Control() || b.lookup(rt.Topic) == nil {
+				continue
+			}
+			k := producerKey{h.ProducerID, h.ProducerEpoch}
+			adds[k] = append(adds[k], txn.TP{Topic: rt.Topic, Partition: rp.Partition})
+		}
+	}
+	var waits []produceWait
+	for k, tps := range adds {
+		if p, end, code := b.txc.addImplicitAll(k.pid, k.epoch, tps); code == 0 && p != nil {
+			waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
+		}
+	}
+	return waits
 }
 
 type appended struct {

@@ -91,15 +91,34 @@ func (c *txnCoordinator) checkProduce(pid int64, epoch int16, topic string, part
 // v12+ does under transactions v2. Adding a partition that is already in
 // the transaction costs no write.
 func (c *txnCoordinator) addImplicit(ctx context.Context, pid int64, epoch int16, tp txn.TP) int16 {
+	p, end, code := c.addImplicitAll(pid, epoch, []txn.TP{tp})
+	if code == 0 && p != nil && !c.b.waitHW(ctx, p, end, 10*time.Second) {
+		return errRequestTimedOut
+	}
+	return code
+}
+
+// addImplicitAll adds several partitions with one state write, so a produce
+// request that opens a transaction on many partitions needs one record. The
+// write is not waited for here: the produce's acknowledgement waits for it
+// together with the data (returned as p and end; p is nil when nothing was
+// written). Should a crash keep the data but lose this record, the start-up
+// sweep aborts the orphaned transaction, so no partition hangs.
+func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*partition, int64, int16) {
 	c.mu.Lock()
 	e := c.byPID[pid]
 	c.mu.Unlock()
 	if e == nil {
-		return txn.ErrInvalidProducerIDMapping
+		return nil, 0, txn.ErrInvalidProducerIDMapping
 	}
 	if m := e.meta.Load(); m.State == kmsg.TransactionStateOngoing && m.Epoch == epoch {
-		if _, ok := m.Partitions[tp]; ok {
-			return 0
+		all := true
+		for _, tp := range tps {
+			_, ok := m.Partitions[tp]
+			all = all && ok
+		}
+		if all {
+			return nil, 0, 0
 		}
 	}
 	e.mu.Lock()
@@ -107,43 +126,88 @@ func (c *txnCoordinator) addImplicit(ctx context.Context, pid int64, epoch int16
 	m := e.meta.Load()
 	if code := m.CheckProducer(pid, epoch, true); code != 0 {
 		if epoch < m.Epoch {
-			return txn.ErrInvalidProducerEpoch
+			return nil, 0, txn.ErrInvalidProducerEpoch
 		}
-		return code
+		return nil, 0, code
 	}
-	next, code := m.AddPartitions([]txn.TP{tp}, time.Now().UnixMilli())
+	next, code := m.AddPartitions(tps, time.Now().UnixMilli())
 	if code != 0 {
-		return code
+		return nil, 0, code
 	}
-	if err := c.transition(ctx, e, next); err != nil {
-		return errKafkaStorageError
+	p, end, err := c.appendState(next)
+	if err != nil {
+		return nil, 0, errKafkaStorageError
 	}
-	return 0
+	c.install(e, next)
+	return p, end, 0
+}
+
+// sweepOrphans aborts transactions that partitions hold open but the
+// coordinator does not know as ongoing on them (a lost implicit add, or a
+// coordinator record lost with unsynced data): without this a partition's
+// LSO would never move again.
+func (c *txnCoordinator) sweepOrphans(ctx context.Context) error {
+	for _, t := range c.b.sortedTopics() {
+		for _, p := range t.partitions {
+			p.txnMu.Lock()
+			open := p.txns.OpenTransactions()
+			p.txnMu.Unlock()
+			for pid := range open {
+				c.mu.Lock()
+				e := c.byPID[pid]
+				c.mu.Unlock()
+				tp := txn.TP{Topic: t.name, Partition: p.index}
+				if e != nil {
+					if m := e.meta.Load(); m.State == kmsg.TransactionStateOngoing || m.Preparing() {
+						if _, ok := m.Partitions[tp]; ok {
+							continue
+						}
+					}
+				}
+				c.b.log.Warn("aborting an orphaned open transaction", "topic", t.name, "partition", p.index, "producer_id", pid)
+				orphan := &txn.Metadata{ProducerID: pid, Epoch: math.MaxInt16 - 1, Partitions: map[txn.TP]struct{}{tp: {}}}
+				if err := c.writeMarkers(ctx, orphan, false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // writeState appends m to __transaction_state and waits until durable.
 func (c *txnCoordinator) writeState(ctx context.Context, m *txn.Metadata) error {
-	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
+	p, end, err := c.appendState(m)
 	if err != nil {
 		return err
+	}
+	if !c.b.waitHW(ctx, p, end, 10*time.Second) {
+		return errCommitTimeout
+	}
+	return nil
+}
+
+// appendState appends m to __transaction_state without waiting, returning
+// the offset durability must reach.
+func (c *txnCoordinator) appendState(m *txn.Metadata) (*partition, int64, error) {
+	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
+	if err != nil {
+		return nil, 0, err
 	}
 	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{
 		Key: txn.EncodeKey(m.ID), Value: txn.EncodeValue(m), Timestamp: time.Now().UnixMilli(),
 	}})
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	p.appendMu.Lock()
 	base, err := p.log.Append(batch, c.b.epoch)
 	p.appendMu.Unlock()
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	c.b.flush.markDirty(p)
-	if !c.b.waitHW(ctx, p, base+1, 10*time.Second) {
-		return errCommitTimeout
-	}
-	return nil
+	return p, base + 1, nil
 }
 
 // transition writes m and then publishes it.
@@ -218,7 +282,14 @@ func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry) error {
 			return err
 		}
 	}
-	return c.transition(ctx, e, done)
+	// The outcome is already durable (Prepare* state and markers), so the
+	// Complete* record need not be waited for: if it is lost, recovery
+	// finds the Prepare* state and completes again, which is idempotent.
+	if _, _, err := c.appendState(done); err != nil {
+		return err
+	}
+	c.install(e, done)
+	return nil
 }
 
 // bump moves m to the next epoch, or to a fresh producer id when the epoch
