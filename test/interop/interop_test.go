@@ -1,10 +1,11 @@
 // Package interop runs third-party Kafka clients (IBM/sarama,
-// segmentio/kafka-go and librdkafka through confluent_kafka for Python)
-// against an in-process MoonMQ broker.
+// segmentio/kafka-go, and librdkafka through confluent_kafka for Python and
+// through kcat) against an in-process MoonMQ broker.
 //
-// The broker has no consumer groups, offset commits or transactions yet,
-// so every consumer here is assigned partitions directly and every producer
-// is non-idempotent.
+// This file covers produce, fetch and admin with partitions assigned
+// directly and non-idempotent producers; the *_groups_test.go files cover
+// consumer groups and offset commits, the idempotent producer and
+// transactions.
 package interop
 
 import (
