@@ -1,0 +1,293 @@
+package replication
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+var (
+	tp0 = TopicPartition{Topic: "t", Partition: 0}
+	tp1 = TopicPartition{Topic: "t", Partition: 1}
+	t0  = time.Unix(1_000_000, 0)
+)
+
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+// newGroup returns a leader 1 of replicas 1,2,3 with the given ISR at
+// epoch 5, one partition whose log and durable ends are end.
+func newGroup(t *testing.T, isr []int32, end int64, opts ...Option) *Leader {
+	t.Helper()
+	l := NewLeader(opts...)
+	if !l.Configure([]int32{1, 2, 3}, 1, isr, 5) {
+		t.Fatal("Configure refused")
+	}
+	l.AppendLocal(tp0, end, end)
+	l.Tick(t0)
+	return l
+}
+
+func TestHighWatermarkRules(t *testing.T) {
+	type fetch struct {
+		r   int32
+		off int64
+	}
+	tests := []struct {
+		name          string
+		isr           []int32
+		logEnd, dur   int64
+		opts          []Option
+		fetches       []fetch
+		want          int64
+		wantUnderMin  bool
+		wantAckSetLen int
+	}{
+		{"min over ISR", []int32{1, 2, 3}, 10, 10, nil, []fetch{{2, 7}, {3, 5}}, 5, false, 3},
+		{"leader durable end caps", []int32{1, 2, 3}, 10, 4, nil, []fetch{{2, 10}, {3, 10}}, 4, false, 3},
+		{"fetch past log end is clamped", []int32{1, 2}, 10, 10, nil, []fetch{{2, 50}}, 10, false, 2},
+		{"unknown ISR member holds", []int32{1, 2, 3}, 10, 10, nil, []fetch{{2, 10}}, 0, false, 3},
+		{"follower at HW expands and counts at once", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {3, 1}}, 1, false, 3},
+		{"older fetch does not lower", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {2, 3}}, 8, false, 2},
+		{"leader alone, minISR 1", []int32{1}, 10, 9, nil, nil, 9, false, 1},
+		{"leader alone, minISR 2 holds", []int32{1}, 10, 10, []Option{WithMinISR(2)}, nil, 0, true, 1},
+		{"two of three, minISR 2", []int32{1, 2}, 10, 10, []Option{WithMinISR(2)}, []fetch{{2, 6}}, 6, false, 2},
+		{"static lagMax 0: leader durable end", []int32{1}, 10, 10, []Option{WithStatic(0)}, []fetch{{2, 9}, {3, 2}}, 10, false, 1},
+		{"static lagMax 3: near follower counts", []int32{1}, 10, 10, []Option{WithStatic(3)}, []fetch{{2, 8}, {3, 2}}, 8, false, 1},
+		{"static lagMax 3: far follower ignored", []int32{1}, 10, 10, []Option{WithStatic(3)}, []fetch{{2, 6}}, 10, false, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLeader(tc.opts...)
+			l.Configure([]int32{1, 2, 3}, 1, tc.isr, 5)
+			// The log grows first and is fsynced after the fetches.
+			l.AppendLocal(tp0, tc.logEnd, 0)
+			for _, f := range tc.fetches {
+				l.FollowerFetch(f.r, tp0, f.off, t0)
+			}
+			l.AppendLocal(tp0, tc.logEnd, tc.dur)
+			if got := l.HighWatermark(tp0); got != tc.want {
+				t.Errorf("HW = %d, want %d", got, tc.want)
+			}
+			if got := l.UnderMinISR(); got != tc.wantUnderMin {
+				t.Errorf("UnderMinISR = %v, want %v", got, tc.wantUnderMin)
+			}
+			if got := len(l.AckSet()); got != tc.wantAckSetLen {
+				t.Errorf("AckSet = %v, want %d members", l.AckSet(), tc.wantAckSetLen)
+			}
+		})
+	}
+}
+
+func TestHighWatermarkNeverDecreasesWithinEpoch(t *testing.T) {
+	l := newGroup(t, []int32{1, 2}, 10)
+	l.FollowerFetch(2, tp0, 10, at(1))
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d", hw)
+	}
+	// Replica 3 becomes an expand candidate only after reaching the HW;
+	// before that, a pending expand would lower the min, which is guarded.
+	l.AppendLocal(tp0, 20, 20)
+	l.FollowerFetch(3, tp0, 10, at(2))
+	if c, ok := l.Pending(); !ok || !c.Expand || c.Replica != 3 {
+		t.Fatalf("pending = %+v %v, want expand 3", c, ok)
+	}
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d after expand, want 10 (held, not lowered)", hw)
+	}
+	l.FollowerFetch(2, tp0, 20, at(3))
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d, want 10: pending expand member 3 is at 10", hw)
+	}
+	l.FollowerFetch(3, tp0, 15, at(3))
+	if hw := l.HighWatermark(tp0); hw != 15 {
+		t.Fatalf("HW = %d, want 15", hw)
+	}
+}
+
+func TestSeedHighWatermark(t *testing.T) {
+	l := NewLeader()
+	l.Configure([]int32{1, 2, 3}, 1, []int32{1, 2, 3}, 7)
+	l.AppendLocal(tp0, 10, 8)
+	l.SeedHighWatermark(tp0, 9)
+	if hw := l.HighWatermark(tp0); hw != 8 {
+		t.Fatalf("seed clamped to durable end: HW = %d, want 8", hw)
+	}
+	l.SeedHighWatermark(tp0, 3)
+	if hw := l.HighWatermark(tp0); hw != 8 {
+		t.Fatalf("seed lowered HW to %d", hw)
+	}
+}
+
+func TestShrinkPendingStillCounts(t *testing.T) {
+	l := newGroup(t, []int32{1, 2, 3}, 10, WithIsrLag(10*time.Second))
+	l.FollowerFetch(2, tp0, 10, at(1))
+	l.FollowerFetch(3, tp0, 4, at(1))
+	l.Tick(at(9))
+	if _, ok := l.Pending(); ok {
+		t.Fatal("shrink proposed before the lag elapsed")
+	}
+	l.FollowerFetch(2, tp0, 10, at(10.5))
+	l.Tick(at(10.5))
+	ps := l.Proposals()
+	if len(ps) != 1 || ps[0].Expand || ps[0].Replica != 3 || ps[0].Epoch != 5 || !slices.Equal(ps[0].ISR, []int32{1, 2}) {
+		t.Fatalf("proposals = %+v, want shrink of 3 at epoch 5", ps)
+	}
+	if len(l.Proposals()) != 0 {
+		t.Fatal("proposal handed out twice")
+	}
+	if got := l.AckSet(); !slices.Equal(got, []int32{1, 2, 3}) {
+		t.Fatalf("AckSet = %v while shrink pending, want 1,2,3", got)
+	}
+	if hw := l.HighWatermark(tp0); hw != 4 {
+		t.Fatalf("HW = %d, want 4 while 3 still counts", hw)
+	}
+	if l.ISRCommitted([]int32{1, 2}, 4) {
+		t.Fatal("commit from older epoch applied")
+	}
+	if !l.ISRCommitted([]int32{1, 2}, 5) {
+		t.Fatal("commit refused")
+	}
+	if got := l.AckSet(); !slices.Equal(got, []int32{1, 2}) {
+		t.Fatalf("AckSet = %v after commit", got)
+	}
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d after shrink commit, want 10", hw)
+	}
+}
+
+func TestShrinkUnderMinISRStopsHW(t *testing.T) {
+	l := newGroup(t, []int32{1, 2}, 10, WithMinISR(2), WithIsrLag(time.Second))
+	l.FollowerFetch(2, tp0, 10, at(0))
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d", hw)
+	}
+	l.AppendLocal(tp0, 20, 20)
+	l.Tick(at(5))
+	if c, ok := l.Pending(); !ok || c.Expand {
+		t.Fatal("expected pending shrink of 2")
+	}
+	// 2 catches up but the shrink is pending: the ISR is about to be 1.
+	l.FollowerFetch(2, tp0, 20, at(5))
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d, want 10 while a shrink below minISR is pending", hw)
+	}
+	l.ISRCommitted([]int32{1}, 5)
+	l.AppendLocal(tp0, 30, 30)
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d, want 10 with ISR below minISR", hw)
+	}
+	// 2 is back at the HW and not lagging: expand; it counts for acks at
+	// once but the ISR is not 2 until the expand commits.
+	l.FollowerFetch(2, tp0, 30, at(5.5))
+	if c, ok := l.Pending(); !ok || !c.Expand {
+		t.Fatal("expected pending expand of 2")
+	}
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d, want 10 before the expand commits", hw)
+	}
+	l.ISRCommitted([]int32{1, 2}, 5)
+	if hw := l.HighWatermark(tp0); hw != 30 {
+		t.Fatalf("HW = %d, want 30", hw)
+	}
+}
+
+func TestExpandNeedsEveryPartitionAtHW(t *testing.T) {
+	l := NewLeader()
+	l.Configure([]int32{1, 2, 3}, 1, []int32{1, 2}, 5)
+	l.AppendLocal(tp0, 10, 10)
+	l.AppendLocal(tp1, 10, 10)
+	l.FollowerFetch(2, tp0, 10, t0)
+	l.FollowerFetch(2, tp1, 6, t0)
+	l.FollowerFetch(3, tp0, 10, t0)
+	if _, ok := l.Pending(); ok {
+		t.Fatal("expand before 3 fetched every partition")
+	}
+	l.FollowerFetch(3, tp1, 5, t0)
+	if _, ok := l.Pending(); ok {
+		t.Fatal("expand with tp1 below the HW (6)")
+	}
+	l.FollowerFetch(3, tp1, 6, t0)
+	c, ok := l.Pending()
+	if !ok || !c.Expand || c.Replica != 3 || !slices.Equal(c.ISR, []int32{1, 2, 3}) {
+		t.Fatalf("pending = %+v %v", c, ok)
+	}
+	if got := l.AckSet(); !slices.Equal(got, []int32{1, 2, 3}) {
+		t.Fatalf("AckSet = %v, want expand counted at once", got)
+	}
+}
+
+func TestProposalFailedAllowsRetry(t *testing.T) {
+	l := newGroup(t, []int32{1, 2}, 10)
+	l.FollowerFetch(3, tp0, 0, t0)
+	ps := l.Proposals()
+	if len(ps) != 1 || !ps[0].Expand {
+		t.Fatalf("proposals = %+v", ps)
+	}
+	l.ProposalFailed(ISRChange{Epoch: 5, ISR: []int32{1, 3}, Replica: 3, Expand: true})
+	if _, ok := l.Pending(); !ok {
+		t.Fatal("a different change's failure cleared the pending one")
+	}
+	l.ProposalFailed(ps[0])
+	// 3 still qualifies, so the change is pending again and handed out
+	// once more.
+	if ps := l.Proposals(); len(ps) != 1 || !ps[0].Expand || ps[0].Replica != 3 {
+		t.Fatalf("no retry: %+v", ps)
+	}
+	// Once 3 no longer qualifies (it lags), a failure leaves nothing
+	// pending and 3 out of the acks=all set.
+	l.Tick(at(60))
+	l.ProposalFailed(ISRChange{Epoch: 5, ISR: []int32{1, 2, 3}, Replica: 3, Expand: true})
+	if got := l.AckSet(); !slices.Equal(got, []int32{1, 2}) {
+		t.Fatalf("AckSet = %v after failure", got)
+	}
+}
+
+func TestFollowerOneBehindUnderLoadStaysInSync(t *testing.T) {
+	// A follower that always fetches the previous fetch's log end is never
+	// at the current log end under constant load, but is caught up.
+	l := newGroup(t, []int32{1, 2, 3}, 0, WithIsrLag(2*time.Second))
+	l.FollowerFetch(3, tp0, 0, t0)
+	for i := 1; i <= 100; i++ {
+		now := at(float64(i) * 0.5)
+		l.AppendLocal(tp0, int64(i), int64(i))
+		l.FollowerFetch(2, tp0, int64(i-1), now)
+		l.FollowerFetch(3, tp0, 0, now) // stuck
+		l.Tick(now)
+		if c, ok := l.Pending(); ok {
+			if c.Replica != 3 || c.Expand {
+				t.Fatalf("step %d: pending %+v, want only a shrink of 3", i, c)
+			}
+			return
+		}
+	}
+	t.Fatal("stuck follower 3 never proposed out")
+}
+
+func TestConfigureOlderEpochIgnored(t *testing.T) {
+	l := newGroup(t, []int32{1, 2}, 10)
+	if l.Configure([]int32{1, 2, 3}, 1, []int32{1}, 5) || l.Configure([]int32{1, 2, 3}, 1, []int32{1}, 4) {
+		t.Fatal("Configure accepted a non-newer epoch")
+	}
+	if !l.Configure([]int32{1, 2, 3}, 1, []int32{1}, 6) || l.Epoch() != 6 || l.HighWatermark(tp0) != 0 {
+		t.Fatal("new epoch did not reset")
+	}
+}
+
+func TestAcceptISRChange(t *testing.T) {
+	c := ISRChange{Epoch: 3, ISR: []int32{1, 2}, Replica: 3}
+	if !AcceptISRChange(3, c) || AcceptISRChange(4, c) || AcceptISRChange(2, c) {
+		t.Fatal("AcceptISRChange")
+	}
+}
+
+func TestStaticModeNoProposals(t *testing.T) {
+	l := newGroup(t, []int32{1}, 10, WithStatic(2), WithIsrLag(time.Second))
+	l.FollowerFetch(2, tp0, 10, at(0))
+	l.Tick(at(100))
+	if ps := l.Proposals(); len(ps) != 0 {
+		t.Fatalf("static mode proposed %+v", ps)
+	}
+	if l.ISRCommitted([]int32{1, 2}, 5) {
+		t.Fatal("static mode applied an ISR")
+	}
+}
