@@ -145,10 +145,12 @@ func (f *Fetcher) current() Action {
 }
 
 // NewLeader starts following leader at epoch (learnt from the group's Raft
-// log). An older epoch is ignored; the same epoch and leader changes
-// nothing. Otherwise the loop restarts at the manifest.
+// log). An older epoch is ignored, and so is the leader already followed
+// unless the fetcher is idle (it stopped on ErrNotLeader or LeaderLost);
+// otherwise the loop restarts at the manifest. Truncation still runs only
+// once per epoch.
 func (f *Fetcher) NewLeader(leader, epoch int32) Action {
-	if f.hasLeader && (epoch < f.epoch || epoch == f.epoch && leader == f.leader) {
+	if f.hasLeader && (epoch < f.epoch || epoch == f.epoch && leader == f.leader && f.state != StateIdle) {
 		return f.current()
 	}
 	f.hasLeader = true
