@@ -9,9 +9,10 @@
 //     waits for (AckSet), and decides which ISR changes to propose to Raft
 //     (shrink a lagging follower, expand a caught-up one; KIP-497 and
 //     KIP-966 rules).
-//   - The follower's log-truncation decision (KIP-101, KIP-279): Truncation
-//     and DecideTruncation, plus the "no epoch history, discard and recopy"
-//     and "below the leader's log start, reset" rules.
+//   - The follower's log-truncation decision (KIP-101, KIP-279):
+//     StartTruncation and DecideTruncation, including the "no epoch
+//     history, discard and recopy" and "below the leader's log start,
+//     reset" rules.
 //   - Fetcher: the follower's loop (manifest, truncation once per epoch,
 //     fetch) as a state machine that says what to do next.
 //   - Eligibility: who may stand for election (Eligible, Candidacy) and
