@@ -1,0 +1,423 @@
+package raftgroup
+
+import (
+	"cmp"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/vfs"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// core is the single-threaded heart of a Node: the RawNode, its storage and
+// the applied state. Only its owner (Node's goroutine, or a test's
+// simulator) calls it.
+type core struct {
+	self          int32
+	members       []int32
+	role          replication.Role
+	roles         map[int32]replication.Role
+	fs            vfs.FS
+	path          string
+	send          func(*pb.Message) bool
+	compactEvery  uint64
+	electionTicks int
+
+	ms *raft.MemoryStorage
+	rn *raft.RawNode
+
+	state   GroupState // applied state
+	applied uint64
+
+	raftState raft.StateType
+	lead      uint64
+	term      uint64
+
+	ledTerm      uint64 // term in which the leader duties were last set up
+	claimTerm    uint64 // term in which this leader's claim was proposed
+	handOff      bool   // leader that must transfer leadership, never serve
+	handOffTicks int
+	handOffTries int
+
+	failed error // a storage write failed: the core is inert
+
+	// onApply, if set, sees the state after each applied index (tests).
+	onApply func(index uint64, s GroupState)
+}
+
+// newCore loads the persisted state and builds the RawNode.
+func newCore(cfg *Config) (*core, error) {
+	members := slices.Clone(cfg.Members)
+	slices.Sort(members)
+	if err := cfg.FS.MkdirAll(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.DataDir, FileName)
+	ms, st, err := loadStorage(cfg.FS, path, members)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := ms.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	c := &core{
+		self:          cfg.ID,
+		members:       members,
+		role:          cfg.Role,
+		roles:         cfg.Roles,
+		fs:            cfg.FS,
+		path:          path,
+		compactEvery:  uint64(cfg.CompactEvery),
+		electionTicks: cfg.ElectionTicks,
+		ms:            ms,
+		state:         st,
+		applied:       snap.GetMetadata().GetIndex(),
+		lead:          raft.None,
+	}
+	rc := &raft.Config{
+		ID:                        uint64(cfg.ID),
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   ms,
+		Applied:                   c.applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           64,
+		MaxUncommittedEntriesSize: 1 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		Logger:                    cfg.raftLogger(),
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, err
+	}
+	c.rn = rn
+	bs := rn.BasicStatus()
+	c.term = bs.HardState.GetTerm()
+	c.raftState = bs.RaftState
+	return c, nil
+}
+
+// tick advances Raft's logical clock by one tick.
+func (c *core) tick() {
+	if c.failed != nil {
+		return
+	}
+	c.rn.Tick()
+	if c.handOff && c.raftState == raft.StateLeader {
+		c.handOffTicks++
+		if c.handOffTicks >= c.electionTicks {
+			c.transfer()
+		}
+	}
+	c.process()
+}
+
+// step hands a message from a peer to Raft. Messages from non-members or
+// addressed to another replica are ignored.
+func (c *core) step(m *pb.Message) {
+	if c.failed != nil || m.GetTo() != uint64(c.self) || !slices.Contains(c.members, int32(m.GetFrom())) || raft.IsLocalMsg(m.GetType()) {
+		return
+	}
+	_ = c.rn.Step(m) // errors mean "not for us now": Raft tolerates loss
+	c.process()
+}
+
+// proposeISR proposes an ISR change; only the serving leader may, and only
+// in its own epoch.
+func (c *core) proposeISR(ch replication.ISRChange) error {
+	if c.failed != nil {
+		return c.failed
+	}
+	if !c.serving() {
+		return ErrNotServing
+	}
+	if ch.Epoch != c.state.Epoch {
+		return fmt.Errorf("%w: change epoch %d, current epoch %d", ErrStaleEpoch, ch.Epoch, c.state.Epoch)
+	}
+	if err := c.rn.Propose(encodeISR(ch)); err != nil {
+		return err
+	}
+	c.process()
+	return nil
+}
+
+// serving reports whether this replica is the serving leader: Raft leader
+// whose claim for its current term is applied, and not handing off.
+func (c *core) serving() bool {
+	return c.failed == nil && c.raftState == raft.StateLeader && !c.handOff &&
+		c.state.Leader == c.self && uint64(c.state.Epoch) == c.term
+}
+
+// process handles every pending Ready and the leader's duties until Raft
+// is quiet.
+func (c *core) process() {
+	for c.failed == nil {
+		c.leaderDuties()
+		if !c.rn.HasReady() {
+			return
+		}
+		c.handleReady()
+	}
+}
+
+// handleReady follows Raft's Ready contract: persist the snapshot, entries
+// and HardState, then send, then apply, then Advance.
+func (c *core) handleReady() {
+	rd := c.rn.Ready()
+	if rd.SoftState != nil {
+		c.raftState, c.lead = rd.SoftState.RaftState, rd.SoftState.Lead
+	}
+	if rd.HardState != nil {
+		c.term = rd.HardState.GetTerm()
+	}
+	dirty := false
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := c.ms.ApplySnapshot(rd.Snapshot); err != nil && err != raft.ErrSnapOutOfDate {
+			c.fail(err)
+			return
+		}
+		st, err := decodeSnapshotData(rd.Snapshot.GetData())
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.state, c.applied = st, rd.Snapshot.GetMetadata().GetIndex()
+		if c.onApply != nil {
+			c.onApply(c.applied, c.state.clone())
+		}
+		dirty = true
+	}
+	if len(rd.Entries) > 0 {
+		if err := c.ms.Append(rd.Entries); err != nil {
+			c.fail(err)
+			return
+		}
+		dirty = true
+	}
+	if rd.HardState != nil {
+		if err := c.ms.SetHardState(rd.HardState); err != nil {
+			c.fail(err)
+			return
+		}
+		dirty = true
+	}
+	if dirty {
+		if err := saveStorage(c.fs, c.path, c.members, c.ms); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+	var snapReports []*pb.Message
+	for _, m := range rd.Messages {
+		ok := c.send(m)
+		if m.GetType() == pb.MsgSnap {
+			if !ok {
+				m = &pb.Message{To: m.To, Reject: new(true)}
+			}
+			snapReports = append(snapReports, m)
+		} else if !ok {
+			c.rn.ReportUnreachable(m.GetTo())
+		}
+	}
+	for _, e := range rd.CommittedEntries {
+		if e.GetIndex() <= c.applied {
+			continue
+		}
+		c.state = c.state.apply(e)
+		c.applied = e.GetIndex()
+		if c.onApply != nil {
+			c.onApply(c.applied, c.state.clone())
+		}
+	}
+	c.rn.Advance(rd)
+	for _, m := range snapReports {
+		st := raft.SnapshotFinish
+		if m.GetReject() {
+			st = raft.SnapshotFailure
+		}
+		c.rn.ReportSnapshot(m.GetTo(), st)
+	}
+	c.maybeCompact()
+}
+
+// maybeCompact folds the applied prefix of the log into a snapshot of the
+// applied state once it is compactEvery entries long.
+func (c *core) maybeCompact() {
+	snap, err := c.ms.Snapshot()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if c.applied < snap.GetMetadata().GetIndex()+c.compactEvery {
+		return
+	}
+	if _, err := c.ms.CreateSnapshot(c.applied, confState(c.members), encodeSnapshotData(c.state)); err != nil {
+		c.fail(err)
+		return
+	}
+	if err := c.ms.Compact(c.applied); err != nil {
+		c.fail(err)
+		return
+	}
+	if err := saveStorage(c.fs, c.path, c.members, c.ms); err != nil {
+		c.fail(err)
+	}
+}
+
+func (c *core) fail(err error) {
+	if c.failed == nil {
+		c.failed = err
+	}
+}
+
+// leaderDuties runs after every step: a new leader decides whether it may
+// claim (eligible in its own log) or must hand off; an eligible leader
+// proposes its claim once per term; a leader whose applied claim turns out
+// to be inadmissible (MustHandOff) hands off.
+func (c *core) leaderDuties() {
+	if c.raftState != raft.StateLeader {
+		c.handOff = false
+		return
+	}
+	if c.ledTerm != c.term {
+		c.ledTerm, c.claimTerm, c.handOff, c.handOffTries = c.term, 0, false, 0
+		isr, has := c.logISR()
+		if !replication.Eligible(c.self, isr, c.role, has) {
+			c.startHandOff()
+		}
+	}
+	if c.handOff {
+		return
+	}
+	if uint64(c.state.Epoch) == c.term && c.state.Leader == c.self &&
+		replication.MustHandOff(c.self, c.state.ISR, c.role, c.state.HasISR) {
+		c.startHandOff()
+		return
+	}
+	if c.claimTerm != c.term {
+		if err := c.rn.Propose(encodeClaim(LeadershipClaim{Epoch: int32(c.term), LeaderID: c.self})); err == nil {
+			c.claimTerm = c.term
+		}
+	}
+}
+
+func (c *core) startHandOff() {
+	c.handOff = true
+	c.transfer()
+}
+
+// transfer asks Raft to hand leadership to an eligible member; repeated
+// every election timeout while this replica is still leader, rotating
+// through the candidates.
+func (c *core) transfer() {
+	c.handOffTicks = 0
+	cands := c.handOffCandidates()
+	if len(cands) == 0 {
+		return
+	}
+	target := cands[c.handOffTries%len(cands)]
+	c.handOffTries++
+	c.rn.TransferLeader(uint64(target))
+}
+
+// handOffCandidates are the other members eligible by the ISR of this
+// leader's log, the recently active and most caught up first. A member
+// missing from Roles counts as eligible before any ISR exists (if it is
+// not, it hands off in its turn).
+func (c *core) handOffCandidates() []int32 {
+	isr, has := c.logISR()
+	st := c.rn.Status()
+	var cands []int32
+	for _, m := range c.members {
+		if m == c.self {
+			continue
+		}
+		role, known := c.roles[m]
+		if !known && !has {
+			role = replication.RoleBoth
+		}
+		if replication.Eligible(m, isr, role, has) {
+			cands = append(cands, m)
+		}
+	}
+	score := func(id int32) (bool, uint64) {
+		p, ok := st.Progress[uint64(id)]
+		if !ok {
+			return false, 0
+		}
+		return p.RecentActive && p.State != tracker.StateSnapshot, p.Match
+	}
+	slices.SortStableFunc(cands, func(a, b int32) int {
+		aa, am := score(a)
+		ba, bm := score(b)
+		if aa != ba {
+			if aa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(bm, am)
+	})
+	return cands
+}
+
+// logISR is the ISR as recorded in this replica's own Raft log: the
+// applied state with every later entry of the log (committed or not)
+// applied to it.
+func (c *core) logISR() ([]int32, bool) {
+	s := c.state
+	last, _ := c.ms.LastIndex()
+	if last > c.applied {
+		if ents, err := c.ms.Entries(c.applied+1, last+1, 1<<62); err == nil {
+			for _, e := range ents {
+				s = s.apply(e)
+			}
+		}
+	}
+	return s.ISR, s.HasISR
+}
+
+// status is the replica's view for /replication/status.
+func (c *core) status() Status {
+	st := Status{
+		ReplicaID:   c.self,
+		Role:        roleName(c.raftState),
+		Leader:      NoLeader,
+		RaftLeader:  NoLeader,
+		Epoch:       c.state.Epoch,
+		ISR:         slices.Clone(c.state.ISR),
+		HasISR:      c.state.HasISR,
+		Serving:     c.serving(),
+		HandingOff:  c.handOff && c.raftState == raft.StateLeader,
+		RaftTerm:    c.term,
+		CommitIndex: c.rn.BasicStatus().HardState.GetCommit(),
+		Applied:     c.applied,
+		State:       c.state.clone(),
+	}
+	if c.state.Leader != NoLeader {
+		st.Leader = c.state.Leader
+	}
+	if c.lead != raft.None {
+		st.RaftLeader = int32(c.lead)
+	}
+	if c.failed != nil {
+		st.Err = c.failed.Error()
+	}
+	return st
+}
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate, raft.StatePreCandidate:
+		return "candidate"
+	}
+	return "follower"
+}

@@ -1,0 +1,366 @@
+package raftgroup
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/vfs"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+func TestElectionThree(t *testing.T) {
+	s := newSim(t, 3, 1, nil)
+	l := s.waitServing(100)
+	c := s.cores[l]
+	if uint64(c.state.Epoch) != c.term || c.state.Leader != l {
+		t.Fatalf("claim %+v, term %d", c.state, c.term)
+	}
+	s.tick(5)
+	for _, id := range s.ids {
+		if st := s.cores[id].state; st.Epoch != c.state.Epoch || st.Leader != l {
+			t.Fatalf("replica %d state %+v, want leader %d epoch %d", id, st, l, c.state.Epoch)
+		}
+		if id != l && s.cores[id].serving() {
+			t.Fatalf("follower %d serves", id)
+		}
+	}
+}
+
+func TestElectionFive(t *testing.T) {
+	s := newSim(t, 5, 2, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, 1, 2, 3, 4, 5); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	// Two failures are tolerated.
+	s.crash(l)
+	other := s.ids[0]
+	if other == l {
+		other = s.ids[1]
+	}
+	s.crash(other)
+	l2 := s.waitServing(200)
+	if l2 == l || l2 == other || s.cores[l2].state.Epoch <= s.servingEpochOf(l) {
+		t.Fatalf("new leader %d epoch %d", l2, s.cores[l2].state.Epoch)
+	}
+}
+
+func (s *sim) servingEpochOf(id int32) int32 {
+	var e int32
+	for ep, l := range s.servingByEpoch {
+		if l == id && ep > e {
+			e = ep
+		}
+	}
+	return e
+}
+
+func TestKillLeader(t *testing.T) {
+	s := newSim(t, 3, 3, nil)
+	l := s.waitServing(100)
+	e := s.cores[l].state.Epoch
+	s.crash(l)
+	l2 := s.waitServing(200)
+	if l2 == l {
+		t.Fatal("dead leader serves")
+	}
+	if e2 := s.cores[l2].state.Epoch; e2 <= e || uint64(e2) != s.cores[l2].term {
+		t.Fatalf("epoch %d after %d (term %d)", e2, e, s.cores[l2].term)
+	}
+	// The old leader comes back as a follower of the new epoch.
+	s.start(l)
+	s.tick(30)
+	if got := s.serving(); !slices.Equal(got, []int32{l2}) {
+		t.Fatalf("serving %v, want [%d]", got, l2)
+	}
+	if st := s.cores[l].state; st.Leader != l2 {
+		t.Fatalf("restarted replica sees %+v", st)
+	}
+}
+
+func TestPartitionedLeaderStepsDown(t *testing.T) {
+	s := newSim(t, 3, 4, nil)
+	l := s.waitServing(100)
+	e := s.cores[l].state.Epoch
+	s.isolate(l)
+	stepped := -1
+	for i := range 3 * simElection {
+		s.tick(1)
+		if !s.cores[l].serving() {
+			stepped = i + 1
+			break
+		}
+	}
+	if stepped < 0 || stepped > 2*simElection+1 {
+		t.Fatalf("isolated leader still serving after %d ticks", stepped)
+	}
+	var l2 int32
+	for range 200 {
+		s.tick(1)
+		if sv := s.serving(); len(sv) == 1 && sv[0] != l {
+			l2 = sv[0]
+			break
+		}
+	}
+	if l2 == 0 || s.cores[l2].state.Epoch <= e {
+		t.Fatalf("majority side did not elect: %+v", s.dump())
+	}
+	if s.cores[l].serving() {
+		t.Fatal("isolated leader serves again")
+	}
+	s.heal()
+	s.tick(30)
+	if got := s.serving(); !slices.Equal(got, []int32{l2}) {
+		t.Fatalf("after heal serving %v, want [%d] (pre-vote should keep the leader)", got, l2)
+	}
+	if st := s.cores[l].state; st.Leader != l2 || st.Epoch != s.cores[l2].state.Epoch {
+		t.Fatalf("old leader did not catch up: %+v", st)
+	}
+}
+
+// forceCampaign makes id campaign at once as if the leader had transferred
+// leadership to it (MsgTimeoutNow bypasses pre-vote and leader leases).
+func (s *sim) forceCampaign(id, from int32) {
+	c := s.cores[id]
+	c.step(&pb.Message{Type: pb.MsgTimeoutNow.Enum(), To: new(uint64(id)), From: new(uint64(from)), Term: new(c.term)})
+	s.deliver()
+}
+
+func TestNonISRWinnerHandsOff(t *testing.T) {
+	s := newSim(t, 3, 5, nil)
+	l := s.waitServing(100)
+	var out int32
+	for _, id := range s.ids {
+		if id != l {
+			out = id
+			break
+		}
+	}
+	var isr []int32
+	for _, id := range s.ids {
+		if id != out {
+			isr = append(isr, id)
+		}
+	}
+	if err := s.proposeISR(l, isr...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	if st := s.cores[out].state; !st.HasISR || slices.Contains(st.ISR, out) {
+		t.Fatalf("ISR not applied on %d: %+v", out, st)
+	}
+	s.claimed = map[int32]bool{}
+	term := s.cores[out].term
+	s.forceCampaign(out, l)
+	if c := s.cores[out]; c.ledTerm <= term || c.handOffTries == 0 {
+		t.Fatalf("replica %d did not win and hand off: led term %d (was %d), tries %d", out, c.ledTerm, term, c.handOffTries)
+	}
+	l2 := s.waitServing(200)
+	s.tick(20)
+	if l2 == out || s.claimed[out] || s.cores[out].serving() {
+		t.Fatalf("non-ISR replica %d claimed or serves (leader %d): %+v", out, l2, s.dump())
+	}
+	if !slices.Contains(isr, l2) {
+		t.Fatalf("leader %d not in ISR %v", l2, isr)
+	}
+}
+
+func TestRoleBeforeISR(t *testing.T) {
+	// Before any ISR only leader/both replicas may serve: 2 and 3 are
+	// followers, so whoever wins hands off to 1.
+	roles := map[int32]replication.Role{1: replication.RoleLeader, 2: replication.RoleFollower, 3: replication.RoleFollower}
+	for seed := int64(0); seed < 3; seed++ {
+		s := newSim(t, 3, seed, roles)
+		if l := s.waitServing(300); l != 1 {
+			t.Fatalf("seed %d: serving leader %d", seed, l)
+		}
+		if s.claimed[2] || s.claimed[3] {
+			t.Fatalf("seed %d: a follower-role replica claimed", seed)
+		}
+	}
+}
+
+func TestRestartKeepsTermAndVote(t *testing.T) {
+	s := newSim(t, 3, 6, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 { // enough entries to compact
+		if err := s.proposeISR(s.waitServing(10), s.ids...); err != nil {
+			t.Fatal(err)
+		}
+		s.tick(1)
+	}
+	var f int32 = 1
+	if f == l {
+		f = 2
+	}
+	before := s.cores[f].rn.BasicStatus()
+	b, err := vfs.ReadFile(s.fss[f], filepath.Join("/data", FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d diskState
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Snapshot.Index <= 1 || len(d.Entries) > 8 {
+		t.Fatalf("log not compacted: snapshot %d, %d entries", d.Snapshot.Index, len(d.Entries))
+	}
+	s.restart(f)
+	after := s.cores[f].rn.BasicStatus()
+	if after.HardState.GetTerm() != before.HardState.GetTerm() || after.HardState.GetVote() != before.HardState.GetVote() {
+		t.Fatalf("hard state %v after restart, was %v", after.HardState, before.HardState)
+	}
+	if st := s.cores[f].state; st.Epoch == 0 || !st.HasISR {
+		t.Fatalf("restarted from snapshot state %+v", st)
+	}
+	s.tick(20)
+	if got := s.serving(); !slices.Equal(got, []int32{l}) {
+		t.Fatalf("serving %v after follower restart, want [%d]", got, l)
+	}
+	if !s.cores[f].state.Equal(s.cores[l].state) {
+		t.Fatalf("restarted %+v, leader %+v", s.cores[f].state, s.cores[l].state)
+	}
+	// The whole group restarting keeps its epoch history.
+	e := s.cores[l].state.Epoch
+	for _, id := range s.ids {
+		s.restart(id)
+	}
+	l2 := s.waitServing(200)
+	if s.cores[l2].state.Epoch <= e {
+		t.Fatalf("epoch %d after full restart, was %d", s.cores[l2].state.Epoch, e)
+	}
+}
+
+func TestOldEpochISRIgnored(t *testing.T) {
+	st := initialState()
+	claim := func(term uint64, id int32) *pb.Entry {
+		return &pb.Entry{Term: new(term), Index: new(uint64(0)), Data: encodeClaim(LeadershipClaim{Epoch: int32(term), LeaderID: id})}
+	}
+	isr := func(term uint64, epoch int32, isr ...int32) *pb.Entry {
+		return &pb.Entry{Term: new(term), Index: new(uint64(0)), Data: encodeISR(replication.ISRChange{Epoch: epoch, ISR: isr})}
+	}
+	st = st.apply(claim(2, 1))
+	st = st.apply(isr(2, 2, 3, 1, 2))
+	if !st.HasISR || !slices.Equal(st.ISR, []int32{1, 2, 3}) {
+		t.Fatalf("ISR not applied: %+v", st)
+	}
+	st = st.apply(claim(4, 2))
+	st = st.apply(isr(4, 2, 1))
+	if !slices.Equal(st.ISR, []int32{1, 2, 3}) || st.Leader != 2 || st.Epoch != 4 {
+		t.Fatalf("old-epoch ISR applied: %+v", st)
+	}
+	// A claim whose epoch is not its entry's term, or is older, is ignored.
+	st = st.apply(&pb.Entry{Term: new(uint64(5)), Data: encodeClaim(LeadershipClaim{Epoch: 9, LeaderID: 3})})
+	st = st.apply(claim(3, 3))
+	if st.Leader != 2 || st.Epoch != 4 {
+		t.Fatalf("bad claim applied: %+v", st)
+	}
+
+	// In a live group: a stale proposal is refused, and an old-epoch entry
+	// that commits late is ignored on every replica.
+	s := newSim(t, 3, 7, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	e := s.cores[l].state.Epoch
+	err := s.cores[l].proposeISR(replication.ISRChange{Epoch: e - 1, ISR: []int32{l}})
+	if !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("stale proposal: %v", err)
+	}
+	if f := s.ids[(slices.Index(s.ids, l)+1)%3]; !errors.Is(s.cores[f].proposeISR(replication.ISRChange{Epoch: e, ISR: []int32{f}}), ErrNotServing) {
+		t.Fatal("follower proposal accepted")
+	}
+	if err := s.cores[l].rn.Propose(encodeISR(replication.ISRChange{Epoch: e - 1, ISR: []int32{l}})); err != nil {
+		t.Fatal(err)
+	}
+	s.cores[l].process()
+	s.tick(5)
+	for _, id := range s.ids {
+		if st := s.cores[id].state; len(st.ISR) != 3 {
+			t.Fatalf("replica %d applied old-epoch ISR: %+v", id, st)
+		}
+	}
+}
+
+func TestRandomized(t *testing.T) {
+	seeds := 6
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		n := 3
+		if seed%2 == 0 {
+			n = 5
+		}
+		randomRun(t, seed, n, 800)
+	}
+}
+
+func randomRun(t *testing.T, seed int64, n, ticks int) {
+	s := newSim(t, n, seed, nil)
+	s.dropRate = 0.05
+	s.shuffle = true
+	for range ticks {
+		switch r := s.rng.Intn(100); {
+		case r < 3:
+			s.isolate(s.ids[s.rng.Intn(n)])
+		case r < 5:
+			a, b := s.ids[s.rng.Intn(n)], s.ids[s.rng.Intn(n)]
+			s.blocked[[2]int32{a, b}] = true
+		case r < 9:
+			s.heal()
+		case r < 11:
+			id := s.ids[s.rng.Intn(n)]
+			if s.cores[id] != nil {
+				s.crash(id)
+			}
+		case r < 16:
+			for _, id := range s.ids {
+				if s.cores[id] == nil {
+					s.start(id)
+					break
+				}
+			}
+		case r < 30:
+			if l := s.serving(); len(l) > 0 {
+				ld := l[s.rng.Intn(len(l))]
+				isr := []int32{ld}
+				for _, id := range s.ids {
+					if id != ld && s.rng.Intn(3) > 0 {
+						isr = append(isr, id)
+					}
+				}
+				slices.Sort(isr)
+				_ = s.proposeISR(ld, isr...)
+			}
+		}
+		s.tick(1)
+	}
+	// Heal everything: the group must converge on one serving leader and
+	// one state.
+	s.heal()
+	s.dropRate = 0
+	for _, id := range s.ids {
+		if s.cores[id] == nil {
+			s.start(id)
+		}
+	}
+	l := s.waitServing(500)
+	s.tick(30)
+	for _, id := range s.ids {
+		if !s.cores[id].state.Equal(s.cores[l].state) || s.cores[id].applied != s.cores[l].applied {
+			t.Fatalf("seed %d: replica %d at %d %+v, leader %d at %d %+v", seed, id, s.cores[id].applied, s.cores[id].state,
+				l, s.cores[l].applied, s.cores[l].state)
+		}
+	}
+	t.Logf("seed %d (%d replicas): final epoch %d, %d epochs served, applied %d", seed, n, s.cores[l].state.Epoch, len(s.servingByEpoch), s.cores[l].applied)
+}

@@ -1,0 +1,386 @@
+package raftgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/vfs"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+var (
+	// ErrNotServing is returned by ProposeISR on a replica that is not the
+	// serving leader.
+	ErrNotServing = errors.New("raftgroup: not the serving leader")
+	// ErrStaleEpoch is returned by ProposeISR for a change stamped with an
+	// epoch other than the current one.
+	ErrStaleEpoch = errors.New("raftgroup: ISR change from another epoch")
+	// ErrStopped is returned by calls on a Node that is not running.
+	ErrStopped = errors.New("raftgroup: node stopped")
+)
+
+// Defaults for Config.
+const (
+	DefaultTickInterval   = 100 * time.Millisecond
+	DefaultElectionTicks  = 10
+	DefaultHeartbeatTicks = 1
+	DefaultCompactEvery   = 16
+	DefaultInboxSize      = 256
+)
+
+// Config configures a Node.
+type Config struct {
+	// ID is this replica's ReplicaId (> 0).
+	ID int32
+	// Members lists every replica of the group, this one included: 3 or 5
+	// ids (static membership).
+	Members []int32
+	// Role is this replica's configured Replication.Role; before any ISR
+	// exists only leader/both replicas may serve.
+	Role replication.Role
+	// Roles optionally gives the configured role of the other members,
+	// used to pick a hand-off target before any ISR exists.
+	Roles map[int32]replication.Role
+	// DataDir holds replication-raft.json.
+	DataDir string
+	// FS is the filesystem (vfs.Default if nil).
+	FS vfs.FS
+	// Transport carries messages to peers.
+	Transport Transport
+	// Token is the shared replication token checked by Handler (no check
+	// when empty).
+	Token string
+	// TickInterval is the duration of one Raft tick (DefaultTickInterval).
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks are Raft's timeouts in ticks
+	// (DefaultElectionTicks, DefaultHeartbeatTicks).
+	ElectionTicks, HeartbeatTicks int
+	// CompactEvery is how many applied entries are kept in the log before
+	// they are folded into the snapshot (DefaultCompactEvery).
+	CompactEvery int
+	// InboxSize bounds the queue of received messages; more are dropped
+	// (DefaultInboxSize).
+	InboxSize int
+	// Logger receives Raft's warnings and errors (slog.Default if nil).
+	Logger *slog.Logger
+}
+
+func (cfg *Config) setDefaults() error {
+	if cfg.ID <= 0 {
+		return fmt.Errorf("raftgroup: replica id %d must be positive", cfg.ID)
+	}
+	if n := len(cfg.Members); n < 1 || !slices.Contains(cfg.Members, cfg.ID) {
+		return fmt.Errorf("raftgroup: members %v must include replica %d", cfg.Members, cfg.ID)
+	}
+	seen := map[int32]bool{}
+	for _, m := range cfg.Members {
+		if m <= 0 || seen[m] {
+			return fmt.Errorf("raftgroup: bad or duplicate member id %d", m)
+		}
+		seen[m] = true
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = DefaultTickInterval
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = DefaultElectionTicks
+	}
+	if cfg.HeartbeatTicks <= 0 {
+		cfg.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if cfg.ElectionTicks <= cfg.HeartbeatTicks {
+		return fmt.Errorf("raftgroup: ElectionTicks %d must exceed HeartbeatTicks %d", cfg.ElectionTicks, cfg.HeartbeatTicks)
+	}
+	if cfg.CompactEvery <= 0 {
+		cfg.CompactEvery = DefaultCompactEvery
+	}
+	if cfg.InboxSize <= 0 {
+		cfg.InboxSize = DefaultInboxSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Status is a replica's view of the group, as served by
+// /replication/status.
+type Status struct {
+	// ReplicaID is this replica.
+	ReplicaID int32 `json:"replica_id"`
+	// Role is this replica's Raft role: leader, follower or candidate.
+	Role string `json:"role"`
+	// Leader is the replica whose claim is the latest applied (the one to
+	// follow), NoLeader if none.
+	Leader int32 `json:"leader"`
+	// RaftLeader is the Raft leader this replica knows of, NoLeader if none.
+	RaftLeader int32 `json:"raft_leader"`
+	// Epoch is the leader epoch of the latest applied claim.
+	Epoch int32 `json:"epoch"`
+	// ISR is the applied in-sync set.
+	ISR []int32 `json:"isr"`
+	// HasISR is false until an ISR has been applied.
+	HasISR bool `json:"has_isr"`
+	// Serving is true on the serving leader only.
+	Serving bool `json:"serving"`
+	// HandingOff is true on a Raft leader that is not eligible and is
+	// transferring leadership.
+	HandingOff bool `json:"handing_off,omitempty"`
+	// RaftTerm and CommitIndex are Raft's term and commit index.
+	RaftTerm    uint64 `json:"raft_term"`
+	CommitIndex uint64 `json:"commit_index"`
+	// Applied is the last applied log index.
+	Applied uint64 `json:"applied_index"`
+	// State is the applied group state.
+	State GroupState `json:"-"`
+	// Err is set when a storage write failed and the node stopped.
+	Err string `json:"error,omitempty"`
+}
+
+// Transport sends Raft messages to peers. Send must not block: it queues
+// the message or drops it and returns false (Raft tolerates loss). It is
+// called from the Node's goroutine only.
+type Transport interface {
+	Send(m *pb.Message) bool
+}
+
+// Node is one replica's member of the group's Raft. A single goroutine,
+// started by Start, owns the RawNode; the other methods are safe for
+// concurrent use.
+type Node struct {
+	cfg  Config
+	core *core
+
+	inbox   chan *pb.Message
+	props   chan proposal
+	changes chan Status
+
+	mu     sync.Mutex
+	status Status
+
+	runMu   sync.Mutex
+	running bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type proposal struct {
+	change replication.ISRChange
+	reply  chan error
+}
+
+// NewNode loads the replica's Raft state from DataDir (bootstrapping the
+// static membership if there is none) and returns a stopped Node.
+func NewNode(cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if cfg.Transport == nil {
+		return nil, errors.New("raftgroup: no transport")
+	}
+	c, err := newCore(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.send = cfg.Transport.Send
+	n := &Node{
+		cfg:     cfg,
+		core:    c,
+		inbox:   make(chan *pb.Message, cfg.InboxSize),
+		props:   make(chan proposal),
+		changes: make(chan Status, 1),
+	}
+	n.status = c.status()
+	return n, nil
+}
+
+// Start runs the Node's goroutine until ctx ends or Stop is called.
+func (n *Node) Start(ctx context.Context) error {
+	n.runMu.Lock()
+	defer n.runMu.Unlock()
+	if n.running {
+		return errors.New("raftgroup: already started")
+	}
+	if n.done != nil {
+		return ErrStopped // a Node is not restartable: make a new one
+	}
+	ctx, n.cancel = context.WithCancel(ctx)
+	n.done = make(chan struct{})
+	n.running = true
+	go n.run(ctx)
+	return nil
+}
+
+// Stop stops the goroutine and waits for it. The Node then reports not
+// serving. Stop is idempotent.
+func (n *Node) Stop() {
+	n.runMu.Lock()
+	cancel, done := n.cancel, n.done
+	n.runMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (n *Node) run(ctx context.Context) {
+	defer func() {
+		n.mu.Lock()
+		n.status.Serving = false
+		n.status.HandingOff = false
+		st := n.status
+		n.mu.Unlock()
+		n.notify(st)
+		n.runMu.Lock()
+		n.running = false
+		n.runMu.Unlock()
+		close(n.done)
+	}()
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	n.publish()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.core.tick()
+		case m := <-n.inbox:
+			n.core.step(m)
+		case p := <-n.props:
+			p.reply <- n.core.proposeISR(p.change)
+		}
+		n.publish()
+		if err := n.core.failed; err != nil {
+			n.cfg.Logger.Error("replication raft: storage failed, node stopped", "err", err)
+			return
+		}
+	}
+}
+
+// publish copies the core's status for the concurrent readers and
+// notifies Changes when something a subscriber cares about changed.
+func (n *Node) publish() {
+	st := n.core.status()
+	n.mu.Lock()
+	old := n.status
+	n.status = st
+	n.mu.Unlock()
+	if old.Serving != st.Serving || old.Role != st.Role || old.Epoch != st.Epoch || old.Leader != st.Leader ||
+		old.RaftLeader != st.RaftLeader || old.HasISR != st.HasISR || !slices.Equal(old.ISR, st.ISR) || old.Err != st.Err {
+		n.notify(st)
+	}
+}
+
+// notify replaces any unread status in changes with st.
+func (n *Node) notify(st Status) {
+	select {
+	case <-n.changes:
+	default:
+	}
+	select {
+	case n.changes <- st:
+	default:
+	}
+}
+
+// Changes delivers the latest Status whenever the serving flag, role,
+// epoch, leader or ISR changes. It holds at most one value: a slow reader
+// sees the newest status, not every step.
+func (n *Node) Changes() <-chan Status { return n.changes }
+
+// Status returns the replica's current view.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.status
+	st.ISR = slices.Clone(st.ISR)
+	st.State = st.State.clone()
+	return st
+}
+
+// State returns the applied group state.
+func (n *Node) State() GroupState { return n.Status().State }
+
+// IsServingLeader reports whether this replica is the serving leader: Raft
+// leader of the current term whose claim has been applied.
+func (n *Node) IsServingLeader() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status.Serving
+}
+
+// ProposeISR proposes an ISR change. It fails unless this replica is the
+// serving leader and change.Epoch is its epoch. A nil error means Raft
+// accepted the proposal, not that it committed: the applied result shows
+// in State and Changes.
+func (n *Node) ProposeISR(ctx context.Context, change replication.ISRChange) error {
+	p := proposal{change: change, reply: make(chan error, 1)}
+	n.runMu.Lock()
+	done := n.done
+	n.runMu.Unlock()
+	if done == nil {
+		return ErrStopped
+	}
+	select {
+	case n.props <- p:
+	case <-done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-p.reply:
+		return err
+	case <-done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Receive queues a message from a peer for the Node's goroutine; when the
+// queue is full the message is dropped and false returned.
+func (n *Node) Receive(m *pb.Message) bool {
+	select {
+	case n.inbox <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// raftLogger adapts slog to raft.Logger, keeping Raft's chatter at debug.
+func (cfg *Config) raftLogger() raft.Logger {
+	l := cfg.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return &slogRaft{l: l.With("component", "replication-raft", "replica", cfg.ID)}
+}
+
+type slogRaft struct{ l *slog.Logger }
+
+func (s *slogRaft) Debug(v ...any)              { s.l.Debug(fmt.Sprint(v...)) }
+func (s *slogRaft) Debugf(f string, v ...any)   { s.l.Debug(fmt.Sprintf(f, v...)) }
+func (s *slogRaft) Info(v ...any)               { s.l.Debug(fmt.Sprint(v...)) }
+func (s *slogRaft) Infof(f string, v ...any)    { s.l.Debug(fmt.Sprintf(f, v...)) }
+func (s *slogRaft) Warning(v ...any)            { s.l.Warn(fmt.Sprint(v...)) }
+func (s *slogRaft) Warningf(f string, v ...any) { s.l.Warn(fmt.Sprintf(f, v...)) }
+func (s *slogRaft) Error(v ...any)              { s.l.Error(fmt.Sprint(v...)) }
+func (s *slogRaft) Errorf(f string, v ...any)   { s.l.Error(fmt.Sprintf(f, v...)) }
+func (s *slogRaft) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
+func (s *slogRaft) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+func (s *slogRaft) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
+func (s *slogRaft) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }

@@ -1,0 +1,124 @@
+package raftgroup
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/moonmq/moonmq/internal/replication"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// NoLeader is the Leader of a GroupState before any claim is applied, and
+// the leader id reported when none is known.
+const NoLeader int32 = -1
+
+// GroupState is the replicated state of the group: the result of applying
+// the committed Raft log in order.
+type GroupState struct {
+	// Epoch is the leader epoch: the Raft term of the latest applied
+	// leadership claim (0 before any).
+	Epoch int32 `json:"epoch"`
+	// Leader is the replica that made that claim (NoLeader before any).
+	Leader int32 `json:"leader"`
+	// ISR is the latest accepted in-sync set, sorted ascending.
+	ISR []int32 `json:"isr"`
+	// HasISR is false until an ISR change has been accepted.
+	HasISR bool `json:"has_isr"`
+}
+
+// initialState is the state before any entry is applied.
+func initialState() GroupState { return GroupState{Leader: NoLeader} }
+
+// Equal reports whether s and o are the same state.
+func (s GroupState) Equal(o GroupState) bool {
+	return s.Epoch == o.Epoch && s.Leader == o.Leader && s.HasISR == o.HasISR && slices.Equal(s.ISR, o.ISR)
+}
+
+// clone returns a copy that shares no memory with s.
+func (s GroupState) clone() GroupState {
+	s.ISR = slices.Clone(s.ISR)
+	return s
+}
+
+// LeadershipClaim is the entry a new Raft leader commits at the start of
+// its term; once applied, Epoch is the leader epoch and LeaderID serves.
+type LeadershipClaim struct {
+	// Epoch is the Raft term of the claiming leader.
+	Epoch int32 `json:"epoch"`
+	// LeaderID is the claiming replica.
+	LeaderID int32 `json:"leader"`
+}
+
+// entryVersion is the version of the entry encoding written by this code.
+const entryVersion = 1
+
+// entry is the JSON form of a log entry's data. Exactly one of Claim and
+// ISR is set. Entries of an unknown version are ignored on apply, on every
+// replica alike, so the applied states stay equal.
+type entry struct {
+	V     int              `json:"v"`
+	Claim *LeadershipClaim `json:"claim,omitempty"`
+	ISR   *isrEntry        `json:"isr,omitempty"`
+}
+
+type isrEntry struct {
+	Epoch   int32   `json:"epoch"`
+	ISR     []int32 `json:"isr"`
+	Replica int32   `json:"replica"`
+	Expand  bool    `json:"expand"`
+}
+
+func encodeClaim(c LeadershipClaim) []byte {
+	b, _ := json.Marshal(entry{V: entryVersion, Claim: &c})
+	return b
+}
+
+func encodeISR(c replication.ISRChange) []byte {
+	isr := slices.Clone(c.ISR)
+	slices.Sort(isr)
+	b, _ := json.Marshal(entry{V: entryVersion, ISR: &isrEntry{Epoch: c.Epoch, ISR: isr, Replica: c.Replica, Expand: c.Expand}})
+	return b
+}
+
+func decodeEntry(data []byte) (entry, error) {
+	var e entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return e, fmt.Errorf("raftgroup: bad entry: %w", err)
+	}
+	return e, nil
+}
+
+// apply returns the state after applying the log entry e. Entries that are
+// not ours (Raft's empty entries, configuration changes, unknown versions,
+// undecodable data) leave the state unchanged.
+//
+// A claim takes effect only if its epoch is the term of the entry that
+// carries it and is newer than the current epoch; an ISR change only if
+// replication.AcceptISRChange accepts it against the latest claim.
+func (s GroupState) apply(e *pb.Entry) GroupState {
+	if e.GetType() != pb.EntryNormal || len(e.GetData()) == 0 {
+		return s
+	}
+	d, err := decodeEntry(e.GetData())
+	if err != nil || d.V != entryVersion {
+		return s
+	}
+	switch {
+	case d.Claim != nil:
+		c := *d.Claim
+		if uint64(c.Epoch) != e.GetTerm() || c.Epoch <= s.Epoch {
+			return s
+		}
+		s.Epoch, s.Leader = c.Epoch, c.LeaderID
+	case d.ISR != nil:
+		c := replication.ISRChange{Epoch: d.ISR.Epoch, ISR: d.ISR.ISR, Replica: d.ISR.Replica, Expand: d.ISR.Expand}
+		if !replication.AcceptISRChange(s.Epoch, c) {
+			return s
+		}
+		s.ISR = slices.Clone(c.ISR)
+		slices.Sort(s.ISR)
+		s.HasISR = true
+	}
+	return s
+}
