@@ -364,3 +364,55 @@ func randomRun(t *testing.T, seed int64, n, ticks int) {
 	}
 	t.Logf("seed %d (%d replicas): final epoch %d, %d epochs served, applied %d", seed, n, s.cores[l].state.Epoch, len(s.servingByEpoch), s.cores[l].applied)
 }
+
+func TestStorageFailureStopsNode(t *testing.T) {
+	s := newSim(t, 3, 8, nil)
+	l := s.waitServing(100)
+	var f int32 = 1
+	if f == l {
+		f = 2
+	}
+	s.fss[f].FailNext(vfs.OpRename, FileName, vfs.ErrInjected)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	c := s.cores[f]
+	if c.failed == nil || c.status().Err == "" {
+		t.Fatalf("write failure not reported: %+v", c.status())
+	}
+	// The failed replica sends nothing more; the others carry on.
+	before := len(s.queue)
+	c.tick()
+	c.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(f)), From: new(uint64(l)), Term: new(c.term)})
+	if len(s.queue) != before {
+		t.Fatal("failed replica sent messages")
+	}
+	if !errors.Is(c.proposeISR(replication.ISRChange{}), vfs.ErrInjected) {
+		t.Fatal("failed replica accepts proposals")
+	}
+	if got := s.waitServing(50); got != l {
+		t.Fatalf("leader changed to %d", got)
+	}
+	s.restart(f)
+	s.tick(10)
+	if !s.cores[f].state.Equal(s.cores[l].state) {
+		t.Fatalf("restarted replica %+v, leader %+v", s.cores[f].state, s.cores[l].state)
+	}
+}
+
+func TestMembershipIsStatic(t *testing.T) {
+	fs := vfs.NewMem()
+	cfg := Config{ID: 1, Members: []int32{1, 2, 3}, DataDir: "/d", FS: fs, Transport: nopTransport{}}
+	if _, err := NewNode(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Members = []int32{1, 2, 3, 4, 5}
+	if _, err := NewNode(cfg); err == nil {
+		t.Fatal("state file of another membership accepted")
+	}
+	cfg.Members = []int32{3, 1, 2}
+	if _, err := NewNode(cfg); err != nil {
+		t.Fatalf("same membership in another order: %v", err)
+	}
+}

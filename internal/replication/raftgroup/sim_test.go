@@ -1,6 +1,7 @@
 package raftgroup
 
 import (
+	"encoding/json"
 	"log/slog"
 	"math/rand"
 	"slices"
@@ -74,6 +75,7 @@ func (s *sim) start(id int32) {
 		s.t.Fatalf("start %d: %v", id, err)
 	}
 	c.send = func(m *pb.Message) bool {
+		s.checkPersisted(id, m)
 		b, err := proto.Marshal(m)
 		if err != nil {
 			s.t.Fatalf("marshal: %v", err)
@@ -222,4 +224,41 @@ func (s *sim) proposeISR(l int32, isr ...int32) error {
 func (s *sim) isLeader(id int32) bool {
 	c := s.cores[id]
 	return c != nil && c.raftState == raft.StateLeader
+}
+
+// checkPersisted verifies Raft's Ready rule on the file: what a message
+// promises (term, vote, appended entries) is durable before it is sent.
+func (s *sim) checkPersisted(id int32, m *pb.Message) {
+	s.t.Helper()
+	b, err := vfs.ReadFile(s.fss[id].Crash(), "/data/"+FileName)
+	if err != nil {
+		s.t.Fatalf("replica %d sends %v before any state is durable: %v", id, m.GetType(), err)
+	}
+	var d diskState
+	if err := json.Unmarshal(b, &d); err != nil {
+		s.t.Fatal(err)
+	}
+	last := d.Snapshot.Index
+	if n := len(d.Entries); n > 0 {
+		last = d.Entries[n-1].Index
+	}
+	switch m.GetType() {
+	case pb.MsgPreVote, pb.MsgPreVoteResp:
+		return
+	case pb.MsgVoteResp:
+		if !m.GetReject() && (d.Vote != m.GetTo() || d.Term != m.GetTerm()) {
+			s.t.Fatalf("replica %d grants vote to %d in term %d, durable vote %d term %d", id, m.GetTo(), m.GetTerm(), d.Vote, d.Term)
+		}
+	case pb.MsgApp:
+		if n := len(m.GetEntries()); n > 0 && m.GetEntries()[n-1].GetIndex() > last {
+			s.t.Fatalf("replica %d sends entries up to %d, durable up to %d", id, m.GetEntries()[n-1].GetIndex(), last)
+		}
+	case pb.MsgAppResp:
+		if !m.GetReject() && m.GetIndex() > last {
+			s.t.Fatalf("replica %d acks %d, durable up to %d", id, m.GetIndex(), last)
+		}
+	}
+	if m.GetTerm() > d.Term {
+		s.t.Fatalf("replica %d sends %v at term %d, durable term %d", id, m.GetType(), m.GetTerm(), d.Term)
+	}
 }

@@ -90,6 +90,11 @@ func loadStorage(fsys vfs.FS, path string, members []int32) (*raft.MemoryStorage
 		if err := ms.SetHardState(&pb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}); err != nil {
 			return nil, GroupState{}, err
 		}
+		// Record the membership at once, so a later start with another
+		// membership is refused.
+		if err := saveStorage(fsys, path, members, ms); err != nil {
+			return nil, GroupState{}, err
+		}
 		return ms, initialState(), nil
 	}
 	if err != nil {
