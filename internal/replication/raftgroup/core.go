@@ -214,6 +214,7 @@ func (c *core) handleReady() {
 		}
 	}
 	var snapReports []*pb.Message
+	var unreachable []uint64
 	for _, m := range rd.Messages {
 		ok := c.send(m)
 		if m.GetType() == pb.MsgSnap {
@@ -222,7 +223,7 @@ func (c *core) handleReady() {
 			}
 			snapReports = append(snapReports, m)
 		} else if !ok {
-			c.rn.ReportUnreachable(m.GetTo())
+			unreachable = append(unreachable, m.GetTo())
 		}
 	}
 	for _, e := range rd.CommittedEntries {
@@ -236,6 +237,9 @@ func (c *core) handleReady() {
 		}
 	}
 	c.rn.Advance(rd)
+	for _, id := range unreachable {
+		c.rn.ReportUnreachable(id)
+	}
 	for _, m := range snapReports {
 		st := raft.SnapshotFinish
 		if m.GetReject() {
