@@ -149,7 +149,8 @@ func buildJavaProject() javaBuild {
 	}
 	// Offline first: quick, and no registry needed once the repository is warm.
 	if _, err := run("-o"); err != nil {
-		if out, err := run(); err != nil {
+		// -U: retry what an earlier run without a registry recorded as missing.
+		if out, err := run("-U"); err != nil {
 			tail := string(out)
 			if len(tail) > 4000 {
 				tail = "..." + tail[len(tail)-4000:]
