@@ -775,3 +775,34 @@ func TestCommittedOffsetsSurviveRestart(t *testing.T) {
 		t.Fatalf("client write to __consumer_offsets: %v", err)
 	}
 }
+
+// TestResponseTaggedDefaults checks that fetch and produce answers leave
+// the KIP-951/KIP-320 tagged fields at "none" (-1), not node 0 / epoch 0,
+// which clients would follow to a broker that does not exist.
+func TestResponseTaggedDefaults(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "tags", 1, nil)
+	cl := client(t, in.Addr())
+	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+	pr := produceRaw(t, cl, "tags", batch)
+	if pr.CurrentLeader.LeaderID != -1 || pr.CurrentLeader.LeaderEpoch != -1 {
+		t.Fatalf("produce CurrentLeader %+v, want -1/-1", pr.CurrentLeader)
+	}
+	md, _ := kadm.NewClient(cl).Metadata(ctxT(t), "tags")
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxBytes = 1 << 20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = "tags", md.Topics["tags"].ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.PartitionMaxBytes = 1 << 20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	fr, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fr.Topics[0].Partitions[0]
+	if p.CurrentLeader.LeaderID != -1 || p.DivergingEpoch.Epoch != -1 || p.SnapshotID.Epoch != -1 {
+		t.Fatalf("fetch tagged fields %+v %+v %+v, want -1", p.CurrentLeader, p.DivergingEpoch, p.SnapshotID)
+	}
+}

@@ -46,6 +46,7 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]
 			op := &out.Partitions[pi]
+			op.Default() // tagged fields (diverging epoch, current leader) say "none", not zero
 			op.Partition = rp.Partition
 			op.HighWatermark, op.LastStableOffset, op.LogStartOffset = -1, -1, -1
 			op.PreferredReadReplica = -1

@@ -34,6 +34,7 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 		out.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
 		for i, rp := range rt.Partitions {
 			res := &out.Partitions[i]
+			res.Default() // CurrentLeader says "none", not node 0
 			res.Partition = rp.Partition
 			res.BaseOffset = -1
 			res.LogAppendTime = -1
