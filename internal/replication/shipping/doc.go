@@ -1,0 +1,38 @@
+// Package shipping owns MoonMQ's log shipping (seed 000): the pull-based
+// transfer of partition logs from a leader to its followers over HTTP.
+//
+// Leader side: Handler serves three endpoints under /replication/ on the
+// replication port, backed by a Source the broker implements:
+//
+//   - GET  /replication/manifest: the topic list (name, incarnation id,
+//     partition count, configs) and the metadata digest, as JSON;
+//   - POST /replication/epoch-end: KIP-279 answers ("where does the largest
+//     epoch <= E end, and where does the log start") for a list of
+//     partitions, as JSON;
+//   - POST /replication/fetch: the follower reports its durable log end per
+//     partition (acknowledging everything below it, fed to
+//     Source.OnFollowerFetch) and receives the stored batches from there up to
+//     the leader's log end, byte for byte as storage returned them, with the
+//     leader's high watermark and log start, in a compact binary frame. The
+//     leader long-polls when there is nothing new.
+//
+// Every request carries the bearer token (when one is configured; 401
+// otherwise) and the leader epoch the follower believes in; the leader answers
+// 409 with FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or NOT_LEADER when that
+// differs from its own (KIP-320).
+//
+// Follower side: Follower runs replication.Fetcher's loop (manifest,
+// truncation once per epoch with replication.StartTruncation and
+// DecideTruncation, fetch) in a goroutine it owns, applying the manifest
+// through a Sink the broker implements. Every fetched batch is validated with
+// recordbatch.Check and bounded (offset and epoch) before AppendReplica; a
+// corrupt response is never appended, only refetched. The log is fsynced
+// before its end is reported, so the offset a follower reports is always its
+// durable end.
+//
+// The package may not touch the broker, protocol, config or raftgroup
+// packages, Raft state, the ISR or high-watermark decisions (those belong to
+// replication.Leader, fed by the broker through Source.OnFollowerFetch),
+// or files other than through the logs it is handed. Not yet shipped: the
+// transaction abort index in the manifest.
+package shipping

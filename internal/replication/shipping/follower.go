@@ -1,0 +1,826 @@
+package shipping
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/storage"
+)
+
+// ReplicaLog is what the follower side needs of one partition's log;
+// *storage.Log implements it.
+type ReplicaLog interface {
+	// AppendReplica appends a batch fetched from the leader at its own
+	// base offset and epoch.
+	AppendReplica(batch []byte) error
+	// Truncate removes every record at or after offset.
+	Truncate(offset int64) error
+	// TruncateFullyAndStartAt empties the log and restarts it at offset.
+	TruncateFullyAndStartAt(offset int64) error
+	// Sync fsyncs the log and returns its durable end.
+	Sync() (int64, error)
+	// StartOffset is the log start offset.
+	StartOffset() int64
+	// EndOffset is the log end offset.
+	EndOffset() int64
+	// DurableEnd is the offset below which every record is fsynced.
+	DurableEnd() int64
+	// LatestEpoch is the newest epoch in the history, or -1.
+	LatestEpoch() int32
+	// EpochHistory is the leader-epoch history, oldest first.
+	EpochHistory() []storage.EpochEntry
+}
+
+// Sink is the follower's side of log shipping, implemented by the broker.
+// The Follower calls it from its own goroutine only, never concurrently.
+type Sink interface {
+	// Topics lists the local topics with the incarnation ids they were
+	// created with.
+	Topics() []TopicInfo
+	// CreateTopic creates t with its partitions (empty logs) and configs.
+	CreateTopic(t TopicInfo) error
+	// DeleteTopic drops a topic and its data.
+	DeleteTopic(name string) error
+	// CreatePartitions grows a topic to count partitions; the existing
+	// ones are kept.
+	CreatePartitions(name string, count int32) error
+	// SetConfigs replaces a topic's configs.
+	SetConfigs(name string, configs map[string]string) error
+	// Partition returns the local log of tp.
+	Partition(tp replication.TopicPartition) (ReplicaLog, bool)
+	// LeaderPosition reports the leader's high watermark and log start
+	// of tp, as of the last fetch (for the follower's own high watermark
+	// and retention). It must be cheap.
+	LeaderPosition(tp replication.TopicPartition, highWatermark, logStart int64)
+}
+
+// FollowerConfig configures a Follower.
+type FollowerConfig struct {
+	// ReplicaID is this replica's id, sent with every fetch.
+	ReplicaID int32
+	// Token is the replication bearer token ("" for none).
+	Token string
+	// Client is the HTTP client; nil selects one with dial and header
+	// timeouts. Requests are bounded by contexts either way.
+	Client *http.Client
+	// MaxBytes bounds the record bytes asked for per fetch (default 8 MiB).
+	MaxBytes int32
+	// MaxWait is the long-poll the follower asks for (default 500ms).
+	MaxWait time.Duration
+	// RequestTimeout bounds a request beyond MaxWait (default 10s).
+	RequestTimeout time.Duration
+	// MaxResponseBytes bounds a response body the follower accepts
+	// (default 64 MiB; it must exceed the largest batch).
+	MaxResponseBytes int64
+	// MinBackoff and MaxBackoff bound the exponential retry delay
+	// (defaults 50ms and 2s).
+	MinBackoff, MaxBackoff time.Duration
+	// Logger; nil selects slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *FollowerConfig) defaults() {
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 8 << 20
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 500 * time.Millisecond
+	}
+	c.MaxWait = min(c.MaxWait, MaxWait*time.Millisecond)
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.MaxResponseBytes <= 0 {
+		c.MaxResponseBytes = 64 << 20
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 50 * time.Millisecond
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		c.MaxBackoff = max(2*time.Second, c.MinBackoff)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		tr.ResponseHeaderTimeout = c.MaxWait + c.RequestTimeout
+		tr.MaxIdleConnsPerHost = 4
+		c.Client = &http.Client{Transport: tr}
+	}
+}
+
+// Status is a Follower's view, for /replication/status and tests.
+type Status struct {
+	// State is the fetcher's state (idle, manifest, truncation, fetching).
+	State string `json:"state"`
+	// LeaderID, Leader and Epoch identify the leader followed.
+	LeaderID int32  `json:"leaderId"`
+	Leader   string `json:"leader"`
+	Epoch    int32  `json:"epoch"`
+	// LastError is the latest failure ("" after a success).
+	LastError string `json:"lastError,omitempty"`
+	// Unauthorized is set while the leader rejects the token (401).
+	Unauthorized bool `json:"unauthorized,omitempty"`
+	// Fenced is set when the leader answered FENCED_LEADER_EPOCH or
+	// NOT_LEADER: the follower waits for SetLeader.
+	Fenced bool `json:"fenced,omitempty"`
+	// Fetches counts successful fetches.
+	Fetches int64 `json:"fetches"`
+	// CorruptBatches counts fetched batches rejected by validation.
+	CorruptBatches int64 `json:"corruptBatches"`
+	// Resets counts partitions discarded and restarted at the leader's
+	// log start.
+	Resets int64 `json:"resets"`
+}
+
+type leaderTarget struct {
+	id    int32
+	addr  string
+	epoch int32
+	lost  bool
+}
+
+// Follower copies a leader's logs. It runs the replication.Fetcher loop in
+// a goroutine it owns, between Start and Stop; SetLeader and ClearLeader
+// steer it. Its methods are safe for concurrent use.
+type Follower struct {
+	cfg  FollowerConfig
+	sink Sink
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	pending   *leaderTarget      // set by SetLeader/ClearLeader, taken by the loop
+	cancelReq context.CancelFunc // cancels the in-flight step
+	status    Status
+	cancelRun context.CancelFunc
+	done      chan struct{}
+	wake      chan struct{}
+
+	// Owned by the loop goroutine.
+	fetcher *replication.Fetcher
+	addr    string
+	parts   []replication.TopicPartition
+	rot     int
+	backoff time.Duration
+	digest  string // of the latest manifest or fetch answer
+}
+
+// NewFollower returns a stopped follower that applies what it copies to
+// sink.
+func NewFollower(cfg FollowerConfig, sink Sink) *Follower {
+	cfg.defaults()
+	f := &Follower{cfg: cfg, sink: sink, log: cfg.Logger, wake: make(chan struct{}, 1), fetcher: replication.NewFetcher()}
+	f.status = Status{State: replication.StateIdle.String(), LeaderID: -1, Epoch: -1}
+	return f
+}
+
+// Start launches the replication goroutine; it runs until Stop or until
+// ctx ends.
+func (f *Follower) Start(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done != nil {
+		return errors.New("shipping: follower already started")
+	}
+	ctx, f.cancelRun = context.WithCancel(ctx)
+	f.done = make(chan struct{})
+	go f.run(ctx, f.done)
+	return nil
+}
+
+// Stop ends the replication goroutine, cancelling any request in flight,
+// and waits for it. The follower cannot be restarted.
+func (f *Follower) Stop() {
+	f.mu.Lock()
+	cancel, done := f.cancelRun, f.done
+	f.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// SetLeader starts following the leader id at addr ("host:port" or a base
+// URL) in epoch. A request in flight to the previous leader is abandoned.
+// An epoch older than the one followed is ignored.
+func (f *Follower) SetLeader(id int32, addr string, epoch int32) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	f.steer(&leaderTarget{id: id, addr: strings.TrimRight(addr, "/"), epoch: epoch})
+}
+
+// ClearLeader stops fetching until the next SetLeader (this replica became
+// the leader, or the group has none).
+func (f *Follower) ClearLeader() {
+	f.steer(&leaderTarget{lost: true})
+}
+
+func (f *Follower) steer(t *leaderTarget) {
+	f.mu.Lock()
+	f.pending = t
+	if f.cancelReq != nil {
+		f.cancelReq()
+	}
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Status returns the follower's current view.
+func (f *Follower) Status() Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.status
+}
+
+func (f *Follower) setStatus(fn func(*Status)) {
+	f.mu.Lock()
+	fn(&f.status)
+	f.mu.Unlock()
+}
+
+// stepContext returns the context of one step, cancelled by Stop or by a
+// leader change.
+func (f *Follower) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending != nil {
+		c, cancel := context.WithCancel(ctx)
+		cancel()
+		return c, cancel
+	}
+	c, cancel := context.WithCancel(ctx)
+	f.cancelReq = cancel
+	return c, cancel
+}
+
+// takePending applies a pending leader change to the fetcher.
+func (f *Follower) takePending(act replication.Action) replication.Action {
+	f.mu.Lock()
+	t := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	if t == nil {
+		return act
+	}
+	if t.lost {
+		act = f.fetcher.LeaderLost()
+	} else {
+		act = f.fetcher.NewLeader(t.id, t.epoch)
+		if id, epoch := f.fetcher.Leader(); id == t.id && epoch == t.epoch {
+			f.addr = t.addr
+		}
+		f.backoff = 0
+	}
+	id, epoch := f.fetcher.Leader()
+	f.setStatus(func(s *Status) {
+		s.LeaderID, s.Epoch, s.Leader = id, epoch, f.addr
+		if !t.lost {
+			s.Fenced = false
+		}
+	})
+	return act
+}
+
+func (f *Follower) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	act := replication.Action{Kind: replication.ActWait}
+	for ctx.Err() == nil {
+		act = f.takePending(act)
+		f.setStatus(func(s *Status) { s.State = f.fetcher.State().String() })
+		if act.Backoff {
+			f.backoff = min(max(2*f.backoff, f.cfg.MinBackoff), f.cfg.MaxBackoff)
+			if !f.sleep(ctx, f.backoff) {
+				continue // woken by a leader change or Stop
+			}
+		}
+		switch act.Kind {
+		case replication.ActWait:
+			select {
+			case <-ctx.Done():
+			case <-f.wake:
+			}
+			continue
+		}
+		sctx, cancel := f.stepContext(ctx)
+		act = f.step(sctx, act)
+		cancel()
+	}
+}
+
+// sleep waits d; false when woken early by a leader change or Stop.
+func (f *Follower) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-f.wake:
+		// Let takePending see the change; keep the wake-up meaning.
+	}
+	return false
+}
+
+// step performs one action and returns the fetcher's next decision.
+func (f *Follower) step(ctx context.Context, act replication.Action) replication.Action {
+	switch act.Kind {
+	case replication.ActFetchManifest:
+		digest, err := f.syncManifest(ctx, act.Epoch)
+		if err != nil {
+			return f.failed(ctx, act.Epoch, "manifest", err)
+		}
+		f.succeeded()
+		return f.fetcher.ManifestApplied(act.Epoch, digest)
+	case replication.ActTruncate:
+		if err := f.truncateAll(ctx, act.Epoch); err != nil {
+			return f.failed(ctx, act.Epoch, "truncation", err)
+		}
+		f.succeeded()
+		return f.fetcher.TruncationDone(act.Epoch)
+	case replication.ActResetPartition:
+		if err := f.reset(act.Partition, act.Offset); err != nil {
+			return f.failed(ctx, act.Epoch, "reset", err)
+		}
+		return f.fetcher.FetchResult(act.Epoch, f.digest)
+	case replication.ActFetch:
+		next, err := f.fetchOnce(ctx, act.Epoch)
+		if err != nil {
+			return f.failed(ctx, act.Epoch, "fetch", err)
+		}
+		f.succeeded()
+		return next
+	}
+	return act
+}
+
+func (f *Follower) succeeded() {
+	f.backoff = 0
+	f.setStatus(func(s *Status) { s.LastError, s.Unauthorized = "", false })
+}
+
+// failed maps err to the fetcher's error kinds.
+func (f *Follower) failed(ctx context.Context, epoch int32, what string, err error) replication.Action {
+	if ctx.Err() != nil {
+		// Abandoned by Stop or a leader change: not the leader's fault.
+		return f.fetcher.Failed(epoch, replication.ErrTransient)
+	}
+	kind := replication.ErrTransient
+	var he *httpError
+	if errors.As(err, &he) {
+		switch he.name {
+		case ErrNameFenced:
+			kind = replication.ErrFencedLeaderEpoch
+		case ErrNameNotLeader:
+			kind = replication.ErrNotLeader
+		case ErrNameUnknownEpoch:
+			kind = replication.ErrUnknownLeaderEpoch
+		}
+	}
+	f.log.Warn("replication: "+what+" failed", "leader", f.addr, "epoch", epoch, "err", err)
+	f.setStatus(func(s *Status) {
+		s.LastError = what + ": " + err.Error()
+		s.Unauthorized = he != nil && he.status == http.StatusUnauthorized
+		s.Fenced = kind == replication.ErrFencedLeaderEpoch || kind == replication.ErrNotLeader
+	})
+	return f.fetcher.Failed(epoch, kind)
+}
+
+// httpError is a non-200 answer from the leader.
+type httpError struct {
+	status int
+	name   string
+	epoch  int32
+}
+
+func (e *httpError) Error() string {
+	return fmt.Sprintf("leader answered %d %s (leader epoch %d)", e.status, e.name, e.epoch)
+}
+
+// errCorrupt reports batches rejected by validation; the fetch is retried.
+var errCorrupt = errors.New("shipping: corrupt batch from leader")
+
+// call sends one request and returns the (bounded) body of a 200 answer.
+func (f *Follower) call(ctx context.Context, epoch int32, method, path string, req any) ([]byte, error) {
+	var body io.Reader
+	if req != nil {
+		b, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.MaxWait+f.cfg.RequestTimeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, method, f.addr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if req != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if f.cfg.Token != "" {
+		hr.Header.Set("Authorization", "Bearer "+f.cfg.Token)
+	}
+	hr.Header.Set(HeaderLeaderEpoch, strconv.FormatInt(int64(epoch), 10))
+	resp, err := f.cfg.Client.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxResponseBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > f.cfg.MaxResponseBytes {
+		return nil, fmt.Errorf("shipping: response larger than %d bytes", f.cfg.MaxResponseBytes)
+	}
+	if resp.StatusCode != http.StatusOK {
+		he := &httpError{status: resp.StatusCode, name: http.StatusText(resp.StatusCode), epoch: -1}
+		var eb errorBody
+		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+			he.name, he.epoch = eb.Error, eb.Epoch
+		}
+		return nil, he
+	}
+	return b, nil
+}
+
+// syncManifest reads the leader's manifest and makes the local topics
+// match it; it returns the manifest's digest.
+func (f *Follower) syncManifest(ctx context.Context, epoch int32) (string, error) {
+	b, err := f.call(ctx, epoch, http.MethodGet, PathManifest, nil)
+	if err != nil {
+		return "", err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("shipping: bad manifest: %w", err)
+	}
+	if m.Epoch != epoch {
+		return "", &httpError{status: http.StatusConflict, name: ErrNameUnknownEpoch, epoch: m.Epoch}
+	}
+	if err := f.applyManifest(m.Topics); err != nil {
+		return "", err
+	}
+	f.digest = m.Digest
+	return m.Digest, nil
+}
+
+func (f *Follower) applyManifest(topics []TopicInfo) error {
+	remote := make(map[string]TopicInfo, len(topics))
+	for _, t := range topics {
+		if t.Name == "" || t.Partitions < 0 {
+			return fmt.Errorf("shipping: bad topic %q in manifest", t.Name)
+		}
+		remote[t.Name] = t
+	}
+	local := make(map[string]TopicInfo)
+	for _, t := range f.sink.Topics() {
+		local[t.Name] = t
+	}
+	for _, name := range slices.Sorted(maps.Keys(local)) {
+		if r, ok := remote[name]; !ok || r.ID != local[name].ID {
+			f.log.Info("replication: dropping topic", "topic", name, "id", local[name].ID)
+			if err := f.sink.DeleteTopic(name); err != nil {
+				return fmt.Errorf("delete topic %s: %w", name, err)
+			}
+			delete(local, name)
+		}
+	}
+	parts := f.parts[:0]
+	for _, name := range slices.Sorted(maps.Keys(remote)) {
+		r := remote[name]
+		l, ok := local[name]
+		switch {
+		case !ok:
+			f.log.Info("replication: creating topic", "topic", name, "id", r.ID, "partitions", r.Partitions)
+			if err := f.sink.CreateTopic(r); err != nil {
+				return fmt.Errorf("create topic %s: %w", name, err)
+			}
+		default:
+			if r.Partitions > l.Partitions {
+				if err := f.sink.CreatePartitions(name, r.Partitions); err != nil {
+					return fmt.Errorf("create partitions %s: %w", name, err)
+				}
+			}
+			if !maps.Equal(normConfigs(r.Configs), normConfigs(l.Configs)) {
+				if err := f.sink.SetConfigs(name, r.Configs); err != nil {
+					return fmt.Errorf("configure %s: %w", name, err)
+				}
+			}
+		}
+		for p := range r.Partitions {
+			parts = append(parts, replication.TopicPartition{Topic: name, Partition: p})
+		}
+	}
+	f.parts = parts
+	return nil
+}
+
+func normConfigs(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func followerLog(l ReplicaLog) replication.FollowerLog {
+	h := l.EpochHistory()
+	fl := replication.FollowerLog{LogStart: l.StartOffset(), LogEnd: l.EndOffset(), History: make([]replication.EpochEntry, len(h))}
+	for i, e := range h {
+		fl.History[i] = replication.EpochEntry{Epoch: e.Epoch, StartOffset: e.StartOffset}
+	}
+	return fl
+}
+
+// maxTruncationRounds bounds the KIP-279 loop; epochs strictly decrease,
+// so it only trips on a misbehaving leader.
+const maxTruncationRounds = 64
+
+// truncateAll reconciles every partition with the leader of epoch
+// (KIP-101/279), asking about all partitions of a round in one request.
+func (f *Follower) truncateAll(ctx context.Context, epoch int32) error {
+	type pending struct {
+		tp  replication.TopicPartition
+		log ReplicaLog
+		d   replication.TruncDecision
+	}
+	var asks []pending
+	for _, tp := range f.parts {
+		l, ok := f.sink.Partition(tp)
+		if !ok {
+			return fmt.Errorf("shipping: local partition %s-%d missing", tp.Topic, tp.Partition)
+		}
+		asks = append(asks, pending{tp, l, replication.StartTruncation(followerLog(l))})
+	}
+	for round := 0; ; round++ {
+		var next []pending
+		var req EpochEndRequest
+		for _, a := range asks {
+			if a.d.Action != replication.TruncAsk {
+				if err := f.finishTruncation(a.tp, a.log, a.d); err != nil {
+					return err
+				}
+				continue
+			}
+			if a.d.Truncate && a.d.Offset < a.log.EndOffset() {
+				if err := a.log.Truncate(a.d.Offset); err != nil {
+					return fmt.Errorf("truncate %s-%d: %w", a.tp.Topic, a.tp.Partition, err)
+				}
+			}
+			next = append(next, a)
+			req.Partitions = append(req.Partitions, EpochEndQuery{Topic: a.tp.Topic, Partition: a.tp.Partition, Epoch: a.d.Epoch})
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		if round >= maxTruncationRounds {
+			return errors.New("shipping: truncation does not converge")
+		}
+		var resp EpochEndResponse
+		for off := 0; off < len(req.Partitions); off += MaxRequestPartitions / 2 {
+			chunk := EpochEndRequest{Partitions: req.Partitions[off:min(off+MaxRequestPartitions/2, len(req.Partitions))]}
+			b, err := f.call(ctx, epoch, http.MethodPost, PathEpochEnd, chunk)
+			if err != nil {
+				return err
+			}
+			var part EpochEndResponse
+			if err := json.Unmarshal(b, &part); err != nil {
+				return fmt.Errorf("shipping: bad epoch-end answer: %w", err)
+			}
+			if len(part.Partitions) != len(chunk.Partitions) {
+				return errors.New("shipping: epoch-end answer does not match the request")
+			}
+			resp.Partitions = append(resp.Partitions, part.Partitions...)
+		}
+		asks = asks[:0]
+		for i, a := range next {
+			ans := resp.Partitions[i]
+			if ans.Topic != a.tp.Topic || ans.Partition != a.tp.Partition {
+				return errors.New("shipping: epoch-end answer does not match the request")
+			}
+			if ans.Error != "" {
+				// The leader no longer has it: the digest has changed
+				// and the next manifest drops it.
+				continue
+			}
+			a.d = replication.DecideTruncation(followerLog(a.log),
+				a.d.Epoch, replication.LeaderEpochAnswer{Epoch: ans.Epoch, EndOffset: ans.EndOffset, LogStart: ans.LogStart})
+			asks = append(asks, a)
+		}
+	}
+}
+
+func (f *Follower) finishTruncation(tp replication.TopicPartition, l ReplicaLog, d replication.TruncDecision) error {
+	switch d.Action {
+	case replication.TruncDone:
+		if d.Offset < l.EndOffset() {
+			f.log.Info("replication: truncating divergent tail", "topic", tp.Topic, "partition", tp.Partition, "from", l.EndOffset(), "to", d.Offset)
+			if err := l.Truncate(d.Offset); err != nil {
+				return fmt.Errorf("truncate %s-%d: %w", tp.Topic, tp.Partition, err)
+			}
+		}
+	case replication.TruncReset:
+		return f.reset(tp, d.Offset)
+	}
+	return nil
+}
+
+func (f *Follower) reset(tp replication.TopicPartition, offset int64) error {
+	l, ok := f.sink.Partition(tp)
+	if !ok {
+		return fmt.Errorf("shipping: local partition %s-%d missing", tp.Topic, tp.Partition)
+	}
+	f.log.Info("replication: resetting partition to the leader's log start", "topic", tp.Topic, "partition", tp.Partition, "offset", offset)
+	if err := l.TruncateFullyAndStartAt(offset); err != nil {
+		return fmt.Errorf("reset %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	f.setStatus(func(s *Status) { s.Resets++ })
+	return nil
+}
+
+// fetchOnce sends one fetch carrying every partition's durable end,
+// appends and fsyncs what comes back, and returns the fetcher's decision.
+func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Action, error) {
+	req := FetchRequest{Replica: f.cfg.ReplicaID, MaxBytes: f.cfg.MaxBytes, MaxWaitMs: int32(f.cfg.MaxWait / time.Millisecond)}
+	logs := make(map[replication.TopicPartition]ReplicaLog, len(f.parts))
+	n := len(f.parts)
+	if n > 0 {
+		f.rot = (f.rot + 1) % n
+	}
+	for i := range n {
+		// Rotate the order so that no partition starves the others of
+		// the response budget.
+		tp := f.parts[(f.rot+i)%n]
+		l, ok := f.sink.Partition(tp)
+		if !ok {
+			continue
+		}
+		end, ok := f.durableEnd(tp, l)
+		if !ok {
+			continue
+		}
+		logs[tp] = l
+		req.Partitions = append(req.Partitions, FetchPosition{Topic: tp.Topic, Partition: tp.Partition, Offset: end})
+	}
+	if len(req.Partitions) > MaxRequestPartitions {
+		req.Partitions = req.Partitions[:MaxRequestPartitions]
+	}
+	b, err := f.call(ctx, epoch, http.MethodPost, PathFetch, req)
+	if err != nil {
+		return replication.Action{}, err
+	}
+	resp, err := decodeFetchResponse(b)
+	if err != nil {
+		return replication.Action{}, err
+	}
+	asked := make(map[replication.TopicPartition]int64, len(req.Partitions))
+	for _, p := range req.Partitions {
+		asked[replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.Offset
+	}
+	var corrupt, failed error
+	act := replication.Action{Kind: replication.ActFetch, Epoch: epoch}
+	for _, p := range resp.parts {
+		tp := replication.TopicPartition{Topic: p.topic, Partition: p.partition}
+		offset, ok := asked[tp]
+		if !ok {
+			continue // not asked: ignore
+		}
+		l := logs[tp]
+		switch p.code {
+		case codeNone:
+			f.sink.LeaderPosition(tp, p.hw, p.logStart)
+			if len(p.records) == 0 {
+				continue
+			}
+			if err := f.appendAll(tp, l, offset, epoch, p); err != nil {
+				if errors.Is(err, errCorrupt) {
+					corrupt = err
+				} else {
+					failed = err
+				}
+			}
+		case codeOffsetOutOfRange:
+			a := f.fetcher.OffsetOutOfRange(epoch, tp, offset, p.logStart, p.logEnd)
+			if a.Kind == replication.ActResetPartition {
+				if err := f.reset(a.Partition, a.Offset); err != nil {
+					failed = err
+				}
+			}
+		case codeUnknownTopic:
+			// The leader dropped it; the digest tells the fetcher to
+			// reread the manifest.
+		default:
+			failed = fmt.Errorf("shipping: leader failed to read %s-%d (code %d)", tp.Topic, tp.Partition, p.code)
+		}
+	}
+	f.digest = resp.digest
+	f.setStatus(func(s *Status) { s.Fetches++ })
+	switch {
+	case corrupt != nil:
+		return act, corrupt
+	case failed != nil:
+		return act, failed
+	}
+	return f.fetcher.FetchResult(epoch, resp.digest), nil
+}
+
+// durableEnd fsyncs l if needed and returns the offset to report: its
+// durable end, which must also be its log end (the next batch is appended
+// there). A log whose sync fails is left out of the fetch.
+func (f *Follower) durableEnd(tp replication.TopicPartition, l ReplicaLog) (int64, bool) {
+	if l.DurableEnd() != l.EndOffset() {
+		if _, err := l.Sync(); err != nil {
+			f.log.Error("replication: fsync failed; partition not fetched", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+			f.setStatus(func(s *Status) { s.LastError = "fsync: " + err.Error() })
+			return 0, false
+		}
+	}
+	end := l.DurableEnd()
+	if end != l.EndOffset() {
+		return 0, false
+	}
+	return end, true
+}
+
+// appendAll validates and appends p's batches to l (whose end is offset),
+// then fsyncs it. A batch that fails validation is not appended, nor is
+// anything after it.
+func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset int64, epoch int32, p fetchPart) error {
+	recs := p.records
+	next := offset
+	latest := l.LatestEpoch()
+	var err error
+	for len(recs) > 0 {
+		var h recordbatch.Header
+		h, err = recordbatch.ParseHeader(recs)
+		if err == nil && h.Size() > len(recs) {
+			err = errors.New("batch overruns the response")
+		}
+		if err == nil {
+			h, err = recordbatch.Check(recs[:h.Size()])
+		}
+		// baseOffset and partitionLeaderEpoch are outside the CRC: bound
+		// them.
+		if err == nil && h.BaseOffset < next && next <= h.LastOffset() && l.StartOffset() == next && l.EndOffset() == next {
+			// An empty log restarted at the leader's log start, which
+			// falls inside this batch: restart it at the batch's base
+			// (as Kafka does on UnexpectedAppendOffsetException), so
+			// that the batch is stored whole.
+			if err = l.TruncateFullyAndStartAt(h.BaseOffset); err != nil {
+				return fmt.Errorf("restart %s-%d at %d: %w", tp.Topic, tp.Partition, h.BaseOffset, err)
+			}
+			offset, next = h.BaseOffset, h.BaseOffset
+		}
+		switch {
+		case err != nil:
+		case h.BaseOffset != next:
+			err = fmt.Errorf("batch at offset %d, expected %d", h.BaseOffset, next)
+		case h.LastOffsetDelta < 0 || h.LastOffset() >= p.logEnd:
+			err = fmt.Errorf("batch [%d, %d] beyond the leader's log end %d", h.BaseOffset, h.LastOffset(), p.logEnd)
+		case h.PartitionLeaderEpoch > epoch || h.PartitionLeaderEpoch < latest:
+			err = fmt.Errorf("batch epoch %d outside [%d, %d]", h.PartitionLeaderEpoch, latest, epoch)
+		}
+		if err != nil {
+			f.setStatus(func(s *Status) { s.CorruptBatches++ })
+			err = fmt.Errorf("%w: %s-%d at %d: %v", errCorrupt, tp.Topic, tp.Partition, next, err)
+			break
+		}
+		batch := recs[:h.Size()]
+		if aerr := l.AppendReplica(batch); aerr != nil {
+			err = fmt.Errorf("append %s-%d at %d: %w", tp.Topic, tp.Partition, next, aerr)
+			break
+		}
+		latest = max(latest, h.PartitionLeaderEpoch)
+		next = h.LastOffset() + 1
+		recs = recs[h.Size():]
+	}
+	if next > offset {
+		if _, serr := l.Sync(); serr != nil && err == nil {
+			err = fmt.Errorf("fsync %s-%d: %w", tp.Topic, tp.Partition, serr)
+		}
+	}
+	return err
+}

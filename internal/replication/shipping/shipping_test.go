@@ -1,0 +1,517 @@
+package shipping
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/replication"
+)
+
+func TestCopiesTopicsByteForByteAndLongPolls(t *testing.T) {
+	leader := newTestLeader(t, 3)
+	leader.createTopic("orders", 3, map[string]string{"cleanup.policy": "delete"})
+	leader.createTopic("events", 1, nil)
+	for p := range int32(3) {
+		leader.produce("orders", p, 20+int(p))
+	}
+	leader.produce("events", 0, 5)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "tok", "tok", nil)
+	c.follow(3)
+	c.waitInSync(t)
+	if got := sink.topics["orders"].info.Configs["cleanup.policy"]; got != "delete" {
+		t.Fatalf("configs not applied: %q", got)
+	}
+
+	// New data reaches the follower through the long-poll, well before
+	// a poll interval could explain it: the follower waits up to 200ms
+	// per request, and an idle follower must not spin.
+	idle := leader.fetches.Load()
+	time.Sleep(500 * time.Millisecond)
+	if n := leader.fetches.Load() - idle; n > 4*10 {
+		t.Fatalf("idle follower sent %d partition reports in 500ms: not long-polling", n)
+	}
+	start := time.Now()
+	leader.produce("events", 0, 1)
+	c.waitInSync(t)
+	t.Logf("new data copied in %v", time.Since(start))
+
+	// The follower learns the high watermark.
+	sink.mu.Lock()
+	hw := sink.hw[replication.TopicPartition{Topic: "events"}]
+	sink.mu.Unlock()
+	if hw != leader.log("events", 0).EndOffset() {
+		t.Fatalf("follower saw hw %d", hw)
+	}
+	if st := c.follower.Status(); st.State != "fetching" || st.Epoch != 3 || st.LeaderID != 1 || st.LastError != "" {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func TestLongPollWakesOnAppend(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("t", 1, nil)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follower.cfg.MaxWait = 5 * time.Second // set before the first fetch
+	c.follow(1)
+	c.waitInSync(t)
+	time.Sleep(100 * time.Millisecond) // the follower is now parked in a long-poll
+	start := time.Now()
+	leader.produce("t", 0, 1)
+	c.waitInSync(t)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("append took %v to reach the follower", d)
+	}
+	// Stop abandons the long-poll promptly.
+	stopStart := time.Now()
+	c.follower.Stop()
+	if d := time.Since(stopStart); d > time.Second {
+		t.Fatalf("Stop took %v", d)
+	}
+}
+
+func TestRecreatedTopicIsRecopied(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("a", 2, nil)
+	leader.createTopic("b", 1, nil)
+	leader.produce("a", 0, 5)
+	leader.produce("a", 1, 5)
+	leader.produce("b", 0, 5)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(1)
+	c.waitInSync(t)
+
+	leader.deleteTopic("a")
+	leader.createTopic("a", 1, map[string]string{"retention.ms": "1000"})
+	leader.produce("a", 0, 2) // fewer records than before: a stale copy cannot match
+	leader.deleteTopic("b")
+	c.waitInSync(t)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.deletes != 2 {
+		t.Fatalf("%d topic deletes, want 2 (a recreated, b deleted)", sink.deletes)
+	}
+}
+
+func TestCreatePartitionsCopiesOnlyNewPartitions(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("g", 1, nil)
+	leader.produce("g", 0, 10)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(1)
+	c.waitInSync(t)
+	before := sink.log("g", 0)
+
+	leader.growTopic("g", 3)
+	leader.produce("g", 1, 3)
+	leader.produce("g", 2, 4)
+	c.waitInSync(t)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.grows != 1 || sink.deletes != 0 || sink.creates != 1 {
+		t.Fatalf("grows %d deletes %d creates %d; want 1 0 1", sink.grows, sink.deletes, sink.creates)
+	}
+	if sink.topics["g"].logs[0] != before {
+		t.Fatal("partition 0 was recreated")
+	}
+}
+
+// TestDivergentTailTruncated: the follower led epoch 2 and wrote a tail the
+// leader of epoch 3 never had (KIP-279); it is cut at the end of epoch 1
+// and replaced by the leader's epoch-3 records.
+func TestDivergentTailTruncated(t *testing.T) {
+	leader := newTestLeader(t, 3)
+	leader.createTopic("d", 1, nil)
+	shared := [][]byte{batch(t, 0, 1, 3, "x"), batch(t, 3, 1, 2, "y")}
+	for _, b := range shared {
+		leader.appendReplica("d", 0, b)
+	}
+	leader.appendReplica("d", 0, batch(t, 5, 3, 4, "leader3"))
+	leader.appendReplica("d", 0, batch(t, 9, 3, 1, "leader3"))
+
+	sink := newTestSink(t)
+	_, topics := leader.Manifest()
+	if err := sink.CreateTopic(topics[0]); err != nil {
+		t.Fatal(err)
+	}
+	fl := sink.log("d", 0)
+	for _, b := range shared {
+		if err := fl.AppendReplica(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Epoch 2's tail, longer than the leader's log, never replicated.
+	for _, b := range [][]byte{batch(t, 5, 2, 6, "old2"), batch(t, 11, 2, 3, "old2")} {
+		if err := fl.AppendReplica(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fl.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(3)
+	c.waitInSync(t)
+	h := fl.EpochHistory()
+	if len(h) != 2 || h[0].Epoch != 1 || h[1].Epoch != 3 || h[1].StartOffset != 5 {
+		t.Fatalf("epoch history %+v", h)
+	}
+	if st := c.follower.Status(); st.Resets != 0 {
+		t.Fatalf("partition was reset (%d), not truncated", st.Resets)
+	}
+}
+
+// TestNoEpochHistoryIsRecopied: records without epoch history (static mode
+// leftovers) are discarded and recopied (seed 000).
+func TestNoEpochHistoryIsRecopied(t *testing.T) {
+	leader := newTestLeader(t, 2)
+	leader.createTopic("s", 1, nil)
+	leader.produce("s", 0, 4)
+	sink := newTestSink(t)
+	_, topics := leader.Manifest()
+	if err := sink.CreateTopic(topics[0]); err != nil {
+		t.Fatal(err)
+	}
+	fl := sink.log("s", 0)
+	for i := range 3 {
+		if err := fl.AppendReplica(batch(t, int64(2*i), -1, 2, "junk")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(fl.EpochHistory()) != 0 || fl.EndOffset() != 6 {
+		t.Fatal("setup: want records without epoch history")
+	}
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(2)
+	c.waitInSync(t)
+	if c.follower.Status().Resets != 1 {
+		t.Fatalf("resets %d", c.follower.Status().Resets)
+	}
+}
+
+// TestBelowLeaderLogStartResets: a follower whose end is below the
+// leader's log start is told OFFSET_OUT_OF_RANGE and restarts there.
+func TestBelowLeaderLogStartResets(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("r", 1, nil)
+	leader.produce("r", 0, 3)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(1)
+	c.waitInSync(t)
+
+	// The follower stops following; the leader moves on and deletes
+	// records past the follower's end.
+	c.follower.ClearLeader()
+	eventually(t, 5*time.Second, "idle", func() error {
+		if s := c.follower.Status().State; s != "idle" {
+			return fmt.Errorf("state %s", s)
+		}
+		return nil
+	})
+	leader.produce("r", 0, 2000) // several 4 KiB segments
+	ll := leader.log("r", 0)
+	start, err := ll.DeleteRecords(ll.EndOffset() - 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start <= sink.log("r", 0).EndOffset() {
+		t.Fatalf("setup: leader start %d not above the follower's end", start)
+	}
+	c.follow(1) // the same leader and epoch: truncation is not rerun
+	c.waitInSync(t)
+	if c.follower.Status().Resets != 1 {
+		t.Fatalf("resets %d", c.follower.Status().Resets)
+	}
+	if fs, ls := sink.log("r", 0).StartOffset(), ll.StartOffset(); fs > ls || ls-fs >= 3 {
+		t.Fatalf("follower restarted at %d, leader start %d", fs, ls)
+	}
+}
+
+func TestWrongTokenIsRejected(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("a", 1, nil)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "secret", "guess", nil)
+
+	for _, auth := range []string{"", "Bearer guess", "Basic secret"} {
+		req, _ := http.NewRequest(http.MethodGet, c.srv.URL+PathManifest, nil)
+		req.Header.Set(HeaderLeaderEpoch, "1")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("auth %q: %d", auth, resp.StatusCode)
+		}
+	}
+
+	c.follow(1)
+	eventually(t, 5*time.Second, "follower reports 401", func() error {
+		if st := c.follower.Status(); !st.Unauthorized || !strings.Contains(st.LastError, "401") {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	if len(sink.Topics()) != 0 {
+		t.Fatal("an unauthorized follower applied a manifest")
+	}
+}
+
+func TestEpochFencing(t *testing.T) {
+	leader := newTestLeader(t, 5)
+	leader.createTopic("f", 1, nil)
+	leader.produce("f", 0, 3)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+
+	check := func(epoch string, status int, name string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, c.srv.URL+PathFetch, strings.NewReader(`{"partitions":[]}`))
+		if epoch != "" {
+			req.Header.Set(HeaderLeaderEpoch, epoch)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb errorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		if resp.StatusCode != status || eb.Error != name {
+			t.Fatalf("epoch %q: %d %q, want %d %q", epoch, resp.StatusCode, eb.Error, status, name)
+		}
+	}
+	check("4", http.StatusConflict, ErrNameFenced)
+	check("6", http.StatusConflict, ErrNameUnknownEpoch)
+	check("", http.StatusBadRequest, "missing or bad "+HeaderLeaderEpoch)
+
+	// A stale follower is fenced and waits for a new leader.
+	c.follow(4)
+	eventually(t, 5*time.Second, "fenced", func() error {
+		if st := c.follower.Status(); !st.Fenced || st.State != "idle" {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	fetches := leader.fetches.Load()
+	time.Sleep(300 * time.Millisecond)
+	if leader.fetches.Load() != fetches || len(sink.Topics()) != 0 {
+		t.Fatal("a fenced follower kept going")
+	}
+
+	// A follower ahead of the leader retries (UNKNOWN_LEADER_EPOCH)
+	// until the leader learns its epoch.
+	c.follow(6)
+	eventually(t, 5*time.Second, "unknown epoch", func() error {
+		if st := c.follower.Status(); !strings.Contains(st.LastError, ErrNameUnknownEpoch) || st.Fenced {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	leader.setEpoch(6, true)
+	c.waitInSync(t)
+
+	// Deposed mid-stream: NOT_LEADER, then a new leader.
+	leader.setEpoch(6, false)
+	eventually(t, 5*time.Second, "not leader", func() error {
+		if st := c.follower.Status(); !st.Fenced || st.State != "idle" {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	leader.setEpoch(7, true)
+	leader.produce("f", 0, 2)
+	c.follow(7)
+	c.waitInSync(t)
+}
+
+// TestCorruptBatchIsRefetched tampers with fetch responses: a flipped
+// payload byte (caught by the CRC) and a forged epoch (outside the CRC,
+// caught by the bounds) are never appended; the follower refetches.
+func TestCorruptBatchIsRefetched(t *testing.T) {
+	for _, mode := range []string{"payload", "epoch", "baseOffset"} {
+		t.Run(mode, func(t *testing.T) {
+			leader := newTestLeader(t, 1)
+			leader.createTopic("c", 2, nil)
+			leader.produce("c", 0, 10)
+			leader.produce("c", 1, 10)
+			sink := newTestSink(t)
+			var tampered atomic.Int64
+			c := newCluster(t, leader, sink, "", "", func(w *testHandlerWrap) {
+				w.rewrite = func(body []byte) []byte {
+					if tampered.Load() >= 3 {
+						return body
+					}
+					r, err := decodeFetchResponse(body)
+					if err != nil {
+						t.Errorf("decode: %v", err)
+						return body
+					}
+					for _, p := range r.parts {
+						if len(p.records) == 0 {
+							continue
+						}
+						switch mode {
+						case "payload":
+							p.records[len(p.records)-1] ^= 0x40
+						case "epoch":
+							binary.BigEndian.PutUint32(p.records[12:], 99)
+						case "baseOffset":
+							binary.BigEndian.PutUint64(p.records[0:], 1000)
+						}
+						tampered.Add(1)
+						break
+					}
+					return body
+				}
+			})
+			c.follow(1)
+			c.waitInSync(t)
+			if tampered.Load() == 0 {
+				t.Fatal("nothing tampered")
+			}
+			if st := c.follower.Status(); st.CorruptBatches < 1 {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+// TestSwitchLeader: SetLeader abandons a long-poll on the old leader and
+// follows the new one at once.
+func TestSwitchLeader(t *testing.T) {
+	old := newTestLeader(t, 1)
+	old.createTopic("t", 1, nil)
+	old.produce("t", 0, 2)
+	sink := newTestSink(t)
+	c := newCluster(t, old, sink, "", "", nil)
+	c.follower.cfg.MaxWait = 10 * time.Second
+	c.follow(1)
+	c.waitInSync(t)
+
+	// The new leader of epoch 2 has the same epoch-1 prefix and more.
+	next := newTestLeader(t, 2)
+	next.createTopic("t", 1, nil)
+	next.mu.Lock()
+	next.topics["t"].info.ID = old.topics["t"].info.ID
+	next.mu.Unlock()
+	for _, off := range []int64{0} {
+		b, err := old.log("t", 0).Read(off, 1<<20, 1<<62)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(b) > 0 {
+			n := int(binary.BigEndian.Uint32(b[8:])) + 12
+			next.appendReplica("t", 0, b[:n])
+			b = b[n:]
+		}
+	}
+	next.produce("t", 0, 3)
+	c2 := newCluster(t, next, sink, "", "", nil)
+	c2.follower.Stop() // only its server is used
+	start := time.Now()
+	c.follower.SetLeader(2, c2.srv.URL, 2)
+	eventually(t, 5*time.Second, "follows the new leader", func() error { return inSync(t, next, sink) })
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("switch took %v", d)
+	}
+	if !bytes.Equal(readAll(t, next.log("t", 0)), readAll(t, sink.log("t", 0))) {
+		t.Fatal("bytes differ")
+	}
+	c.follower.Stop() // before the servers close: it is parked in a long-poll
+}
+
+func TestRequestLimits(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("t", 1, nil)
+	srv := newCluster(t, leader, newTestSink(t), "", "", nil).srv
+	post := func(path, body string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		req.Header.Set(HeaderLeaderEpoch, "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(PathFetch, `{"partitions":[`+strings.Repeat(`{"topic":"t","partition":0,"offset":0},`, MaxRequestBytes/30)+`]}`); got != http.StatusRequestEntityTooLarge {
+		t.Fatalf("huge request: %d", got)
+	}
+	if got := post(PathFetch, `{"partitions":[{"topic":"t","partition":-1,"offset":0}]}`); got != http.StatusBadRequest {
+		t.Fatalf("bad partition: %d", got)
+	}
+	if got := post(PathFetch, `not json`); got != http.StatusBadRequest {
+		t.Fatalf("bad json: %d", got)
+	}
+	if got := post(PathManifest, ``); got != http.StatusMethodNotAllowed {
+		t.Fatalf("POST manifest: %d", got)
+	}
+	if got := post("/replication/nope", ``); got != http.StatusNotFound {
+		t.Fatalf("unknown path: %d", got)
+	}
+}
+
+// TestFetchResponseBudget: the response holds at most maxBytes of records,
+// except that the first batch is whole (KIP-74), and partitions after the
+// first only get whole batches within what is left.
+func TestFetchResponseBudget(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("t", 2, nil)
+	leader.produce("t", 0, 50)
+	leader.produce("t", 1, 50)
+	h := &handler{src: leader, maxResponse: 1000, log: quiet}
+	parts := []FetchPosition{{Topic: "t", Partition: 0}, {Topic: "t", Partition: 1}}
+	resp, data := h.collect(parts, 1000)
+	if !data {
+		t.Fatal("no data")
+	}
+	total := len(resp.parts[0].records) + len(resp.parts[1].records)
+	if total > 1000 || len(resp.parts[0].records) == 0 {
+		t.Fatalf("records %d + %d", len(resp.parts[0].records), len(resp.parts[1].records))
+	}
+	resp, _ = h.collect(parts, 1)
+	if len(resp.parts[0].records) == 0 || len(resp.parts[1].records) != 0 {
+		t.Fatalf("tiny budget: %d + %d", len(resp.parts[0].records), len(resp.parts[1].records))
+	}
+}
+
+func TestDecodeFetchResponseRejectsMalformed(t *testing.T) {
+	r := &fetchResponse{digest: "v1", parts: []fetchPart{
+		{topic: "a", partition: 1, hw: 5, logStart: 0, logEnd: 9, records: []byte("abcdef")},
+		{topic: "bb", partition: 0, code: codeOffsetOutOfRange, hw: -1, logStart: 7, logEnd: 9},
+	}}
+	b := r.encode()
+	got, err := decodeFetchResponse(b)
+	if err != nil || got.digest != "v1" || len(got.parts) != 2 || string(got.parts[0].records) != "abcdef" || got.parts[1].logStart != 7 {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for i := range len(b) {
+		if _, err := decodeFetchResponse(b[:i]); err == nil {
+			t.Fatalf("prefix of %d bytes accepted", i)
+		}
+	}
+	if _, err := decodeFetchResponse(append(b, 0)); err == nil {
+		t.Fatal("trailing byte accepted")
+	}
+	huge := append([]byte(nil), b...)
+	binary.BigEndian.PutUint32(huge[4+2+2:], 0xffffffff)
+	if _, err := decodeFetchResponse(huge); err == nil {
+		t.Fatal("absurd partition count accepted")
+	}
+}
