@@ -1,8 +1,9 @@
 // Package storage owns the on-disk partition log: segment files of record
 // batches stored exactly as produced (only baseOffset and
-// partitionLeaderEpoch are set by the log), their sparse offset and time
-// indexes, the log start offset and the leader epoch history, together with
-// crash recovery, truncation and retention.
+// partitionLeaderEpoch are set by the log; compaction rewrites the batches
+// that lose records), their sparse offset and time indexes, the log start
+// offset and the leader epoch history, together with crash recovery,
+// truncation, retention and compaction.
 //
 // All file access goes through vfs.FS. The package knows nothing about the
 // network protocol, topics or replication policy; it must not import the
@@ -91,6 +92,14 @@ type Log struct {
 	start   atomic.Int64
 	end     atomic.Int64
 	durable atomic.Int64
+
+	// cmu serializes Compact calls and guards compactUnsynced, set when a
+	// pass failed after renaming files but maybe before fsyncing the
+	// directory. truncations counts truncations (under amu), so that
+	// Compact can tell that records its key map relies on may be gone.
+	cmu             sync.Mutex
+	compactUnsynced bool
+	truncations     atomic.Int64
 }
 
 // EpochEntry records that leader epoch Epoch's first offset is StartOffset.
@@ -160,7 +169,8 @@ func (l *Log) open() error {
 	var bases []int64
 	have := map[int64]bool{}
 	for _, n := range names {
-		if strings.HasSuffix(n, ".tmp") {
+		if strings.HasSuffix(n, ".tmp") || strings.HasSuffix(n, cleanedSuffix) {
+			// An interrupted atomic write or compaction; see swapCleaned.
 			l.fs.Remove(filepath.Join(l.dir, n))
 			continue
 		}
@@ -197,17 +207,8 @@ func (l *Log) open() error {
 			return err
 		}
 		if i < len(bases)-1 {
-			if s.size == 0 {
-				// Cannot come from this package (segments are synced
-				// before the next is created); drop it rather than leave a
-				// hole in the offsets.
-				l.logger.Warn("removing empty non-active segment", "base", base)
-				f.Close()
-				if err := removeSegmentFiles(l.fs, l.dir, base); err != nil {
-					return err
-				}
-				continue
-			}
+			// An empty rolled segment is one that compaction emptied:
+			// its offsets are a gap, which readers skip.
 			s.next = bases[i+1]
 			if err := l.loadRolled(s); err != nil {
 				f.Close()
@@ -282,7 +283,8 @@ func (l *Log) loadRolled(s *segment) error {
 	if err != nil {
 		return err
 	}
-	if valid != s.size || s.next != next {
+	// Compaction leaves gaps, so the last batch may end before next.
+	if valid != s.size || s.next > next {
 		l.logger.Error("rolled segment is inconsistent with its successor", "base", s.base, "validBytes", valid, "size", s.size, "end", s.next, "nextBase", next)
 	}
 	s.size = valid
@@ -607,8 +609,10 @@ func (l *Log) SegmentCount() int {
 func (l *Log) Dir() string { return l.dir }
 
 // Read returns whole stored batches, starting with the one that holds
-// offset, totalling at most maxBytes, except that the first batch is always
-// returned whole even when larger (KIP-74). No batch whose base offset is
+// offset (or, when offset fell into a gap that compaction left, the first
+// batch after it: the first whose last offset is >= offset), totalling at
+// most maxBytes, except that the first batch is always returned whole even
+// when larger (KIP-74). No batch whose base offset is
 // >= limit (the high watermark) is returned. At the end of the log (or of
 // the readable range) it returns nil, nil. Reads of offsets below the start
 // offset or above the end offset fail with ErrOffsetOutOfRange.
@@ -789,6 +793,7 @@ func (l *Log) Truncate(offset int64) error {
 	if offset >= l.end.Load() {
 		return nil
 	}
+	l.truncations.Add(1)
 	if offset < l.start.Load() {
 		return l.truncateFullyLocked(offset)
 	}
@@ -888,6 +893,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 }
 
 func (l *Log) truncateFullyLocked(offset int64) error {
+	l.truncations.Add(1)
 	// The start offset goes first: if we crash part way, recovery sees a
 	// start beyond the data and finishes the job.
 	if err := l.writeStart(offset); err != nil {

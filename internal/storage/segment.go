@@ -300,7 +300,9 @@ func (s *segment) rebuild(verify bool, interval int) (int64, error) {
 			}
 			return 0, err
 		}
-		if h.BaseOffset != s.next || h.LastOffsetDelta < 0 || h.LastOffset()+1-s.base > math.MaxUint32 {
+		// Offsets only increase; compaction may leave gaps between
+		// batches.
+		if h.BaseOffset < s.next || h.LastOffsetDelta < 0 || h.LastOffset()+1-s.base > math.MaxUint32 {
 			break
 		}
 		if verify {
