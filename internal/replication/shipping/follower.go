@@ -145,6 +145,10 @@ type Status struct {
 	Fetches int64 `json:"fetches"`
 	// CorruptBatches counts fetched batches rejected by validation.
 	CorruptBatches int64 `json:"corruptBatches"`
+	// Unsyncable lists the partitions ("topic-partition") left out of
+	// the latest fetch because their log could not be fsynced: their
+	// disk failed, and the broker must take them out of service.
+	Unsyncable []string `json:"unsyncable,omitempty"`
 	// Resets counts partitions discarded and restarted at the leader's
 	// log start.
 	Resets int64 `json:"resets"`
@@ -251,7 +255,9 @@ func (f *Follower) steer(t *leaderTarget) {
 func (f *Follower) Status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.status
+	st := f.status
+	st.Unsyncable = slices.Clone(st.Unsyncable)
+	return st
 }
 
 func (f *Follower) setStatus(fn func(*Status)) {
@@ -600,8 +606,10 @@ func (f *Follower) truncateAll(ctx context.Context, epoch int32) error {
 			return errors.New("shipping: truncation does not converge")
 		}
 		var resp EpochEndResponse
-		for off := 0; off < len(req.Partitions); off += MaxRequestPartitions / 2 {
-			chunk := EpochEndRequest{Partitions: req.Partitions[off:min(off+MaxRequestPartitions/2, len(req.Partitions))]}
+		for off := 0; off < len(req.Partitions); {
+			n := requestWindow(len(req.Partitions)-off, func(i int) string { return req.Partitions[off+i].Topic })
+			chunk := EpochEndRequest{Partitions: req.Partitions[off : off+n]}
+			off += n
 			b, err := f.call(ctx, epoch, http.MethodPost, PathEpochEnd, chunk)
 			if err != nil {
 				return err
@@ -631,6 +639,20 @@ func (f *Follower) truncateAll(ctx context.Context, epoch int32) error {
 			asks = append(asks, a)
 		}
 	}
+}
+
+// requestWindow returns how many of the next n partitions fit in one
+// request: at most MaxRequestPartitions, and an estimated JSON size within
+// 7/8 of MaxRequestBytes. topic(i) names the i-th. At least one.
+func requestWindow(n int, topic func(i int) string) int {
+	size := 0
+	for i := range min(n, MaxRequestPartitions) {
+		size += len(topic(i)) + 64
+		if size > MaxRequestBytes/8*7 {
+			return max(i, 1)
+		}
+	}
+	return min(n, MaxRequestPartitions)
 }
 
 func (f *Follower) finishTruncation(tp replication.TopicPartition, l ReplicaLog, d replication.TruncDecision) error {
@@ -667,10 +689,9 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Acti
 	req := FetchRequest{Replica: f.cfg.ReplicaID, MaxBytes: f.cfg.MaxBytes, MaxWaitMs: int32(f.cfg.MaxWait / time.Millisecond)}
 	logs := make(map[replication.TopicPartition]ReplicaLog, len(f.parts))
 	n := len(f.parts)
-	if n > 0 {
-		f.rot = (f.rot + 1) % n
-	}
-	for i := range n {
+	var unsyncable []string
+	window := requestWindow(n, func(i int) string { return f.parts[(f.rot+i)%n].Topic })
+	for i := range window {
 		// Rotate the order so that no partition starves the others of
 		// the response budget.
 		tp := f.parts[(f.rot+i)%n]
@@ -680,14 +701,24 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Acti
 		}
 		end, ok := f.durableEnd(tp, l)
 		if !ok {
+			unsyncable = append(unsyncable, tp.Topic+"-"+strconv.Itoa(int(tp.Partition)))
 			continue
 		}
 		logs[tp] = l
 		req.Partitions = append(req.Partitions, FetchPosition{Topic: tp.Topic, Partition: tp.Partition, Offset: end})
 	}
-	if len(req.Partitions) > MaxRequestPartitions {
-		req.Partitions = req.Partitions[:MaxRequestPartitions]
+	if n > 0 {
+		// Rotate the starting partition: by one when every partition
+		// fits in a request, so no partition starves the others of the
+		// response budget; by a window otherwise, so every partition is
+		// reported in turn.
+		step := 1
+		if window < n {
+			step = window
+		}
+		f.rot = (f.rot + step) % n
 	}
+	f.setStatus(func(s *Status) { s.Unsyncable = unsyncable })
 	b, err := f.call(ctx, epoch, http.MethodPost, PathFetch, req)
 	if err != nil {
 		return replication.Action{}, err
@@ -754,7 +785,6 @@ func (f *Follower) durableEnd(tp replication.TopicPartition, l ReplicaLog) (int6
 	if l.DurableEnd() != l.EndOffset() {
 		if _, err := l.Sync(); err != nil {
 			f.log.Error("replication: fsync failed; partition not fetched", "topic", tp.Topic, "partition", tp.Partition, "err", err)
-			f.setStatus(func(s *Status) { s.LastError = "fsync: " + err.Error() })
 			return 0, false
 		}
 	}

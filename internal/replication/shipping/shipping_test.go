@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
 
 func TestCopiesTopicsByteForByteAndLongPolls(t *testing.T) {
@@ -513,5 +514,95 @@ func TestDecodeFetchResponseRejectsMalformed(t *testing.T) {
 	binary.BigEndian.PutUint32(huge[4+2+2:], 0xffffffff)
 	if _, err := decodeFetchResponse(huge); err == nil {
 		t.Fatal("absurd partition count accepted")
+	}
+}
+
+// TestFollowerAheadIsTruncated: a follower whose end is past the leader's
+// (same epoch) gets OFFSET_OUT_OF_RANGE and reruns the truncation.
+func TestFollowerAheadIsTruncated(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("a", 1, nil)
+	leader.produce("a", 0, 6)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(1)
+	c.waitInSync(t)
+	c.follower.ClearLeader()
+	eventually(t, 5*time.Second, "idle", func() error {
+		if s := c.follower.Status().State; s != "idle" {
+			return fmt.Errorf("state %s", s)
+		}
+		return nil
+	})
+	if err := leader.log("a", 0).Truncate(9); err != nil {
+		t.Fatal(err)
+	}
+	c.follow(1)
+	c.waitInSync(t)
+	leader.produce("a", 0, 2)
+	c.waitInSync(t)
+}
+
+// TestFsyncFailureStopsReporting: a follower partition whose fsync fails
+// is no longer reported (its end is not durable); the others go on.
+func TestFsyncFailureStopsReporting(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("a", 2, nil)
+	leader.produce("a", 0, 2)
+	leader.produce("a", 1, 2)
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	var syncs atomic.Int64
+	sink.fs.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync {
+			syncs.Add(1)
+		}
+		return nil
+	})
+	c.follow(1)
+	c.waitInSync(t)
+	if syncs.Load() == 0 {
+		t.Fatal("the follower never fsynced")
+	}
+	sink.fs.FailNext(vfs.OpSync, "/a-id1/1/", vfs.ErrInjected)
+	leader.produce("a", 1, 3)
+	leader.produce("a", 0, 3)
+	eventually(t, 5*time.Second, "partition 1 left out", func() error {
+		if st := c.follower.Status(); len(st.Unsyncable) != 1 || st.Unsyncable[0] != "a-1" {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	eventually(t, 5*time.Second, "partition 0 copied", func() error {
+		if got, want := sink.log("a", 0).EndOffset(), leader.log("a", 0).EndOffset(); got != want {
+			return fmt.Errorf("end %d, want %d", got, want)
+		}
+		return nil
+	})
+	fl := sink.log("a", 1)
+	if fl.DurableEnd() >= leader.log("a", 1).EndOffset() {
+		t.Fatalf("durable end %d despite the failed fsync", fl.DurableEnd())
+	}
+	// The violations check in the cleanup proves no report exceeded it.
+}
+
+func TestRequestWindow(t *testing.T) {
+	short := func(int) string { return "t" }
+	if got := requestWindow(10, short); got != 10 {
+		t.Fatalf("%d", got)
+	}
+	if got := requestWindow(3*MaxRequestPartitions, short); got != MaxRequestPartitions {
+		t.Fatalf("%d", got)
+	}
+	if got := requestWindow(3*MaxRequestPartitions, func(int) string { return "" }); got != MaxRequestPartitions {
+		t.Fatalf("%d", got)
+	}
+	long := func(int) string { return strings.Repeat("x", 249) }
+	got := requestWindow(MaxRequestPartitions, long)
+	if got >= MaxRequestPartitions || got*(249+64) > MaxRequestBytes/8*7 || got == 0 {
+		t.Fatalf("%d", got)
+	}
+	if got := requestWindow(1, func(int) string { return strings.Repeat("x", MaxRequestBytes) }); got != 1 {
+		t.Fatalf("%d", got)
 	}
 }
