@@ -30,6 +30,14 @@
 // before its end is reported, so the offset a follower reports is always its
 // durable end.
 //
+// A follower restarted at the leader's log start (OFFSET_OUT_OF_RANGE or a
+// truncation reset) restarts its empty log at the base offset of the batch
+// holding that start, so batches are always stored whole, as Kafka does.
+// Known limit: storage.Log.AppendReplica cannot leave an offset gap, so a
+// follower whose fetch offset falls into a gap that compaction left on the
+// leader (a wholly removed batch) cannot append the next batch; it logs the
+// mismatch and retries, and needs a gap-accepting append from storage.
+//
 // The package may not touch the broker, protocol, config or raftgroup
 // packages, Raft state, the ISR or high-watermark decisions (those belong to
 // replication.Leader, fed by the broker through Source.OnFollowerFetch),

@@ -357,8 +357,12 @@ func inSync(t testing.TB, l *testLeader, s *testSink) error {
 	for _, ti := range topics {
 		s.mu.Lock()
 		st, ok := s.topics[ti.Name]
+		var info TopicInfo
+		if ok {
+			info = st.info
+		}
 		s.mu.Unlock()
-		if !ok || st.info.ID != ti.ID || st.info.Partitions != ti.Partitions {
+		if !ok || info.ID != ti.ID || info.Partitions != ti.Partitions {
 			return fmt.Errorf("topic %s differs", ti.Name)
 		}
 		for p := range ti.Partitions {

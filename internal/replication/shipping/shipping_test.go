@@ -27,7 +27,10 @@ func TestCopiesTopicsByteForByteAndLongPolls(t *testing.T) {
 	c := newCluster(t, leader, sink, "tok", "tok", nil)
 	c.follow(3)
 	c.waitInSync(t)
-	if got := sink.topics["orders"].info.Configs["cleanup.policy"]; got != "delete" {
+	sink.mu.Lock()
+	got := sink.topics["orders"].info.Configs["cleanup.policy"]
+	sink.mu.Unlock()
+	if got != "delete" {
 		t.Fatalf("configs not applied: %q", got)
 	}
 
