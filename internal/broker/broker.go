@@ -456,9 +456,13 @@ func (b *Broker) retentionLoop(ctx context.Context) {
 	}
 }
 
-// EnforceRetention applies every topic's retention now.
+// EnforceRetention applies every topic's retention now, and compacts the
+// topics whose cleanup.policy includes compact.
 func (b *Broker) EnforceRetention(now time.Time) {
 	for _, t := range b.sortedTopics() {
+		if t.settings.cleanupCompact {
+			b.compact(t, now)
+		}
 		for _, p := range t.partitions {
 			n, err := p.log.EnforceRetention(now)
 			if err != nil {
@@ -468,6 +472,29 @@ func (b *Broker) EnforceRetention(now time.Time) {
 			if n > 0 {
 				b.log.Info("retention removed segments", "topic", t.name, "partition", p.index, "segments", n, "log_start_offset", p.log.StartOffset())
 			}
+		}
+	}
+}
+
+// compact runs the cleaner over a topic's closed segments. It is safe
+// against concurrent fetches and appends (storage swaps cleaned segments in
+// atomically) and never touches the active segment.
+func (b *Broker) compact(t *topic, now time.Time) {
+	for _, p := range t.partitions {
+		st, err := p.log.Compact(now, storage.CompactOptions{
+			DeleteRetentionMs:  t.settings.deleteRetention,
+			MinCompactionLagMs: t.settings.minCompactLag,
+			// Only what can never be taken back decides what is
+			// superseded.
+			MaxOffset: p.hw.Load(),
+		})
+		if err != nil {
+			b.log.Error("compaction failed", "topic", t.name, "partition", p.index, "err", err)
+			continue
+		}
+		if st.SegmentsRewritten > 0 {
+			b.log.Info("compacted", "topic", t.name, "partition", p.index, "segments", st.SegmentsRewritten,
+				"records_before", st.RecordsBefore, "records_after", st.RecordsAfter, "bytes_before", st.BytesBefore, "bytes_after", st.BytesAfter)
 		}
 	}
 }

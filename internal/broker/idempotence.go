@@ -195,32 +195,19 @@ func (b *Broker) nextProducerID() (int64, error) {
 // lastProducerBlock reads the end of the newest reserved block.
 func lastProducerBlock(p *partition) (int64, error) {
 	var last int64
-	var perr error
-	for off := p.log.StartOffset(); off < p.hw.Load(); {
-		data, err := p.log.Read(off, 4<<20, p.hw.Load())
-		if err != nil || len(data) == 0 {
-			perr = err
-			break
-		}
-		batches, err := recordbatch.Split(data)
+	err := scanBatches(p, p.log.StartOffset(), p.hw.Load(), func(h recordbatch.Header, batch []byte) error {
+		recs, err := recordbatch.Records(batch, 1<<20)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		for _, batch := range batches {
-			h, _ := recordbatch.ParseHeader(batch)
-			off = h.LastOffset() + 1
-			recs, err := recordbatch.Records(batch, 1<<20)
-			if err != nil {
-				return 0, err
-			}
-			for _, r := range recs {
-				if len(r.Value) == 8 {
-					last = max(last, int64(binary.BigEndian.Uint64(r.Value)))
-				}
+		for _, r := range recs {
+			if len(r.Value) == 8 {
+				last = max(last, int64(binary.BigEndian.Uint64(r.Value)))
 			}
 		}
-	}
-	return last, perr
+		return nil
+	})
+	return last, err
 }
 
 // handleInitProducerID serves idempotent (non-transactional) producers.

@@ -206,53 +206,46 @@ func (b *Broker) loadOffsets() error {
 	}
 	p := t.partitions[0]
 	n := 0
-	for off := p.log.StartOffset(); off < p.hw.Load(); {
-		data, err := p.log.Read(off, 4<<20, p.hw.Load())
+	// scanBatches, not recordbatch.Split: compaction leaves batches with
+	// fewer records than their offset span, which Split (a check for
+	// producer-written batches) refuses.
+	err := scanBatches(p, p.log.StartOffset(), p.hw.Load(), func(h recordbatch.Header, batch []byte) error {
+		recs, err := recordbatch.Records(batch, 64<<20)
 		if err != nil {
-			return fmt.Errorf("read %s at %d: %w", offsetsTopic, off, err)
+			return fmt.Errorf("%s batch at %d: %w", offsetsTopic, h.BaseOffset, err)
 		}
-		if len(data) == 0 {
-			break
-		}
-		batches, err := recordbatch.Split(data)
-		if err != nil {
-			return fmt.Errorf("%s at %d: %w", offsetsTopic, off, err)
-		}
-		for _, batch := range batches {
-			h, _ := recordbatch.ParseHeader(batch)
-			off = h.LastOffset() + 1
-			recs, err := recordbatch.Records(batch, 64<<20)
-			if err != nil {
-				return fmt.Errorf("%s batch at %d: %w", offsetsTopic, h.BaseOffset, err)
-			}
-			if h.Control() {
-				typ, err := txn.ParseControlKey(recs[0].Key)
-				if err == nil {
+		if h.Control() {
+			if len(recs) > 0 {
+				if typ, err := txn.ParseControlKey(recs[0].Key); err == nil {
 					b.offsets.endTxn(h.ProducerID, typ == txn.ControlCommit)
 				}
+			}
+			return nil
+		}
+		var txnWrites []offsetWrite
+		for _, r := range recs {
+			w, ok, err := decodeOffsetRecord(r)
+			if err != nil {
+				b.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)
 				continue
 			}
-			var txnWrites []offsetWrite
-			for _, r := range recs {
-				w, ok, err := decodeOffsetRecord(r)
-				if err != nil {
-					b.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)
-					continue
-				}
-				if !ok {
-					continue
-				}
-				n++
-				if h.Transactional() {
-					txnWrites = append(txnWrites, w)
-				} else {
-					b.offsets.apply(w.key, w.value, w.tombstone)
-				}
+			if !ok {
+				continue
 			}
-			if len(txnWrites) > 0 {
-				b.offsets.addPending(h.ProducerID, txnWrites)
+			n++
+			if h.Transactional() {
+				txnWrites = append(txnWrites, w)
+			} else {
+				b.offsets.apply(w.key, w.value, w.tombstone)
 			}
 		}
+		if len(txnWrites) > 0 {
+			b.offsets.addPending(h.ProducerID, txnWrites)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild committed offsets: %w", err)
 	}
 	if n > 0 {
 		b.log.Info("rebuilt committed offsets", "records", n, "groups", len(b.offsets.groupNames()))

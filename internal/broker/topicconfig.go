@@ -74,7 +74,17 @@ var topicConfigs = map[string]topicConfigSpec{
 		def:   constant("delete"),
 		check: checkCleanupPolicy,
 		list:  true,
-		doc:   "delete: retention removes old segments. compact is stored, and while no compactor runs a compact-only topic keeps everything.",
+		doc:   "delete: retention removes old segments; compact: the cleaner keeps the latest record per key; compact,delete: both.",
+	},
+	"delete.retention.ms": {
+		def:   constant("86400000"),
+		check: intRange(0, 1<<62),
+		doc:   "How long a tombstone survives compaction (compacted topics).",
+	},
+	"min.compaction.lag.ms": {
+		def:   constant("0"),
+		check: intRange(0, 1<<62),
+		doc:   "Records younger than this are never compacted away.",
 	},
 	"compression.type": {
 		def:   constant("producer"),
@@ -135,6 +145,9 @@ type topicSettings struct {
 	segmentBytes    int64
 	maxMessageBytes int
 	cleanupDelete   bool
+	cleanupCompact  bool
+	deleteRetention int64
+	minCompactLag   int64
 }
 
 func resolveSettings(s *config.Server, overrides map[string]string) topicSettings {
@@ -155,10 +168,15 @@ func resolveSettings(s *config.Server, overrides map[string]string) topicSetting
 		maxMessageBytes: int(atoi("max.message.bytes")),
 	}
 	for _, p := range strings.Split(get("cleanup.policy"), ",") {
-		if strings.TrimSpace(p) == "delete" {
+		switch strings.TrimSpace(p) {
+		case "delete":
 			ts.cleanupDelete = true
+		case "compact":
+			ts.cleanupCompact = true
 		}
 	}
+	ts.deleteRetention = atoi("delete.retention.ms")
+	ts.minCompactLag = atoi("min.compaction.lag.ms")
 	return ts
 }
 
