@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/s2"
@@ -29,63 +28,17 @@ type BatchOptions struct {
 }
 
 // Encode builds a v2 batch holding recs, numbered consecutively from
-// BaseOffset (Record.Offset is ignored). The broker never re-encodes stored
-// batches; Encode exists for tests (here and in other packages) and for
-// batches the broker itself originates.
+// BaseOffset (Record.Offset is ignored). Stored batches are never
+// re-encoded on the produce or fetch path; Encode serves tests (here and in
+// other packages) and batches the broker itself originates (internal
+// topics, transaction markers).
 func Encode(o BatchOptions, recs []Record) ([]byte, error) {
-	if len(recs) == 0 {
-		return nil, fmt.Errorf("%w: no records", ErrInvalid)
-	}
-	baseTs, maxTs := recs[0].Timestamp, recs[0].Timestamp
-	for _, r := range recs {
-		maxTs = max(maxTs, r.Timestamp)
-	}
-	var body []byte
+	numbered := make([]Record, len(recs))
 	for i, r := range recs {
-		var rec []byte
-		rec = append(rec, byte(r.Attributes))
-		rec = binary.AppendVarint(rec, r.Timestamp-baseTs)
-		rec = binary.AppendVarint(rec, int64(i))
-		rec = appendBytes(rec, r.Key)
-		rec = appendBytes(rec, r.Value)
-		rec = binary.AppendVarint(rec, int64(len(r.Headers)))
-		for _, h := range r.Headers {
-			rec = appendBytes(rec, []byte(h.Key))
-			rec = appendBytes(rec, h.Value)
-		}
-		body = binary.AppendVarint(body, int64(len(rec)))
-		body = append(body, rec...)
+		r.Offset = o.BaseOffset + int64(i)
+		numbered[i] = r
 	}
-	body, err := compress(o, body)
-	if err != nil {
-		return nil, err
-	}
-	attrs := int16(o.Codec) & CodecMask
-	if o.LogAppendTime {
-		attrs |= TimestampTypeBit
-	}
-	if o.Transactional {
-		attrs |= TransactionalBit
-	}
-	if o.Control {
-		attrs |= ControlBit
-	}
-	b := make([]byte, HeaderSize, HeaderSize+len(body))
-	be.PutUint64(b[offBaseOffset:], uint64(o.BaseOffset))
-	be.PutUint32(b[offBatchLength:], uint32(HeaderSize-LengthOverhead+len(body)))
-	be.PutUint32(b[offLeaderEpoch:], uint32(o.LeaderEpoch))
-	b[offMagic] = 2
-	be.PutUint16(b[offAttributes:], uint16(attrs))
-	be.PutUint32(b[offLastOffsetDelta:], uint32(len(recs)-1))
-	be.PutUint64(b[offBaseTimestamp:], uint64(baseTs))
-	be.PutUint64(b[offMaxTimestamp:], uint64(maxTs))
-	be.PutUint64(b[offProducerID:], uint64(o.ProducerID))
-	be.PutUint16(b[offProducerEpoch:], uint16(o.ProducerEpoch))
-	be.PutUint32(b[offBaseSequence:], uint32(o.BaseSequence))
-	be.PutUint32(b[offRecordsCount:], uint32(len(recs)))
-	b = append(b, body...)
-	be.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
-	return b, nil
+	return EncodeWithOffsets(o, numbered, int32(len(recs)-1))
 }
 
 func appendBytes(b, v []byte) []byte {
