@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 
 	"github.com/moonmq/moonmq/internal/broker"
 	"github.com/moonmq/moonmq/internal/config"
@@ -21,6 +22,9 @@ type Instance struct {
 	server  *broker.Server
 	metrics *metrics.Server
 	log     *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Start opens the data directory, recovers it, and starts listening.
@@ -72,13 +76,15 @@ func (in *Instance) MetricsAddr() string {
 }
 
 // Close stops listening, closes client connections, syncs and closes the
-// logs.
+// logs. Calling it again does nothing.
 func (in *Instance) Close() error {
-	if in.metrics != nil {
-		in.metrics.Close()
-	}
-	in.server.Close()
-	err := in.Broker.Close()
-	in.log.Info("moonmq stopped")
-	return err
+	in.closeOnce.Do(func() {
+		if in.metrics != nil {
+			in.metrics.Close()
+		}
+		in.server.Close()
+		in.closeErr = in.Broker.Close()
+		in.log.Info("moonmq stopped")
+	})
+	return in.closeErr
 }

@@ -47,6 +47,9 @@ func startBroker(t *testing.T, dir string, edit ...func(*config.Server)) *app.In
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stop the broker's background loops before the test (and its data
+	// directory) goes away.
+	t.Cleanup(func() { in.Close() })
 	return in
 }
 

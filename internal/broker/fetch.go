@@ -96,30 +96,44 @@ func anyError(ts []fetchTarget) bool {
 // MinBytes are there or the wait expires. An expired wait still answers,
 // with whatever there is (possibly nothing).
 func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, minBytes int, wait time.Duration, committedOnly bool) int {
+	parts := make([]*partition, len(targets))
+	for i, t := range targets {
+		parts[i] = t.p
+	}
+	n := 0
+	waitUntil(ctx, parts, wait, func() bool {
+		n = b.collect(targets, maxBytes, committedOnly)
+		return n >= minBytes || anyError(targets)
+	})
+	return n
+}
+
+// waitUntil calls done now and after every wake-up of one of parts (a high
+// watermark move) until it returns true, the timeout passes or ctx ends,
+// and reports whether done returned true. The waiter is registered before
+// the first call, so a wake-up between a check and the wait is not missed.
+func waitUntil(ctx context.Context, parts []*partition, timeout time.Duration, done func() bool) bool {
 	ch := make(chan struct{}, 1)
-	for _, t := range targets {
-		t.p.addWaiter(ch)
+	for _, p := range parts {
+		p.addWaiter(ch)
 	}
 	defer func() {
-		for _, t := range targets {
-			t.p.removeWaiter(ch)
+		for _, p := range parts {
+			p.removeWaiter(ch)
 		}
 	}()
-	timer := time.NewTimer(wait)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		// Registered before collecting, so a wake between the two is
-		// not missed.
-		n := b.collect(targets, maxBytes, committedOnly)
-		if n >= minBytes || anyError(targets) {
-			return n
+		if done() {
+			return true
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
-			return n
+			return false
 		case <-ctx.Done():
-			return n
+			return false
 		}
 	}
 }

@@ -86,39 +86,23 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 // REQUEST_TIMED_OUT (their records may still become durable later, as in
 // Kafka: a timeout is an unknown outcome, not a failure).
 func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout time.Duration) {
-	ch := make(chan struct{}, 1)
-	for _, w := range waits {
-		w.p.addWaiter(ch)
+	parts := make([]*partition, len(waits))
+	for i, w := range waits {
+		parts[i] = w.p
 	}
-	defer func() {
-		for _, w := range waits {
-			w.p.removeWaiter(ch)
-		}
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		done := true
+	durable := waitUntil(ctx, parts, timeout, func() bool {
 		for _, w := range waits {
 			if w.p.hw.Load() < w.end {
-				done = false
-				break
+				return false
 			}
 		}
-		if done {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			for _, w := range waits {
-				if w.p.hw.Load() < w.end {
-					w.result.ErrorCode = errRequestTimedOut
-				}
+		return true
+	})
+	if !durable && ctx.Err() == nil {
+		for _, w := range waits {
+			if w.p.hw.Load() < w.end {
+				w.result.ErrorCode = errRequestTimedOut
 			}
-			return
-		case <-ctx.Done():
-			return
 		}
 	}
 }
