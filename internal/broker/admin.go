@@ -436,44 +436,52 @@ func (b *Broker) alterTopicConfigs(name string, edit func(map[string]string) err
 	return 0, ""
 }
 
+// alterResource applies edit to a topic resource; broker settings come
+// only from the config file.
+func (b *Broker) alterResource(typ int8, name string, validateOnly bool, edit func(map[string]string) error) (int16, *string) {
+	var code int16
+	var msg string
+	if typ != 2 {
+		code, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
+	} else {
+		code, msg = b.alterTopicConfigs(name, edit, validateOnly)
+	}
+	if msg == "" {
+		return code, nil
+	}
+	return code, &msg
+}
+
 func (b *Broker) handleIncrementalAlterConfigs(r *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	for _, rr := range r.Resources {
 		out := kmsg.NewIncrementalAlterConfigsResponseResource()
 		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
-		var msg string
-		if rr.ResourceType != 2 {
-			out.ErrorCode, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
-		} else {
-			out.ErrorCode, msg = b.alterTopicConfigs(rr.ResourceName, func(m map[string]string) error {
-				for _, c := range rr.Configs {
-					if _, ok := topicConfigs[c.Name]; !ok {
-						return errors.New("unknown or unsupported topic config " + c.Name)
-					}
-					switch c.Op {
-					case 0: // SET
-						if c.Value == nil {
-							return errors.New("SET of " + c.Name + " needs a value")
-						}
-						m[c.Name] = *c.Value
-					case 1: // DELETE: back to the default
-						delete(m, c.Name)
-					case 2, 3: // APPEND, SUBTRACT on list configs
-						if !topicConfigs[c.Name].list || c.Value == nil {
-							return errors.New(c.Name + " is not a list config")
-						}
-						cur, _ := b.configValue(m, c.Name)
-						m[c.Name] = editList(cur, *c.Value, c.Op == 2)
-					default:
-						return errors.New("unknown config operation")
-					}
+		out.ErrorCode, out.ErrorMessage = b.alterResource(int8(rr.ResourceType), rr.ResourceName, r.ValidateOnly, func(m map[string]string) error {
+			for _, c := range rr.Configs {
+				if _, ok := topicConfigs[c.Name]; !ok {
+					return errors.New("unknown or unsupported topic config " + c.Name)
 				}
-				return nil
-			}, r.ValidateOnly)
-		}
-		if msg != "" {
-			out.ErrorMessage = &msg
-		}
+				switch c.Op {
+				case 0: // SET
+					if c.Value == nil {
+						return errors.New("SET of " + c.Name + " needs a value")
+					}
+					m[c.Name] = *c.Value
+				case 1: // DELETE: back to the default
+					delete(m, c.Name)
+				case 2, 3: // APPEND, SUBTRACT on list configs
+					if !topicConfigs[c.Name].list || c.Value == nil {
+						return errors.New(c.Name + " is not a list config")
+					}
+					cur, _ := b.configValue(m, c.Name)
+					m[c.Name] = editList(cur, *c.Value, c.Op == 2)
+				default:
+					return errors.New("unknown config operation")
+				}
+			}
+			return nil
+		})
 		resp.Resources = append(resp.Resources, out)
 	}
 	return resp
@@ -484,27 +492,19 @@ func (b *Broker) handleAlterConfigs(r *kmsg.AlterConfigsRequest) kmsg.Response {
 	for _, rr := range r.Resources {
 		out := kmsg.NewAlterConfigsResponseResource()
 		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
-		var msg string
-		if rr.ResourceType != 2 {
-			out.ErrorCode, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
-		} else {
-			// AlterConfigs replaces the whole set of overrides.
-			out.ErrorCode, msg = b.alterTopicConfigs(rr.ResourceName, func(m map[string]string) error {
-				for k := range m {
-					delete(m, k)
+		// AlterConfigs replaces the whole set of overrides.
+		out.ErrorCode, out.ErrorMessage = b.alterResource(int8(rr.ResourceType), rr.ResourceName, r.ValidateOnly, func(m map[string]string) error {
+			for k := range m {
+				delete(m, k)
+			}
+			for _, c := range rr.Configs {
+				if c.Value == nil {
+					return errors.New("config " + c.Name + " needs a value")
 				}
-				for _, c := range rr.Configs {
-					if c.Value == nil {
-						return errors.New("config " + c.Name + " needs a value")
-					}
-					m[c.Name] = *c.Value
-				}
-				return nil
-			}, r.ValidateOnly)
-		}
-		if msg != "" {
-			out.ErrorMessage = &msg
-		}
+				m[c.Name] = *c.Value
+			}
+			return nil
+		})
 		resp.Resources = append(resp.Resources, out)
 	}
 	return resp

@@ -178,14 +178,11 @@ func (b *Broker) nextProducerID() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	p.appendMu.Lock()
-	base, err := p.log.Append(batch, b.epoch)
-	p.appendMu.Unlock()
+	end, err := b.appendOwn(p, batch)
 	if err != nil {
 		return 0, err
 	}
-	b.flush.markDirty(p)
-	if !b.waitHW(b.ctx, p, base+1, 10*time.Second) {
+	if !b.waitHW(b.ctx, p, end, 10*time.Second) {
 		return 0, errCommitTimeout
 	}
 	b.pidNext, b.pidLimit = start+1, limit

@@ -270,21 +270,14 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 	if err != nil {
 		return err
 	}
-	p.appendMu.Lock()
-	base, err := p.log.Append(batch, b.epoch)
-	if err == nil {
-		h, _ := recordbatch.ParseHeader(batch)
-		h.BaseOffset = base
-		err = applyBatch(p, h, batch)
-	}
-	p.appendMu.Unlock()
+	end, err := b.appendOwn(p, batch)
 	if err != nil {
 		return err
 	}
-	b.flush.markDirty(p)
-	if !b.waitHW(ctx, p, base+int64(len(writes)), 10*time.Second) {
+	if !b.waitHW(ctx, p, end, 10*time.Second) {
 		return errCommitTimeout
 	}
+	base := end - int64(len(writes))
 	for i := range writes {
 		writes[i].value.logOffset = base + int64(i)
 	}
@@ -313,22 +306,42 @@ func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 	if err != nil {
 		return err
 	}
-	p.appendMu.Lock()
-	base, err := p.log.Append(batch, b.epoch)
-	p.appendMu.Unlock()
+	end, err := b.appendOwn(p, batch)
 	if err != nil {
 		return err
 	}
-	b.flush.markDirty(p)
-	end := base + int64(len(writes))
 	if !b.waitHW(ctx, p, end, 10*time.Second) {
 		return errCommitTimeout
 	}
+	base := end - int64(len(writes))
 	for i, w := range writes {
 		w.value.logOffset = base + int64(i)
 		b.offsets.apply(w.key, w.value, w.tombstone)
 	}
 	return nil
+}
+
+// appendOwn appends a batch the broker wrote itself (internal-topic records,
+// transaction markers), keeps the partition's producer and transaction state
+// in step with it, and schedules it for the next group commit. It returns
+// the offset after the batch: what durability must reach.
+func (b *Broker) appendOwn(p *partition, batch []byte) (int64, error) {
+	p.appendMu.Lock()
+	base, err := p.log.Append(batch, b.epoch)
+	var h recordbatch.Header
+	if err == nil {
+		h, err = recordbatch.ParseHeader(batch)
+	}
+	if err == nil {
+		h.BaseOffset = base
+		err = applyBatch(p, h, batch)
+	}
+	p.appendMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	b.flush.markDirty(p)
+	return h.LastOffset() + 1, nil
 }
 
 // waitHW waits until p's high watermark reaches end.

@@ -200,14 +200,11 @@ func (c *txnCoordinator) appendState(m *txn.Metadata) (*partition, int64, error)
 	if err != nil {
 		return nil, 0, err
 	}
-	p.appendMu.Lock()
-	base, err := p.log.Append(batch, c.b.epoch)
-	p.appendMu.Unlock()
+	end, err := c.b.appendOwn(p, batch)
 	if err != nil {
 		return nil, 0, err
 	}
-	c.b.flush.markDirty(p)
-	return p, base + 1, nil
+	return p, end, nil
 }
 
 // transition writes m and then publishes it.
@@ -242,19 +239,11 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 		}
 		p := t.partitions[tp.Partition]
 		batch := append([]byte(nil), batch0...)
-		p.appendMu.Lock()
-		base, err := p.log.Append(batch, c.b.epoch)
-		if err == nil {
-			h, _ := recordbatch.ParseHeader(batch)
-			h.BaseOffset = base
-			err = applyBatch(p, h, batch)
-		}
-		p.appendMu.Unlock()
+		end, err := c.b.appendOwn(p, batch)
 		if err != nil {
 			return fmt.Errorf("marker for %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
-		c.b.flush.markDirty(p)
-		waits = append(waits, produceWait{p: p, end: base + 1, result: &kmsg.ProduceResponseTopicPartition{}})
+		waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
 		offsetsTouched = offsetsTouched || tp.Topic == offsetsTopic
 	}
 	c.b.waitDurable(ctx, waits, 10*time.Second)
