@@ -14,6 +14,7 @@ const (
 	errGroupSubscribedToTopic  int16 = 86
 	errNonEmptyGroup           int16 = 68
 	errGroupIDNotFound         int16 = 69
+	errUnstableOffsetCommit    int16 = 88
 )
 
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
@@ -110,7 +111,7 @@ func (b *Broker) handleOffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response,
 
 // fetchGroupOffsets answers one group's part of an OffsetFetch; nil topics
 // means every committed partition.
-func (b *Broker) fetchGroupOffsets(group string, topics map[string][]int32, all bool) []kmsg.OffsetFetchResponseTopic {
+func (b *Broker) fetchGroupOffsets(group string, topics map[string][]int32, all, requireStable bool) []kmsg.OffsetFetchResponseTopic {
 	if all {
 		topics = map[string][]int32{}
 		for _, k := range b.offsets.groupKeys(group) {
@@ -131,7 +132,11 @@ func (b *Broker) fetchGroupOffsets(group string, topics map[string][]int32, all 
 			op := kmsg.NewOffsetFetchResponseTopicPartition()
 			op.Partition = p
 			op.Offset, op.LeaderEpoch = -1, -1
-			if c, ok := b.offsets.get(offsetKey{group, name, p}); ok {
+			if requireStable && b.offsets.hasPending(offsetKey{group, name, p}) {
+				// KIP-447: an exactly-once consumer must not start from
+				// an offset an open transaction is about to replace.
+				op.ErrorCode = errUnstableOffsetCommit
+			} else if c, ok := b.offsets.get(offsetKey{group, name, p}); ok {
 				op.Offset, op.LeaderEpoch = c.offset, c.leaderEpoch
 				md := c.metadata
 				op.Metadata = &md
@@ -159,11 +164,11 @@ func (b *Broker) handleOffsetFetch(r *kmsg.OffsetFetchRequest) kmsg.Response {
 				for _, t := range g.Topics {
 					topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
 				}
-				for _, t := range b.fetchGroupOffsets(g.Group, topics, g.Topics == nil) {
+				for _, t := range b.fetchGroupOffsets(g.Group, topics, g.Topics == nil, r.RequireStable) {
 					ot := kmsg.OffsetFetchResponseGroupTopic{Topic: t.Topic}
 					for _, p := range t.Partitions {
 						ot.Partitions = append(ot.Partitions, kmsg.OffsetFetchResponseGroupTopicPartition{
-							Partition: p.Partition, Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata,
+							Partition: p.Partition, Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata, ErrorCode: p.ErrorCode,
 						})
 					}
 					og.Topics = append(og.Topics, ot)
@@ -181,7 +186,7 @@ func (b *Broker) handleOffsetFetch(r *kmsg.OffsetFetchRequest) kmsg.Response {
 	for _, t := range r.Topics {
 		topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
 	}
-	resp.Topics = b.fetchGroupOffsets(r.Group, topics, r.Topics == nil)
+	resp.Topics = b.fetchGroupOffsets(r.Group, topics, r.Topics == nil, r.RequireStable)
 	return resp
 }
 

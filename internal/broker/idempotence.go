@@ -87,6 +87,7 @@ func applyBatch(p *partition, h recordbatch.Header, batch []byte) error {
 		p.txnMu.Lock()
 		p.txns.OnMarker(h.ProducerID, typ, h.BaseOffset)
 		p.txnMu.Unlock()
+		p.producers.ObserveEpoch(h.ProducerID, h.ProducerEpoch)
 		return nil
 	}
 	if h.BaseSequence >= 0 {

@@ -63,6 +63,21 @@ func (s *offsetStore) addPending(pid int64, writes []offsetWrite) {
 	s.mu.Unlock()
 }
 
+// hasPending reports whether a transactional commit for k awaits its
+// transaction's outcome (OffsetFetch with RequireStable must not answer yet).
+func (s *offsetStore) hasPending(k offsetKey) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, writes := range s.pending {
+		for _, w := range writes {
+			if w.key == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // endTxn applies (commit) or drops (abort) a producer's pending commits.
 func (s *offsetStore) endTxn(pid int64, commit bool) {
 	s.mu.Lock()
@@ -274,14 +289,16 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 	if err != nil {
 		return err
 	}
-	if !b.waitHW(ctx, p, end, 10*time.Second) {
-		return errCommitTimeout
-	}
+	// Pending at once, whatever the wait brings: the batch is in the log,
+	// and a restart would replay it, so memory must hold it too.
 	base := end - int64(len(writes))
 	for i := range writes {
 		writes[i].value.logOffset = base + int64(i)
 	}
 	b.offsets.addPending(pid, writes)
+	if !b.waitHW(ctx, p, end, 10*time.Second) {
+		return errCommitTimeout
+	}
 	return nil
 }
 

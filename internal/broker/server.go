@@ -119,6 +119,7 @@ type conn struct {
 	ctx    context.Context
 	queue  chan *pending
 	client string
+	waits  sync.WaitGroup
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -136,9 +137,15 @@ func (s *Server) serveConn(c net.Conn) {
 		cancel()
 	}()
 	reason := cn.readLoop()
+	// Nobody will read answers any more: end the waits (long polls,
+	// JoinGroup) instead of letting them run out.
+	cancel()
 	close(cn.queue)
 	<-writerDone
 	c.Close()
+	// Waiting handlers belong to the connection: it does not finish
+	// (and Server.Close does not return) until they have.
+	cn.waits.Wait()
 	if reason != nil {
 		cn.log.Warn("closed client connection", "reason", reason.Error(), "client_id", cn.client)
 	} else {
@@ -219,7 +226,11 @@ func (cn *conn) dispatch(req protocol.Request, p *pending) {
 		finish(resp)
 		return
 	}
-	go func() { finish(wait(cn.ctx)) }()
+	cn.waits.Add(1)
+	go func() {
+		defer cn.waits.Done()
+		finish(wait(cn.ctx))
+	}()
 }
 
 func (cn *conn) writeLoop() {

@@ -75,6 +75,9 @@ func (c *txnCoordinator) checkProduce(pid int64, epoch int16, topic string, part
 		return txn.ErrInvalidProducerIDMapping
 	}
 	m := e.meta.Load()
+	if m == nil || m.ProducerID != pid {
+		return txn.ErrInvalidProducerIDMapping
+	}
 	switch {
 	case epoch < m.Epoch:
 		return txn.ErrInvalidProducerEpoch
@@ -130,6 +133,11 @@ func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*
 		}
 		return nil, 0, code
 	}
+	for _, tp := range tps {
+		if !c.b.validTxnPartition(tp) {
+			return nil, 0, errUnknownTopicOrPartition
+		}
+	}
 	next, code := m.AddPartitions(tps, time.Now().UnixMilli())
 	if code != 0 {
 		return nil, 0, code
@@ -165,7 +173,15 @@ func (c *txnCoordinator) sweepOrphans(ctx context.Context) error {
 					}
 				}
 				c.b.log.Warn("aborting an orphaned open transaction", "topic", t.name, "partition", p.index, "producer_id", pid)
-				orphan := &txn.Metadata{ProducerID: pid, Epoch: math.MaxInt16 - 1, Partitions: map[txn.TP]struct{}{tp: {}}}
+				// The marker carries the producer's own epoch: it must
+				// close the orphan without fencing a live producer.
+				p.appendMu.Lock()
+				epoch, _ := p.producers.EpochOf(pid)
+				p.appendMu.Unlock()
+				if e != nil {
+					epoch = max(epoch, e.meta.Load().Epoch)
+				}
+				orphan := &txn.Metadata{ProducerID: pid, Epoch: epoch, Partitions: map[txn.TP]struct{}{tp: {}}}
 				if err := c.writeMarkers(ctx, orphan, false); err != nil {
 					return err
 				}
@@ -173,6 +189,14 @@ func (c *txnCoordinator) sweepOrphans(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// validTxnPartition reports whether a partition may join a transaction:
+// it exists and is not one of the broker's own internal topics (the offsets
+// topic joins through AddOffsetsToTxn / TxnOffsetCommit, never directly).
+func (b *Broker) validTxnPartition(tp txn.TP) bool {
+	t := b.lookup(tp.Topic)
+	return t != nil && !internalTopic(tp.Topic) && tp.Partition >= 0 && int(tp.Partition) < len(t.partitions)
 }
 
 // writeState appends m to __transaction_state and waits until durable.
@@ -234,8 +258,8 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 	offsetsTouched := false
 	for _, tp := range m.SortedPartitions() {
 		t := c.b.lookup(tp.Topic)
-		if t == nil || int(tp.Partition) >= len(t.partitions) {
-			continue // deleted since: nothing to mark
+		if t == nil || tp.Partition < 0 || int(tp.Partition) >= len(t.partitions) {
+			continue // deleted since (or never valid): nothing to mark
 		}
 		p := t.partitions[tp.Partition]
 		batch := append([]byte(nil), batch0...)
@@ -246,7 +270,9 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 		waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
 		offsetsTouched = offsetsTouched || tp.Topic == offsetsTopic
 	}
-	c.b.waitDurable(ctx, waits, 10*time.Second)
+	// The broker's context, not the request's: a client that disconnects
+	// mid-EndTxn must not leave a decided transaction half-marked.
+	c.b.waitDurable(c.b.ctx, waits, 10*time.Second)
 	for _, w := range waits {
 		if w.p.hw.Load() < w.end {
 			return errCommitTimeout
@@ -394,8 +420,10 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 	}
 	if e.meta.Load().State == kmsg.TransactionStateOngoing {
 		// A new incarnation fences the old one and aborts what it left
-		// open, at once.
-		if code := c.end(ctx, e, false, false); code != 0 {
+		// open, at once. The abort markers carry a bumped epoch, so a
+		// delayed write of the old incarnation is refused by the
+		// partition's producer state even if it raced the coordinator.
+		if code := c.end(ctx, e, false, true); code != 0 {
 			resp.ErrorCode = code
 			return resp
 		}
@@ -519,20 +547,35 @@ func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.R
 	resp := r.ResponseKind().(*kmsg.EndTxnResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	v2 := r.Version >= 5
-	if v2 {
-		// A retry of an EndTxn that already completed arrives with
-		// the epoch from before the bump.
-		if e := b.txc.entry(r.TransactionalID, false); e != nil {
-			e.mu.Lock()
-			m := e.meta.Load()
-			done := m != nil && r.ProducerID == m.ProducerID && r.ProducerEpoch == m.Epoch-1 &&
-				(r.Commit && m.State == kmsg.TransactionStateCompleteCommit || !r.Commit && m.State == kmsg.TransactionStateCompleteAbort)
-			e.mu.Unlock()
-			if done {
-				resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
-				return resp
+	// A retry of an EndTxn whose decision is already durable: finish it
+	// (if an earlier attempt was cut short) and answer as the first
+	// attempt would have. Under transactions v2 the retry carries the
+	// epoch from before the bump.
+	if e := b.txc.entry(r.TransactionalID, false); e != nil {
+		e.mu.Lock()
+		m := e.meta.Load()
+		sameEpoch := m != nil && r.ProducerID == m.ProducerID && (r.ProducerEpoch == m.Epoch || v2 && r.ProducerEpoch == m.Epoch-1)
+		var handled bool
+		switch {
+		case sameEpoch && m.Preparing() && m.Committing() == r.Commit:
+			handled = true
+			if err := b.txc.finish(ctx, e); err != nil {
+				b.log.Error("completing transaction failed", "transactional_id", m.ID, "err", err)
+				resp.ErrorCode = errKafkaStorageError
 			}
+		case sameEpoch && v2 && r.ProducerEpoch == m.Epoch-1 &&
+			(r.Commit && m.State == kmsg.TransactionStateCompleteCommit || !r.Commit && m.State == kmsg.TransactionStateCompleteAbort):
+			handled = true
 		}
+		if handled {
+			if v2 && resp.ErrorCode == 0 {
+				cur := e.meta.Load()
+				resp.ProducerID, resp.ProducerEpoch = cur.ProducerID, cur.Epoch
+			}
+			e.mu.Unlock()
+			return resp
+		}
+		e.mu.Unlock()
 	}
 	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
 	if e == nil {
@@ -640,6 +683,9 @@ func (c *txnCoordinator) load(ctx context.Context) error {
 			e := c.entry(id, true)
 			if m == nil {
 				c.mu.Lock()
+				if old := e.meta.Load(); old != nil {
+					delete(c.byPID, old.ProducerID)
+				}
 				delete(c.byID, id)
 				c.mu.Unlock()
 				continue
@@ -678,16 +724,24 @@ func (c *txnCoordinator) load(ctx context.Context) error {
 // timeout, so a dead producer never pins a partition's LSO.
 func (c *txnCoordinator) abortExpired(ctx context.Context, now time.Time) {
 	c.mu.Lock()
-	var expired []*txnEntry
+	var due []*txnEntry
 	for _, e := range c.byID {
-		if m := e.meta.Load(); m != nil && m.Expired(now.UnixMilli()) {
-			expired = append(expired, e)
+		if m := e.meta.Load(); m != nil && (m.Expired(now.UnixMilli()) || m.Preparing()) {
+			due = append(due, e)
 		}
 	}
 	c.mu.Unlock()
-	for _, e := range expired {
+	for _, e := range due {
 		e.mu.Lock()
-		if m := e.meta.Load(); m.Expired(now.UnixMilli()) {
+		switch m := e.meta.Load(); {
+		case m.Preparing():
+			// A decision whose completion was cut short (a failed
+			// marker write): finish it, so the LSO moves on and the
+			// transaction's offsets apply.
+			if err := c.finish(ctx, e); err != nil {
+				c.b.log.Error("completing a decided transaction failed; will retry", "transactional_id", m.ID, "err", err)
+			}
+		case m.Expired(now.UnixMilli()):
 			c.b.log.Warn("aborting a transaction past its timeout", "transactional_id", m.ID, "producer_id", m.ProducerID, "timeout_ms", m.TimeoutMs)
 			c.end(ctx, e, false, true)
 		}

@@ -132,6 +132,23 @@ func (s *State) Record(b BatchInfo, baseOffset int64) {
 	}
 }
 
+// ObserveEpoch notes that a transaction marker was written for producerID
+// at epoch. A marker with a newer epoch (a fencing abort, or a transactions
+// v2 commit) raises the stored epoch, so a delayed batch from the older
+// epoch is refused with INVALID_PRODUCER_EPOCH instead of landing after the
+// marker, as Kafka does.
+func (s *State) ObserveEpoch(producerID int64, epoch int16) {
+	p := s.producers[producerID]
+	if p == nil {
+		s.producers[producerID] = &producer{Epoch: epoch}
+		return
+	}
+	if epoch > p.Epoch {
+		p.Epoch = epoch
+		p.Batches = p.Batches[:0]
+	}
+}
+
 // Truncate forgets batches at or above offset, after the log was truncated
 // there. Producers left with no batch are dropped.
 func (s *State) Truncate(offset int64) {
@@ -166,6 +183,15 @@ func (s *State) Each(fn func(id int64, epoch int16, lastSeq int32, lastOffset in
 		}
 		fn(id, p.Epoch, lastSeq, lastOff)
 	}
+}
+
+// EpochOf returns the epoch stored for a producer.
+func (s *State) EpochOf(producerID int64) (int16, bool) {
+	p := s.producers[producerID]
+	if p == nil {
+		return 0, false
+	}
+	return p.Epoch, true
 }
 
 // Len is the number of producers tracked.

@@ -41,6 +41,23 @@ func TestSequenceRules(t *testing.T) {
 	}
 }
 
+func TestMarkerEpochFencesOlderBatches(t *testing.T) {
+	s := New()
+	s.Record(BatchInfo{ProducerID: 4, ProducerEpoch: 1, BaseSequence: 0, Count: 2}, 10)
+	s.ObserveEpoch(4, 2) // an abort marker written with a bumped epoch
+	if v := s.Check(BatchInfo{ProducerID: 4, ProducerEpoch: 1, BaseSequence: 2, Count: 1}); v.Code != ErrInvalidProducerEpoch {
+		t.Fatalf("a delayed batch of the fenced epoch: %+v", v)
+	}
+	if v := s.Check(BatchInfo{ProducerID: 4, ProducerEpoch: 2, BaseSequence: 0, Count: 1}); v.Code != 0 {
+		t.Fatalf("the new epoch starting at 0: %+v", v)
+	}
+	s.ObserveEpoch(4, 2) // a repeated marker changes nothing
+	s.ObserveEpoch(9, 0) // a marker for an unknown producer
+	if v := s.Check(BatchInfo{ProducerID: 9, ProducerEpoch: 0, BaseSequence: 0, Count: 1}); v.Code != 0 {
+		t.Fatalf("after a marker for an unknown producer: %+v", v)
+	}
+}
+
 func TestSequenceWraps(t *testing.T) {
 	s := New()
 	s.Record(BatchInfo{ProducerID: 1, BaseSequence: 0, Count: 1}, 0)
