@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -124,8 +125,10 @@ func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: every partition lives on the single broker")
 		case n < 1 || n > 100000:
 			fail(errInvalidPartitions, "partition count must be between 1 and 100000")
-		case rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
+		case b.repl == nil && rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
 			fail(errInvalidReplicationFact, "this broker stores one copy of each partition: use replication factor 1 or -1")
+		case b.repl != nil && rt.ReplicationFactor != -1 && int(rt.ReplicationFactor) != len(b.repl.ids):
+			fail(errInvalidReplicationFact, fmt.Sprintf("every replica of the group holds every partition: use replication factor %d or -1", len(b.repl.ids)))
 		case cfgErr != nil:
 			fail(errInvalidConfig, cfgErr.Error())
 		case r.ValidateOnly:
@@ -142,6 +145,9 @@ func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		if out.ErrorCode == 0 {
 			out.NumPartitions = int32(n)
 			out.ReplicationFactor = 1
+			if b.repl != nil {
+				out.ReplicationFactor = int16(len(b.repl.ids))
+			}
 			for _, k := range sortedConfigKeys() {
 				v, src := b.configValue(overrides, k)
 				out.Configs = append(out.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: k, Value: &v, Source: int8(src)})
@@ -221,38 +227,43 @@ func (b *Broker) handleCreatePartitions(r *kmsg.CreatePartitionsRequest) kmsg.Re
 			fail(errInvalidReplicaAssign, "manual replica assignment is not supported")
 		case r.ValidateOnly:
 		default:
-			parts := append([]*partition(nil), t.partitions...)
-			for i := len(parts); i < int(rt.Count); i++ {
-				p, err := b.openPartition(t, int32(i))
-				if err != nil {
-					b.log.Error("create partition failed", "topic", t.name, "err", err)
-					fail(errKafkaStorageError, err.Error())
-					break
-				}
-				parts = append(parts, p)
-			}
-			if out.ErrorCode != 0 {
-				for _, p := range parts[len(t.partitions):] {
-					p.log.Close()
-				}
-				break
-			}
-			nt := *t
-			nt.partitions = parts
-			if err := b.saveTopic(&nt); err != nil {
-				for _, p := range parts[len(t.partitions):] {
-					p.log.Close()
-				}
+			if err := b.addPartitionsLocked(t, int(rt.Count)); err != nil {
 				fail(errKafkaStorageError, err.Error())
-				break
 			}
-			b.topics[nt.name], b.byID[nt.id] = &nt, &nt
-			b.log.Info("added partitions", "topic", t.name, "partitions", len(parts))
 		}
 		b.mu.Unlock()
 		resp.Topics = append(resp.Topics, out)
 	}
 	return resp
+}
+
+// addPartitionsLocked grows t to count partitions and installs the new
+// snapshot. The caller holds b.mu.
+func (b *Broker) addPartitionsLocked(t *topic, count int) error {
+	parts := append([]*partition(nil), t.partitions...)
+	closeNew := func() {
+		for _, p := range parts[len(t.partitions):] {
+			p.log.Close()
+		}
+	}
+	for i := len(parts); i < count; i++ {
+		p, err := b.openPartition(t, int32(i))
+		if err != nil {
+			b.log.Error("create partition failed", "topic", t.name, "err", err)
+			closeNew()
+			return err
+		}
+		parts = append(parts, p)
+	}
+	nt := *t
+	nt.partitions = parts
+	if err := b.saveTopic(&nt); err != nil {
+		closeNew()
+		return err
+	}
+	b.topics[nt.name], b.byID[nt.id] = &nt, &nt
+	b.log.Info("added partitions", "topic", t.name, "partitions", len(parts))
+	return nil
 }
 
 func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response {

@@ -53,6 +53,10 @@ type Broker struct {
 	flush *flusher
 	stats *Stats
 
+	// repl is the static replication group this broker is part of, nil
+	// on a single node.
+	repl *replica
+
 	offsets *offsetStore
 	groups  *group.Coordinator
 	txc     *txnCoordinator
@@ -87,9 +91,10 @@ type topic struct {
 
 // partition is one partition's log and the state that makes records visible.
 type partition struct {
-	topic string
-	index int32
-	log   *storage.Log
+	topic   string
+	topicID [16]byte
+	index   int32
+	log     *storage.Log
 
 	// appendMu serialises appends so the offsets a produce gets match the
 	// order its batches reach the log.
@@ -162,6 +167,10 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	if cfg.Replication != nil && cfg.Replication.Enabled {
 		b.nodeID = int32(cfg.Replication.ReplicaId)
 	}
+	if staticReplication(&cfg) {
+		b.epoch = staticEpoch
+		b.repl = newReplica(b)
+	}
 	var err error
 	if b.acks, err = config.ParseAcks(cfg.Acks); err != nil {
 		return nil, err
@@ -193,23 +202,43 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	if err := b.loadOffsets(); err != nil {
 		return fail(err)
 	}
-	if err := b.txc.load(ctx); err != nil {
-		return fail(err)
-	}
-	if err := b.txc.sweepOrphans(ctx); err != nil {
-		return fail(err)
+	// A follower writes nothing of its own: its logs are copies of the
+	// leader's, transactions included.
+	following := b.following()
+	if !following {
+		if err := b.txc.load(ctx); err != nil {
+			return fail(err)
+		}
+		if err := b.txc.sweepOrphans(ctx); err != nil {
+			return fail(err)
+		}
 	}
 	// Groups known only through committed offsets exist as Empty, as in
 	// Kafka, so they can be listed, described and deleted.
 	for _, g := range b.offsets.groupNames() {
 		b.groups.EnsureGroup(g)
 	}
-	b.wg.Add(3)
-	go func() { defer b.wg.Done(); b.retentionLoop(ctx) }()
-	go func() { defer b.wg.Done(); b.txc.run(ctx) }()
-	go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
+	if following {
+		// Retention and compaction come from the leader's log start and
+		// bytes, so the copy stays identical.
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
+	} else {
+		b.wg.Add(3)
+		go func() { defer b.wg.Done(); b.retentionLoop(ctx) }()
+		go func() { defer b.wg.Done(); b.txc.run(ctx) }()
+		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
+	}
+	if b.repl != nil {
+		if err := b.repl.start(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	return b, nil
 }
+
+// following reports whether this broker is a static-mode follower.
+func (b *Broker) following() bool { return b.repl != nil && !b.repl.leading }
 
 func (b *Broker) topicsDir() string { return filepath.Join(b.cfg.DataDir, "topics") }
 
@@ -308,7 +337,7 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open partition %s/%d: %w", t.name, index, err)
 	}
-	p := &partition{topic: t.name, index: index, log: l, waiters: map[chan struct{}]struct{}{}}
+	p := &partition{topic: t.name, topicID: t.id, index: index, log: l, waiters: map[chan struct{}]struct{}{}}
 	// Everything recovered from disk was on disk; fsync it once so that the
 	// high watermark never covers bytes a second crash could lose.
 	durable, err := l.Sync()
@@ -321,15 +350,24 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 		l.Close()
 		return nil, fmt.Errorf("rebuild producer state of %s/%d: %w", t.name, index, err)
 	}
+	if b.repl != nil && b.repl.leading {
+		b.repl.track(p)
+	}
 	return p, nil
 }
 
 // createTopic creates a topic with n partitions. The caller holds b.mu.
 func (b *Broker) createTopicLocked(name string, n int, overrides map[string]string) (*topic, error) {
+	return b.createTopicWithIDLocked(name, newUUID(), n, overrides)
+}
+
+// createTopicWithIDLocked creates a topic with a given id (a follower
+// copies the leader's). The caller holds b.mu.
+func (b *Broker) createTopicWithIDLocked(name string, id [16]byte, n int, overrides map[string]string) (*topic, error) {
 	if overrides == nil {
 		overrides = map[string]string{}
 	}
-	t := &topic{name: name, id: newUUID(), dir: filepath.Join(b.topicsDir(), name), overrides: overrides}
+	t := &topic{name: name, id: id, dir: filepath.Join(b.topicsDir(), name), overrides: overrides}
 	t.settings = resolveSettings(&b.cfg, overrides)
 	if err := b.fs.MkdirAll(t.dir); err != nil {
 		return nil, err
@@ -378,6 +416,9 @@ func (b *Broker) deleteTopicLocked(t *topic) error {
 		p.deleted.Store(true)
 		p.log.Close()
 		p.wake()
+		if b.repl != nil {
+			b.repl.forget(p)
+		}
 	}
 	// Rename first so that a crash mid-removal does not resurrect a
 	// partial topic; the deleted/ directory is purged at start.
@@ -506,6 +547,9 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.cancel()
+	if b.repl != nil {
+		b.repl.stop()
+	}
 	b.wg.Wait()
 	// A final sync: acks=1 data written just before shutdown is kept.
 	b.flush.syncAll()

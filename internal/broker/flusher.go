@@ -33,6 +33,11 @@ func (f *flusher) markDirty(p *partition) {
 	case f.kick <- struct{}{}:
 	default:
 	}
+	if f.b.repl != nil {
+		// Followers long-poll for appends, not only for the high
+		// watermark.
+		p.wake()
+	}
 }
 
 func (f *flusher) run(ctx context.Context) {
@@ -67,6 +72,11 @@ func (f *flusher) syncAll() {
 			}
 			f.b.fatal(fmt.Errorf("fsync %s/%d: %w", p.topic, p.index, err))
 			return
+		}
+		if f.b.repl != nil {
+			// The group decides the high watermark.
+			f.b.repl.synced(p, durable)
+			continue
 		}
 		if durable > p.hw.Load() {
 			p.hw.Store(durable)

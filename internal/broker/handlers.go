@@ -37,6 +37,11 @@ const (
 // long-poll fetch) returns a wait function instead of a response; the
 // connection runs it on its own goroutine.
 func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(context.Context) kmsg.Response) {
+	if b.following() {
+		if resp, refused := b.refuseOnFollower(req); refused {
+			return resp, nil
+		}
+	}
 	switch r := req.Body.(type) {
 	case *kmsg.ApiVersionsRequest:
 		return b.handleApiVersions(cn, r), nil
@@ -157,6 +162,13 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 	id := b.clusterID
 	resp.ClusterID = &id
 	resp.ControllerID = b.nodeID
+	if b.repl != nil {
+		resp.Brokers = resp.Brokers[:0]
+		for _, e := range b.repl.endpoints() {
+			resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: e.id, Host: e.host, Port: e.port})
+		}
+		resp.ControllerID = b.repl.leaderID()
+	}
 
 	var ts []*topic
 	var missing []kmsg.MetadataResponseTopic
@@ -164,7 +176,7 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 		ts = b.sortedTopics()
 	} else {
 		// Before v4 there is no AllowAutoTopicCreation and Kafka creates.
-		allow := r.AllowAutoTopicCreation || r.Version < 4
+		allow := (r.AllowAutoTopicCreation || r.Version < 4) && !b.following()
 		for _, rt := range r.Topics {
 			var t *topic
 			var code int16
@@ -190,13 +202,17 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 		name := t.name
 		mt := kmsg.MetadataResponseTopic{Topic: &name, TopicID: t.id, IsInternal: internalTopic(name)}
 		for _, p := range t.partitions {
-			mt.Partitions = append(mt.Partitions, kmsg.MetadataResponseTopicPartition{
+			mp := kmsg.MetadataResponseTopicPartition{
 				Partition:   p.index,
 				Leader:      b.nodeID,
 				LeaderEpoch: b.epoch,
 				Replicas:    []int32{b.nodeID},
 				ISR:         []int32{b.nodeID},
-			})
+			}
+			if b.repl != nil {
+				mp.Leader, mp.Replicas, mp.ISR = b.repl.leaderID(), b.repl.ids, b.repl.counted(p)
+			}
+			mt.Partitions = append(mt.Partitions, mp)
 		}
 		resp.Topics = append(resp.Topics, mt)
 	}
@@ -210,5 +226,12 @@ func (b *Broker) handleDescribeCluster(r *kmsg.DescribeClusterRequest) kmsg.Resp
 	resp.ClusterID = b.clusterID
 	resp.ControllerID = b.nodeID
 	resp.Brokers = []kmsg.DescribeClusterResponseBroker{{NodeID: b.nodeID, Host: host, Port: port}}
+	if b.repl != nil {
+		resp.ControllerID = b.repl.leaderID()
+		resp.Brokers = resp.Brokers[:0]
+		for _, e := range b.repl.endpoints() {
+			resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: e.id, Host: e.host, Port: e.port})
+		}
+	}
 	return resp
 }

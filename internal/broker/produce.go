@@ -75,9 +75,46 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	if b.repl != nil {
+		// Static replication: acks=all also waits for every follower,
+		// at most AckTimeout.
+		if at := time.Duration(b.cfg.Replication.AckTimeout * float64(time.Second)); at > 0 && at < timeout {
+			timeout = at
+		}
+		return nil, func(ctx context.Context) kmsg.Response {
+			b.waitReplicated(ctx, waits, timeout)
+			return resp
+		}
+	}
 	return nil, func(ctx context.Context) kmsg.Response {
 		b.waitDurable(ctx, waits, timeout)
 		return resp
+	}
+}
+
+// waitReplicated is waitDurable for a static replication leader: a
+// partition is acknowledged once its high watermark covers the append and
+// every follower has reported it durable.
+func (b *Broker) waitReplicated(ctx context.Context, waits []produceWait, timeout time.Duration) {
+	parts := make([]*partition, len(waits))
+	for i, w := range waits {
+		parts[i] = w.p
+	}
+	done := func(w produceWait) bool { return w.p.hw.Load() >= w.end && b.repl.acked(w.p, w.end) }
+	ok := waitUntil(ctx, parts, timeout, func() bool {
+		for _, w := range waits {
+			if !done(w) {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok && ctx.Err() == nil {
+		for _, w := range waits {
+			if !done(w) {
+				w.result.ErrorCode = errRequestTimedOut
+			}
+		}
 	}
 }
 

@@ -1,0 +1,617 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/producer"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/replication/shipping"
+	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/txn"
+)
+
+// staticEpoch is the fixed leader epoch of static replication mode: the
+// leader never changes without a restart, so there is nothing to fence.
+const staticEpoch int32 = 1
+
+// PathStatus is the replication status endpoint.
+const PathStatus = "/replication/status"
+
+// replica is the broker's part in a static replication group
+// (Replication.Enabled and not Failover.Enabled). The leader serves
+// clients and log shipping; a follower copies the leader's logs and refuses
+// clients.
+type replica struct {
+	b       *Broker
+	cfg     *config.Replication
+	leading bool
+	self    int32
+	ids     []int32 // the whole group, sorted
+
+	mu     sync.Mutex
+	ldr    *replication.Leader
+	pos    map[*partition]map[int32]int64 // followers' durable ends (leader)
+	seen   map[int32]time.Time            // followers' latest fetch (leader)
+	leader int32                          // the leader's id (-1: not known yet)
+	isr    []int32                        // follower: the leader's last status
+
+	fol  *shipping.Follower
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// staticReplication reports whether cfg asks for static replication.
+func staticReplication(cfg *config.Server) bool {
+	r := cfg.Replication
+	return r != nil && r.Enabled && !r.Failover.Enabled
+}
+
+func newReplica(b *Broker) *replica {
+	r := &replica{b: b, cfg: b.cfg.Replication, self: b.nodeID, leader: -1,
+		pos: map[*partition]map[int32]int64{}, seen: map[int32]time.Time{}, done: make(chan struct{})}
+	r.leading = r.cfg.Role == "leader" || r.cfg.Role == "both"
+	r.ids = []int32{r.self}
+	for _, p := range r.cfg.Peers {
+		r.ids = append(r.ids, int32(p.Id))
+	}
+	sort.Slice(r.ids, func(i, j int) bool { return r.ids[i] < r.ids[j] })
+	if r.leading {
+		r.leader = r.self
+		r.ldr = replication.NewLeader(replication.WithStatic(r.cfg.LagMax))
+		r.ldr.Configure(r.ids, r.self, r.ids, staticEpoch)
+	}
+	return r
+}
+
+// key names a partition incarnation in replication.Leader: a topic deleted
+// and recreated under its name starts afresh.
+func lkey(p *partition) replication.TopicPartition {
+	return replication.TopicPartition{Topic: p.topic + "/" + formatUUID(p.topicID), Partition: p.index}
+}
+
+// track reports a partition the leader opened.
+func (r *replica) track(p *partition) {
+	r.mu.Lock()
+	r.ldr.AppendLocal(lkey(p), p.log.EndOffset(), p.log.DurableEnd())
+	r.mu.Unlock()
+}
+
+// forget drops a deleted partition's follower positions.
+func (r *replica) forget(p *partition) {
+	r.mu.Lock()
+	delete(r.pos, p)
+	r.mu.Unlock()
+}
+
+// synced reports the leader's durable end of p after an fsync and raises
+// p's high watermark to the group's.
+func (r *replica) synced(p *partition, durable int64) {
+	r.mu.Lock()
+	k := lkey(p)
+	r.ldr.AppendLocal(k, p.log.EndOffset(), durable)
+	hw := r.ldr.HighWatermark(k)
+	r.mu.Unlock()
+	raiseHW(p, hw, durable)
+}
+
+// raiseHW raises p's high watermark to hw, never above limit, and wakes its
+// waiters.
+func raiseHW(p *partition, hw, limit int64) {
+	hw = min(hw, limit)
+	for {
+		cur := p.hw.Load()
+		if hw <= cur {
+			return
+		}
+		if p.hw.CompareAndSwap(cur, hw) {
+			p.wake()
+			return
+		}
+	}
+}
+
+// acked reports whether every follower has end of p on its disk.
+func (r *replica) acked(p *partition, end int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pos := r.pos[p]
+	for _, id := range r.ids {
+		if id != r.self && pos[id] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// counted is the set of replicas counted towards p's high watermark: the
+// leader and every follower within LagMax of the log end.
+func (r *replica) counted(p *partition) []int32 {
+	if !r.leading {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.isr) == 0 {
+			return r.ids
+		}
+		return append([]int32(nil), r.isr...)
+	}
+	end := p.log.EndOffset()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []int32{}
+	for _, id := range r.ids {
+		if pos, ok := r.pos[p][id]; id == r.self || ok && end-pos <= r.cfg.LagMax {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// groupISR is the replicas counted on every partition.
+func (r *replica) groupISR() []int32 {
+	if !r.leading {
+		return r.counted(nil)
+	}
+	in := map[int32]int{}
+	n := 0
+	for _, t := range r.b.sortedTopics() {
+		for _, p := range t.partitions {
+			n++
+			for _, id := range r.counted(p) {
+				in[id]++
+			}
+		}
+	}
+	out := []int32{}
+	for _, id := range r.ids {
+		if in[id] == n {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// leaderID is the leader's id, -1 while a follower has not found it.
+func (r *replica) leaderID() int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leader
+}
+
+// endpoint returns the client host:port of replica id.
+func (r *replica) endpoint(id int32) (string, int32, bool) {
+	if id == r.self {
+		h, p := r.b.Advertised()
+		return h, p, true
+	}
+	for _, peer := range r.cfg.Peers {
+		if int32(peer.Id) == id {
+			h, ps, _ := net.SplitHostPort(peer.ClientAddress)
+			p, _ := strconv.Atoi(ps)
+			return h, int32(p), true
+		}
+	}
+	return "", 0, false
+}
+
+// start listens on the replication port and, on a follower, starts
+// finding the leader and copying its logs.
+func (r *replica) start(ctx context.Context) error {
+	addr := net.JoinHostPort(r.cfg.ReplicateHost, strconv.Itoa(r.cfg.ReplicatePort))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for replication on %s: %w (change Replication.ReplicatePort)", addr, err)
+	}
+	r.ln = ln
+	log := r.b.log.With("component", "replication")
+	mux := http.NewServeMux()
+	mux.Handle("/replication/", shipping.Handler(source{r}, r.cfg.Token, shipping.WithLogger(log)))
+	mux.HandleFunc(PathStatus, r.serveStatus)
+	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if r.leading {
+		go func() { _ = r.srv.Serve(ln) }()
+		close(r.done)
+		log.Info("static replication: leading", "replicate", ln.Addr().String(), "replicas", r.ids, "lag_max", r.cfg.LagMax)
+		return nil
+	}
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, Logger: log}, sink{r})
+	if err := r.fol.Start(ctx); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	go func() { _ = r.srv.Serve(ln) }()
+	go func() { defer close(r.done); r.findLeader(ctx) }()
+	log.Info("static replication: following", "replicate", ln.Addr().String(), "peers", len(r.cfg.Peers))
+	return nil
+}
+
+// stop ends replication: the HTTP server and the follower.
+func (r *replica) stop() {
+	if r.srv != nil {
+		_ = r.srv.Close()
+	}
+	if r.fol != nil {
+		r.fol.Stop()
+	}
+	if r.ln != nil {
+		<-r.done
+	}
+}
+
+// statusDoc is the body of GET /replication/status.
+type statusDoc struct {
+	Role      string                      `json:"role"`
+	ReplicaID int32                       `json:"replicaId"`
+	Leader    int32                       `json:"leader"`
+	Epoch     int32                       `json:"epoch"`
+	ISR       []int32                     `json:"isr"`
+	Followers map[string]followerPosition `json:"followers,omitempty"`
+	Follower  *shipping.Status            `json:"follower,omitempty"`
+}
+
+type followerPosition struct {
+	LastFetch  time.Time        `json:"lastFetch"`
+	Partitions map[string]int64 `json:"partitions"`
+}
+
+func (r *replica) status() statusDoc {
+	d := statusDoc{Role: "follower", ReplicaID: r.self, Leader: r.leaderID(), Epoch: staticEpoch, ISR: r.groupISR()}
+	if !r.leading {
+		st := r.fol.Status()
+		d.Follower = &st
+		return d
+	}
+	d.Role = "leader"
+	d.Followers = map[string]followerPosition{}
+	r.mu.Lock()
+	for _, id := range r.ids {
+		if id == r.self {
+			continue
+		}
+		fp := followerPosition{LastFetch: r.seen[id], Partitions: map[string]int64{}}
+		for p, pos := range r.pos {
+			if off, ok := pos[id]; ok && !p.deleted.Load() {
+				fp.Partitions[fmt.Sprintf("%s-%d", p.topic, p.index)] = off
+			}
+		}
+		d.Followers[strconv.Itoa(int(id))] = fp
+	}
+	r.mu.Unlock()
+	return d
+}
+
+func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
+	if r.cfg.Token != "" && req.Header.Get("Authorization") != "Bearer "+r.cfg.Token {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(r.status())
+}
+
+// findLeader asks every peer's status endpoint which one leads, follows it,
+// and keeps polling the leader's status for its ISR.
+func (r *replica) findLeader(ctx context.Context) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	get := func(addr string) (statusDoc, error) {
+		var d statusDoc
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+PathStatus, nil)
+		if err != nil {
+			return d, err
+		}
+		if r.cfg.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return d, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return d, errors.New(resp.Status)
+		}
+		return d, json.NewDecoder(resp.Body).Decode(&d)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		for _, p := range r.cfg.Peers {
+			d, err := get(p.Address)
+			if err != nil || d.Role != "leader" || d.ReplicaID != int32(p.Id) {
+				continue
+			}
+			r.mu.Lock()
+			changed := r.leader != d.ReplicaID
+			r.leader, r.isr = d.ReplicaID, d.ISR
+			r.mu.Unlock()
+			if changed {
+				r.b.log.Info("static replication: following leader", "leader", d.ReplicaID, "address", p.Address)
+				r.fol.SetLeader(d.ReplicaID, p.Address, staticEpoch)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// partitionOf resolves a shipping topic partition.
+func (b *Broker) replPartition(tp replication.TopicPartition) *partition {
+	t := b.lookup(tp.Topic)
+	if t == nil || tp.Partition < 0 || int(tp.Partition) >= len(t.partitions) {
+		return nil
+	}
+	return t.partitions[tp.Partition]
+}
+
+func topicInfos(ts []*topic) []shipping.TopicInfo {
+	out := make([]shipping.TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		cfgs := make(map[string]string, len(t.overrides))
+		for k, v := range t.overrides {
+			cfgs[k] = v
+		}
+		out = append(out, shipping.TopicInfo{Name: t.name, ID: formatUUID(t.id), Partitions: int32(len(t.partitions)), Configs: cfgs})
+	}
+	return out
+}
+
+// source is the leader's side of log shipping.
+type source struct{ r *replica }
+
+func (s source) LeaderEpoch() (int32, bool) { return staticEpoch, s.r.leading }
+
+func (s source) Manifest() (string, []shipping.TopicInfo) {
+	ts := s.r.b.sortedTopics()
+	return digestOf(ts), topicInfos(ts)
+}
+
+// Digest hashes the topic list: names, ids, partition counts and configs.
+// It is computed afresh (the list is small) so no change can be missed.
+func (s source) Digest() string { return digestOf(s.r.b.sortedTopics()) }
+
+func digestOf(ts []*topic) string {
+	data, _ := json.Marshal(topicInfos(ts)) // map keys are sorted
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16])
+}
+
+func (s source) Partition(tp replication.TopicPartition) (shipping.PartitionLog, bool) {
+	p := s.r.b.replPartition(tp)
+	if p == nil {
+		return nil, false
+	}
+	return p.log, true
+}
+
+func (s source) HighWatermark(tp replication.TopicPartition) int64 {
+	if p := s.r.b.replPartition(tp); p != nil {
+		return p.hw.Load()
+	}
+	return 0
+}
+
+func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, durableEnd int64) {
+	p := s.r.b.replPartition(tp)
+	if p == nil {
+		return
+	}
+	r := s.r
+	now := time.Now()
+	r.mu.Lock()
+	if r.pos[p] == nil {
+		r.pos[p] = map[int32]int64{}
+	}
+	// A follower's fetches are sequential: its latest report is its
+	// position (lower than before only if it lost its data).
+	r.pos[p][replica] = durableEnd
+	r.seen[replica] = now
+	k := lkey(p)
+	r.ldr.FollowerFetch(replica, k, durableEnd, now)
+	hw := r.ldr.HighWatermark(k)
+	r.mu.Unlock()
+	raiseHW(p, hw, p.log.DurableEnd())
+	// acks=all waits for follower positions, not only the high watermark.
+	p.wake()
+}
+
+func (s source) WaitForData(ctx context.Context, tp replication.TopicPartition, offset int64) {
+	p := s.r.b.replPartition(tp)
+	if p == nil {
+		<-ctx.Done()
+		return
+	}
+	waitUntil(ctx, []*partition{p}, time.Hour, func() bool {
+		return p.log.EndOffset() > offset || p.deleted.Load()
+	})
+	if p.deleted.Load() {
+		<-ctx.Done()
+	}
+}
+
+// sink is the follower's side of log shipping. The Follower calls it from
+// one goroutine.
+type sink struct{ r *replica }
+
+func (s sink) Topics() []shipping.TopicInfo { return topicInfos(s.r.b.sortedTopics()) }
+
+func (s sink) CreateTopic(ti shipping.TopicInfo) error {
+	id, err := parseUUID(ti.ID)
+	if err != nil {
+		return err
+	}
+	if err := validTopicName(ti.Name); err != nil {
+		return err
+	}
+	b := s.r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t := b.topics[ti.Name]; t != nil {
+		if t.id == id {
+			return nil
+		}
+		if err := b.deleteTopicLocked(t); err != nil {
+			return err
+		}
+	}
+	_, err = b.createTopicWithIDLocked(ti.Name, id, int(ti.Partitions), ti.Configs)
+	return err
+}
+
+func (s sink) DeleteTopic(name string) error {
+	b := s.r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.topics[name]
+	if t == nil {
+		return nil
+	}
+	return b.deleteTopicLocked(t)
+}
+
+func (s sink) CreatePartitions(name string, count int32) error {
+	b := s.r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.topics[name]
+	if t == nil {
+		return fmt.Errorf("no topic %s", name)
+	}
+	if int(count) <= len(t.partitions) {
+		return nil
+	}
+	return b.addPartitionsLocked(t, int(count))
+}
+
+func (s sink) SetConfigs(name string, configs map[string]string) error {
+	code, msg := s.r.b.alterTopicConfigs(name, func(m map[string]string) error {
+		clear(m)
+		for k, v := range configs {
+			m[k] = v
+		}
+		return nil
+	}, false)
+	if code != 0 {
+		return fmt.Errorf("set configs of %s: error %d: %s", name, code, msg)
+	}
+	return nil
+}
+
+func (s sink) Partition(tp replication.TopicPartition) (shipping.ReplicaLog, bool) {
+	p := s.r.b.replPartition(tp)
+	if p == nil {
+		return nil, false
+	}
+	return replicaLog{Log: p.log, b: s.r.b, p: p}, true
+}
+
+func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logStart int64) {
+	p := s.r.b.replPartition(tp)
+	if p == nil {
+		return
+	}
+	raiseHW(p, highWatermark, p.log.DurableEnd())
+	if logStart > p.log.StartOffset() && logStart <= p.log.EndOffset() {
+		if _, err := p.log.DeleteRecords(logStart); err != nil {
+			s.r.b.log.Warn("following the leader's log start failed", "topic", p.topic, "partition", p.index, "err", err)
+		}
+	}
+}
+
+// replicaLog is a follower's partition log: appends keep the producer and
+// transaction state in step, truncation rebuilds it.
+type replicaLog struct {
+	*storage.Log
+	b *Broker
+	p *partition
+}
+
+func (l replicaLog) AppendReplica(batch []byte) error {
+	p := l.p
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if err := p.log.AppendReplica(batch); err != nil {
+		return err
+	}
+	h, err := recordbatch.ParseHeader(batch)
+	if err == nil {
+		err = applyBatch(p, h, batch)
+	}
+	if err != nil {
+		l.b.log.Error("producer state update failed", "topic", p.topic, "partition", p.index, "err", err)
+	}
+	return nil
+}
+
+func (l replicaLog) Truncate(offset int64) error {
+	return l.rebuildAfter(func() error { return l.p.log.Truncate(offset) })
+}
+
+func (l replicaLog) TruncateFullyAndStartAt(offset int64) error {
+	return l.rebuildAfter(func() error { return l.p.log.TruncateFullyAndStartAt(offset) })
+}
+
+// rebuildAfter runs a truncation and rebuilds the partition's producer and
+// transaction state from what is left; the high watermark never stays
+// above the log end.
+func (l replicaLog) rebuildAfter(cut func() error) error {
+	p := l.p
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if err := cut(); err != nil {
+		return err
+	}
+	for {
+		cur := p.hw.Load()
+		end := p.log.EndOffset()
+		if cur <= end || p.hw.CompareAndSwap(cur, end) {
+			break
+		}
+	}
+	ps, ts := producer.New(), txn.NewPartition()
+	p.txnMu.Lock()
+	p.producers, p.txns = ps, ts
+	p.txnMu.Unlock()
+	return scanBatches(p, p.log.StartOffset(), p.log.EndOffset(), func(h recordbatch.Header, batch []byte) error {
+		return applyBatch(p, h, batch)
+	})
+}
+
+// ReadLog returns every stored byte of a partition, from its log start to
+// its log end, and the log end; tests compare replicas with it.
+func (b *Broker) ReadLog(topic string, partition int32) ([]byte, int64, error) {
+	p := b.replPartition(replication.TopicPartition{Topic: topic, Partition: partition})
+	if p == nil {
+		return nil, 0, fmt.Errorf("no partition %s/%d", topic, partition)
+	}
+	end := p.log.EndOffset()
+	var out []byte
+	for off := p.log.StartOffset(); off < end; {
+		data, err := p.log.Read(off, 4<<20, end)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(data) == 0 {
+			break
+		}
+		out = append(out, data...)
+		off = lastOffsetIn(data) + 1
+	}
+	return out, end, nil
+}

@@ -1,0 +1,195 @@
+package broker
+
+import (
+	"reflect"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// Error codes a static-mode follower answers with.
+const (
+	errNotLeaderOrFollower    int16 = 6
+	errCoordinatorNotAvailble int16 = 15
+	errNotController          int16 = 41
+)
+
+// replicaEndpoint is one replica's client address.
+type replicaEndpoint struct {
+	id   int32
+	host string
+	port int32
+}
+
+// endpoints lists every replica of the group with its client address.
+func (r *replica) endpoints() []replicaEndpoint {
+	out := make([]replicaEndpoint, 0, len(r.ids))
+	for _, id := range r.ids {
+		if h, p, ok := r.endpoint(id); ok {
+			out = append(out, replicaEndpoint{id, h, p})
+		}
+	}
+	return out
+}
+
+// refuseOnFollower answers a client request a static-mode follower does
+// not serve: only the leader takes writes, reads and coordinator traffic.
+// Metadata, DescribeCluster, DescribeConfigs and ApiVersions are served;
+// FindCoordinator names the leader; admin writes get NOT_CONTROLLER (the
+// controller id in Metadata is the leader); everything else gets
+// NOT_LEADER_OR_FOLLOWER, and Produce and Fetch carry the leader
+// (KIP-951).
+func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
+	r := b.repl
+	switch q := req.Body.(type) {
+	case *kmsg.ApiVersionsRequest, *kmsg.MetadataRequest, *kmsg.DescribeClusterRequest, *kmsg.DescribeConfigsRequest:
+		return nil, false
+	case *kmsg.FindCoordinatorRequest:
+		resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
+		id := r.leaderID()
+		host, port, ok := r.endpoint(id)
+		code := int16(0)
+		if id < 0 || !ok {
+			code = errCoordinatorNotAvailble
+		}
+		if q.Version >= 4 {
+			for _, key := range q.CoordinatorKeys {
+				c := kmsg.NewFindCoordinatorResponseCoordinator()
+				c.Key, c.ErrorCode = key, code
+				if code == 0 {
+					c.NodeID, c.Host, c.Port = id, host, port
+				}
+				resp.Coordinators = append(resp.Coordinators, c)
+			}
+			return resp, true
+		}
+		resp.ErrorCode = code
+		if code == 0 {
+			resp.NodeID, resp.Host, resp.Port = id, host, port
+		}
+		return resp, true
+	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
+		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
+		resp := req.Body.ResponseKind()
+		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotController)
+		return resp, true
+	case *kmsg.ProduceRequest:
+		if q.Acks == 0 {
+			return nil, true // no answer at all, as for any acks=0 produce
+		}
+		resp := q.ResponseKind().(*kmsg.ProduceResponse)
+		mirror(reflect.ValueOf(q).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
+		id := r.leaderID()
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				p := &resp.Topics[i].Partitions[j]
+				p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
+				if id >= 0 {
+					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, staticEpoch
+				}
+			}
+		}
+		if host, port, ok := r.endpoint(id); ok && q.Version >= 10 {
+			resp.Brokers = []kmsg.ProduceResponseBroker{{NodeID: id, Host: host, Port: port}}
+		}
+		return resp, true
+	case *kmsg.FetchRequest:
+		resp := q.ResponseKind().(*kmsg.FetchResponse)
+		mirror(reflect.ValueOf(q).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
+		resp.ErrorCode, resp.SessionID = 0, 0
+		id := r.leaderID()
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				p := &resp.Topics[i].Partitions[j]
+				p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
+				p.PreferredReadReplica = -1
+				p.RecordBatches = []byte{}
+				if id >= 0 {
+					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, staticEpoch
+				}
+			}
+		}
+		if host, port, ok := r.endpoint(id); ok && q.Version >= 12 {
+			resp.Brokers = []kmsg.FetchResponseBroker{{NodeID: id, Host: host, Port: port}}
+		}
+		return resp, true
+	default:
+		resp := req.Body.ResponseKind()
+		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
+		return resp, true
+	}
+}
+
+// mirror fills the response struct resp for the request struct req with
+// code: every ErrorCode field is set, and every list of the response that
+// the request has under the same name (topics, partitions, groups,
+// resources...) gets one entry per request entry, carrying the entry's
+// identifying fields (those with the same name and type).
+func mirror(req, resp reflect.Value, code int16) {
+	rt := resp.Type()
+	for i := 0; i < rt.NumField(); i++ {
+		f := rt.Field(i)
+		fv := resp.Field(i)
+		if !f.IsExported() || f.Name == "Version" {
+			continue
+		}
+		if f.Name == "ErrorCode" && fv.Kind() == reflect.Int16 {
+			fv.SetInt(int64(code))
+			continue
+		}
+		var rq reflect.Value
+		if req.Kind() == reflect.Struct {
+			rq = req.FieldByName(f.Name)
+			if !rq.IsValid() && f.Name == "Topics" {
+				rq = req.FieldByName("TopicNames")
+			}
+		}
+		if !rq.IsValid() {
+			continue
+		}
+		if fv.Kind() == reflect.Slice && fv.Type().Elem().Kind() == reflect.Struct && rq.Kind() == reflect.Slice {
+			out := reflect.MakeSlice(fv.Type(), rq.Len(), rq.Len())
+			for j := 0; j < rq.Len(); j++ {
+				e := reflect.New(fv.Type().Elem())
+				if m := e.MethodByName("Default"); m.IsValid() {
+					m.Call(nil)
+				}
+				src := rq.Index(j)
+				if src.Kind() == reflect.Struct {
+					mirror(src, e.Elem(), code)
+				} else {
+					setKey(e.Elem(), src, code)
+				}
+				out.Index(j).Set(e.Elem())
+			}
+			fv.Set(out)
+			continue
+		}
+		if rq.Type() == fv.Type() && fv.Kind() != reflect.Slice && fv.Kind() != reflect.Struct {
+			fv.Set(rq)
+		}
+	}
+}
+
+// setKey fills an entry mirrored from a plain request value (a group name,
+// a topic name, a partition number) and sets its error codes.
+func setKey(e, v reflect.Value, code int16) {
+	mirror(reflect.Value{}, e, code)
+	for _, name := range []string{"Group", "Topic", "Name", "TransactionalID", "Partition", "ResourceName"} {
+		f := e.FieldByName(name)
+		if !f.IsValid() {
+			continue
+		}
+		switch {
+		case f.Type() == v.Type():
+			f.Set(v)
+			return
+		case f.Kind() == reflect.Pointer && f.Type().Elem() == v.Type():
+			p := reflect.New(v.Type())
+			p.Elem().Set(v)
+			f.Set(p)
+			return
+		}
+	}
+}
