@@ -9,6 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
 func txnClient(t *testing.T, addr, id string, opts ...kgo.Opt) *kgo.Client {
@@ -203,4 +206,52 @@ func TestOpenTransactionAbortedAfterRestart(t *testing.T) {
 	if d := dt["stuck"]; d.State != "CompleteAbort" {
 		t.Fatalf("state after timeout: %+v", d)
 	}
+}
+
+// TestTransactionalProduceToInvalidPartition sends a transactional Produce
+// (v12: implicit partition add) to partition -1 and then commits: the
+// broker must refuse the partition, survive, and restart cleanly.
+func TestTransactionalProduceToInvalidPartition(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "tx", 1, nil)
+	cl := client(t, in.Addr())
+	init := kmsg.NewPtrInitProducerIDRequest()
+	id := "bad-partition"
+	init.TransactionalID = &id
+	init.TransactionTimeoutMillis = 10000
+	ir, err := init.RequestWith(ctxT(t), cl)
+	if err != nil || ir.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v %+v", err, ir)
+	}
+	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: ir.ProducerID, ProducerEpoch: ir.ProducerEpoch, Transactional: true},
+		[]recordbatch.Record{{Value: []byte("x")}})
+	req := kmsg.NewPtrProduceRequest()
+	req.TransactionID = &id
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "tx"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = -1
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	pr, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := pr.Topics[0].Partitions[0].ErrorCode; code == 0 {
+		t.Fatal("a produce to partition -1 was accepted")
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = id, ir.ProducerID, ir.ProducerEpoch, true
+	if _, err := end.RequestWith(ctxT(t), cl); err != nil {
+		t.Fatal(err)
+	}
+	// Still serving, and restartable.
+	createTopic(t, in.Addr(), "after", 1, nil)
+	in.Close()
+	in = startBroker(t, dir)
+	createTopic(t, in.Addr(), "after-restart", 1, nil)
 }
