@@ -36,7 +36,8 @@ func (r *replica) endpoints() []replicaEndpoint {
 // refuseOnFollower answers a client request a static-mode follower does
 // not serve: only the leader takes writes, reads and coordinator traffic.
 // Metadata, DescribeCluster, DescribeConfigs and ApiVersions are served;
-// FindCoordinator names the leader; admin writes get NOT_CONTROLLER (the
+// ListGroups and ListTransactions answer empty; FindCoordinator names the
+// leader; admin writes get NOT_CONTROLLER (the
 // controller id in Metadata is the leader); everything else gets
 // NOT_LEADER_OR_FOLLOWER, and Produce and Fetch carry the leader
 // (KIP-951).
@@ -45,6 +46,11 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 	switch q := req.Body.(type) {
 	case *kmsg.ApiVersionsRequest, *kmsg.MetadataRequest, *kmsg.DescribeClusterRequest, *kmsg.DescribeConfigsRequest:
 		return nil, false
+	case *kmsg.ListGroupsRequest, *kmsg.ListTransactionsRequest:
+		// Admin clients ask every broker and merge the answers: groups
+		// and transactions are coordinated by the leader, so a follower
+		// has none.
+		return req.Body.ResponseKind(), true
 	case *kmsg.FindCoordinatorRequest:
 		resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
 		id := r.leaderID()

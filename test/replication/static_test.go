@@ -301,6 +301,27 @@ func TestStaticReplication(t *testing.T) {
 		}
 	})
 
+	// Consumers (connected through a follower) read everything from the
+	// leader: the high watermark covers what was acknowledged.
+	cc := client(t, ns[1].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	seen := 0
+	for seen < 360 && cctx.Err() == nil {
+		fs := cc.PollFetches(cctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) != "raw" {
+				seen++
+			}
+		})
+	}
+	if seen != 360 {
+		t.Fatalf("consumed %d records, want 360", seen)
+	}
+	// Admin listings ask every replica; followers answer empty lists.
+	if _, err := adm.ListGroups(ctx); err != nil {
+		t.Fatalf("list groups across the group: %v", err)
+	}
 	st := status(t, leader)
 	if st["role"] != "leader" || st["epoch"].(float64) != 1 {
 		t.Fatalf("leader status: %v", st)
