@@ -66,7 +66,7 @@ func (l *testLog) Write(p []byte) (int, error) {
 }
 
 // group builds a leader (id 1) and two followers (ids 2, 3).
-func group(t *testing.T) []*node {
+func group(t *testing.T, lagMax int64) []*node {
 	tl := &testLog{t: t}
 	t.Cleanup(func() { tl.mu.Lock(); tl.done = true; tl.mu.Unlock() })
 	ns := make([]*node, 3)
@@ -79,7 +79,7 @@ func group(t *testing.T) []*node {
 		cfg.Replication = &config.Replication{
 			Enabled: true, ReplicaId: i + 1, Role: "follower",
 			ReplicateHost: "127.0.0.1", ReplicatePort: freePort(t),
-			Token: token, AckTimeout: 1,
+			Token: token, AckTimeout: 1, LagMax: lagMax,
 		}
 		if i == 0 {
 			cfg.Replication.Role = "leader"
@@ -216,7 +216,7 @@ func rawProduce(t *testing.T, topic string, partition int32, timeoutMs int32) *k
 }
 
 func TestStaticReplication(t *testing.T) {
-	ns := group(t)
+	ns := group(t, 0)
 	leader := ns[0]
 	ctx := context.Background()
 	const topic = "orders"
@@ -328,4 +328,53 @@ func TestStaticReplication(t *testing.T) {
 	}
 	// Internal topics are copied too.
 	waitIdentical(t, ns, "__producer_ids", 1)
+}
+
+// With LagMax above a follower's lag, the follower counts towards the high
+// watermark: records it does not hold yet stay invisible to consumers.
+func TestStaticLagMaxHoldsHighWatermark(t *testing.T) {
+	ns := group(t, 1000)
+	ctx := context.Background()
+	const topic = "lag"
+	// franz-go stamps its configured acks on every produce request.
+	cl := client(t, ns[0].addr(), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, -1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, cl, topic, 0, 3)
+	waitIdentical(t, ns, topic, 3)
+	hw := func() int64 {
+		offs, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := offs.Lookup(topic, 0)
+		return o.Offset
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for hw() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("high watermark %d, want 1", hw())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ns[2].stop()
+	start := time.Now()
+	resp, err := cl.Broker(1).Request(ctx, rawProduce(t, topic, 0, 5000))
+	if err != nil || resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode != 0 || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("acks=1 produce: %v %v after %v", err, resp, time.Since(start))
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := hw(); got != 1 {
+		t.Fatalf("high watermark %d while follower 3 (within LagMax) lacks the record, want 1", got)
+	}
+	ns[2].start(t, &testLog{t: t, done: true})
+	deadline = time.Now().Add(10 * time.Second)
+	for hw() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("high watermark %d after the follower returned, want 2", hw())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
