@@ -241,7 +241,13 @@ func (r *replica) start(ctx context.Context) error {
 // stop ends replication: the HTTP server and the follower.
 func (r *replica) stop() {
 	if r.srv != nil {
-		_ = r.srv.Close()
+		// Let in-flight fetches (long-polls end within their wait) finish
+		// before the logs close.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if r.srv.Shutdown(ctx) != nil {
+			_ = r.srv.Close()
+		}
+		cancel()
 	}
 	if r.fol != nil {
 		r.fol.Stop()
