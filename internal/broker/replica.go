@@ -175,9 +175,11 @@ func (r *replica) groupISR() []int32 {
 			}
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := []int32{}
 	for _, id := range r.ids {
-		if in[id] == n {
+		if _, fetched := r.seen[id]; in[id] == n && (id == r.self || fetched) {
 			out = append(out, id)
 		}
 	}
