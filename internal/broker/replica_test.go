@@ -1,0 +1,100 @@
+package broker
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// fill gives every list of a request one entry (recursively), with
+// non-empty names, so refusals are exercised on nested answers.
+func fill(v reflect.Value, depth int) {
+	if depth == 0 {
+		return
+	}
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		switch {
+		case f.Kind() == reflect.String:
+			f.SetString("x")
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct:
+			e := reflect.New(f.Type().Elem())
+			if m := e.MethodByName("Default"); m.IsValid() {
+				m.Call(nil)
+			}
+			fill(e.Elem(), depth-1)
+			f.Set(reflect.Append(f, e.Elem()))
+		case f.Kind() == reflect.Slice && (f.Type().Elem().Kind() == reflect.String || f.Type().Elem().Kind() == reflect.Int32):
+			f.Set(reflect.Append(f, reflect.Zero(f.Type().Elem())))
+		}
+	}
+}
+
+// TestFollowerRefusesEveryRequest answers every request kind and version
+// the broker accepts as a follower would, and checks that each refusal
+// encodes and carries an error for what was asked.
+func TestFollowerRefusesEveryRequest(t *testing.T) {
+	cfg := config.Default()
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 2, Role: "follower", ClientAddress: "127.0.0.1:9093",
+		Peers: []config.Peer{{Id: 1, Address: "127.0.0.1:9195", ClientAddress: "127.0.0.1:9092"}}}
+	b := &Broker{cfg: cfg, nodeID: 2}
+	b.repl = newReplica(b)
+	b.repl.leader = 1
+	checked := map[int16]bool{}
+	for key, vr := range versions {
+		for v := vr.Min; v <= vr.Max; v++ {
+			req := kmsg.RequestForKey(key)
+			req.SetVersion(v)
+			fill(reflect.ValueOf(req).Elem(), 4)
+			if p, ok := req.(*kmsg.ProduceRequest); ok {
+				p.Acks = -1
+			}
+			hdr := protocol.Header{Key: key, Version: v}
+			resp, refused := b.refuseOnFollower(protocol.Request{Header: hdr, Body: req})
+			if !refused || resp == nil {
+				continue
+			}
+			if resp.GetVersion() != v {
+				t.Fatalf("%s v%d: answer has version %d", kmsg.NameForKey(key), v, resp.GetVersion())
+			}
+			_ = protocol.AppendResponse(nil, hdr, resp)
+			checked[key] = true
+			switch r := resp.(type) {
+			case *kmsg.ProduceResponse:
+				p := r.Topics[0].Partitions[0]
+				if p.ErrorCode != errNotLeaderOrFollower || p.CurrentLeader.LeaderID != 1 {
+					t.Fatalf("produce v%d: %+v", v, p)
+				}
+			case *kmsg.FetchResponse:
+				p := r.Topics[0].Partitions[0]
+				if p.ErrorCode != errNotLeaderOrFollower || r.ErrorCode != 0 {
+					t.Fatalf("fetch v%d: %+v", v, r)
+				}
+			case *kmsg.OffsetCommitResponse:
+				if r.Topics[0].Partitions[0].ErrorCode != errNotLeaderOrFollower {
+					t.Fatalf("offset commit v%d: %+v", v, r)
+				}
+			case *kmsg.CreateTopicsResponse:
+				if r.Topics[0].ErrorCode != errNotController || r.Topics[0].Topic != "x" {
+					t.Fatalf("create topics v%d: %+v", v, r)
+				}
+			case *kmsg.FindCoordinatorResponse:
+				if v < 4 && (r.NodeID != 1 || r.Port != 9092) || v >= 4 && (r.Coordinators[0].NodeID != 1 || r.Coordinators[0].Port != 9092) {
+					t.Fatalf("find coordinator v%d: %+v", v, r)
+				}
+			}
+		}
+	}
+	for _, key := range []int16{0, 1, 2, 8, 9, 10, 11, 19, 22, 24} {
+		if !checked[key] {
+			t.Errorf("%s was not refused", kmsg.NameForKey(key))
+		}
+	}
+}
