@@ -318,6 +318,17 @@ func TestStaticReplication(t *testing.T) {
 	if seen != 360 {
 		t.Fatalf("consumed %d records, want 360", seen)
 	}
+	// Transactions: data, markers and coordinator state are copied too.
+	tc := client(t, ns[1].addr(), kgo.TransactionalID("tx-1"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := tc.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, tc, topic, 360, 6)
+	if err := tc.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	waitIdentical(t, ns, topic, 3)
+	waitIdentical(t, ns, "__transaction_state", 1)
 	// Admin listings ask every replica; followers answer empty lists.
 	if _, err := adm.ListGroups(ctx); err != nil {
 		t.Fatalf("list groups across the group: %v", err)
