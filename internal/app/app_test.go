@@ -809,3 +809,66 @@ func TestResponseTaggedDefaults(t *testing.T) {
 		t.Fatalf("fetch tagged fields %+v %+v %+v, want -1", p.CurrentLeader, p.DivergingEpoch, p.SnapshotID)
 	}
 }
+
+// TestInternalTopicsAreProtected checks that clients cannot create, grow,
+// reconfigure or trim the broker's internal topics, and that an invalid
+// acks value is refused.
+func TestInternalTopicsAreProtected(t *testing.T) {
+	in := startBroker(t, "")
+	cl := client(t, in.Addr())
+	adm := kadm.NewClient(cl)
+	ctx := ctxT(t)
+	if r, _ := adm.CreateTopic(ctx, 1, 1, nil, "__transaction_state"); !errorsIs(r.Err, kerr.InvalidTopicException) {
+		t.Fatalf("client-created internal topic: %v", r.Err)
+	}
+	// Make __producer_ids exist (an idempotent producer), then try to trim
+	// and reconfigure it.
+	p := client(t, in.Addr(), kgo.DefaultProduceTopic("prot"), kgo.AllowAutoTopicCreation())
+	if err := p.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	del, err := adm.DeleteRecords(ctx, kadm.Offsets{"__producer_ids": {0: {At: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := del.Lookup("__producer_ids", 0); !errorsIs(d.Err, kerr.InvalidTopicException) {
+		t.Fatalf("DeleteRecords on __producer_ids: %+v", d)
+	}
+	alter, _ := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: kadm.StringPtr("delete")}}, "__producer_ids")
+	if len(alter) != 1 || !errorsIs(alter[0].Err, kerr.InvalidTopicException) {
+		t.Fatalf("AlterConfigs on __producer_ids: %+v", alter)
+	}
+	// franz-go rewrites a produce request's acks, so send this one raw.
+	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 7
+	req.Acks = 2
+	req.TimeoutMillis = 1000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "prot"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	c := rawConn(t, in.Addr())
+	body := req.AppendTo(nil)
+	if _, err := c.Write(frame(0, 7, 9, body, false)); err != nil {
+		t.Fatal(err)
+	}
+	var sz [4]byte
+	if _, err := io.ReadFull(c, sz[:]); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, binary.BigEndian.Uint32(sz[:]))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 7
+	if err := resp.ReadFrom(buf[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.InvalidRequiredAcks.Code {
+		t.Fatalf("acks=2 answered with %d", code)
+	}
+}

@@ -119,6 +119,8 @@ func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 			fail(errInvalidRequest, "topic listed more than once in the request")
 		case err != nil:
 			fail(errInvalidTopicException, err.Error())
+		case internalTopic(rt.Topic):
+			fail(errInvalidTopicException, rt.Topic+" is an internal topic: the broker creates it")
 		case b.topics[rt.Topic] != nil:
 			fail(errTopicAlreadyExists, "topic "+rt.Topic+" already exists")
 		case len(rt.ReplicaAssignment) > 0:
@@ -219,6 +221,8 @@ func (b *Broker) handleCreatePartitions(r *kmsg.CreatePartitionsRequest) kmsg.Re
 		switch {
 		case t == nil:
 			fail(errUnknownTopicOrPartition, "no topic "+rt.Topic)
+		case internalTopic(rt.Topic):
+			fail(errInvalidTopicException, "internal topics keep their partition count")
 		case int(rt.Count) <= len(t.partitions):
 			fail(errInvalidPartitions, "partition count can only grow")
 		case rt.Count > 100000:
@@ -275,6 +279,11 @@ func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response
 			op.Partition = rp.Partition
 			op.LowWatermark = -1
 			p, code := b.partitionOf(rt.Topic, rp.Partition)
+			if code == 0 && internalTopic(rt.Topic) {
+				// Deleting broker state (producer-id blocks, offsets)
+				// would let ids repeat and offsets vanish.
+				code = errInvalidTopicException
+			}
 			if code != 0 {
 				op.ErrorCode = code
 				out.Partitions = append(out.Partitions, op)
@@ -415,6 +424,9 @@ func (b *Broker) alterTopicConfigs(name string, edit func(map[string]string) err
 	t := b.topics[name]
 	if t == nil {
 		return errUnknownTopicOrPartition, "no topic " + name
+	}
+	if internalTopic(name) {
+		return errInvalidTopicException, name + " is an internal topic: its configs are the broker's"
 	}
 	next := make(map[string]string, len(t.overrides))
 	for k, v := range t.overrides {

@@ -453,7 +453,9 @@ func (b *Broker) lookupOrCreate(name string, allowCreate bool) (*topic, int16) {
 	if t := b.lookup(name); t != nil {
 		return t, 0
 	}
-	if !allowCreate || !*b.cfg.AutoCreateTopics {
+	if !allowCreate || !*b.cfg.AutoCreateTopics || internalTopic(name) {
+		// Internal topics are created by the broker itself, with their
+		// compaction settings, never as a side effect of a client call.
 		return nil, errUnknownTopicOrPartition
 	}
 	if err := validTopicName(name); err != nil {

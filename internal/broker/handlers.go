@@ -17,6 +17,7 @@ const (
 	errUnknownTopicOrPartition int16 = 3
 	errMessageTooLarge         int16 = 10
 	errRequestTimedOut         int16 = 7
+	errInvalidRequiredAcks     int16 = 21
 	errInvalidTopicException   int16 = 17
 	errRecordListTooLarge      int16 = 18
 	errTopicAlreadyExists      int16 = 36

@@ -21,14 +21,22 @@ type produceWait struct {
 
 func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	if r.Acks != 0 && r.Acks != 1 && r.Acks != -1 {
+		return b.refuseProduce(r, resp, errInvalidRequiredAcks), nil
+	}
 	var waits []produceWait
 	if r.Version >= 12 && r.TransactionID != nil {
 		waits = b.addTxnPartitions(r)
 	}
+	// The first stateWaits entries are transaction-state records, not
+	// partitions of this answer: if one of them is not durable in time,
+	// no partition of the produce may be reported written.
+	stateWaits := len(waits)
 	for _, rt := range r.Topics {
-		t, code := b.lookupOrCreate(rt.Topic, true)
-		if internalTopic(rt.Topic) {
-			t, code = nil, errInvalidTopicException
+		var t *topic
+		code := errInvalidTopicException
+		if !internalTopic(rt.Topic) {
+			t, code = b.lookupOrCreate(rt.Topic, true)
 		}
 		out := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
 		out.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
@@ -75,21 +83,42 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	wait := b.waitDurable
 	if b.repl != nil {
 		// Static replication: acks=all also waits for every follower,
 		// at most AckTimeout.
 		if at := time.Duration(b.cfg.Replication.AckTimeout * float64(time.Second)); at > 0 && at < timeout {
 			timeout = at
 		}
-		return nil, func(ctx context.Context) kmsg.Response {
-			b.waitReplicated(ctx, waits, timeout)
-			return resp
-		}
+		wait = b.waitReplicated
 	}
 	return nil, func(ctx context.Context) kmsg.Response {
-		b.waitDurable(ctx, waits, timeout)
+		wait(ctx, waits, timeout)
+		for _, w := range waits[:stateWaits] {
+			if w.p.hw.Load() < w.end {
+				for _, d := range waits[stateWaits:] {
+					d.result.ErrorCode = errRequestTimedOut
+				}
+				break
+			}
+		}
 		return resp
 	}
+}
+
+// refuseProduce answers every partition of a produce with code.
+func (b *Broker) refuseProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, code int16) kmsg.Response {
+	for _, rt := range r.Topics {
+		out := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
+		for _, rp := range rt.Partitions {
+			res := kmsg.NewProduceResponseTopicPartition()
+			res.Partition, res.ErrorCode = rp.Partition, code
+			res.BaseOffset, res.LogAppendTime, res.LogStartOffset = -1, -1, -1
+			out.Partitions = append(out.Partitions, res)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
 }
 
 // waitReplicated is waitDurable for a static replication leader: a
@@ -215,9 +244,6 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 					return res, code, "could not add the partition to the producer's transaction"
 				}
 			}
-			if code := b.txc.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.index); code != 0 {
-				return res, code, "the partition is not part of an ongoing transaction of this producer"
-			}
 		}
 		if h.ProducerID >= 0 && len(batches) > 1 {
 			return res, errInvalidRecord, "an idempotent producer must send one batch per partition"
@@ -228,6 +254,15 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 	defer p.appendMu.Unlock()
 	if p.deleted.Load() {
 		return res, errUnknownTopicOrPartition, ""
+	}
+	if h := headers[0]; h.Transactional() {
+		// Checked under the append lock: the coordinator installs a
+		// Prepare* (or fencing) state before it appends a marker here,
+		// so a batch either lands before the marker or is refused; it
+		// can never slip in after it and reopen the transaction.
+		if code := b.txc.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.index); code != 0 {
+			return res, code, "the partition is not part of an ongoing transaction of this producer"
+		}
 	}
 	if h := headers[0]; h.ProducerID >= 0 {
 		v := p.producers.Check(batchInfo(h))
