@@ -307,6 +307,7 @@ func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response
 				op.ErrorCode = errKafkaStorageError
 			} else {
 				op.LowWatermark = start
+				p.trimAborted()
 			}
 			out.Partitions = append(out.Partitions, op)
 		}

@@ -514,6 +514,7 @@ func (b *Broker) EnforceRetention(now time.Time) {
 			}
 			if n > 0 {
 				b.log.Info("retention removed segments", "topic", t.name, "partition", p.index, "segments", n, "log_start_offset", p.log.StartOffset())
+				p.trimAborted()
 			}
 		}
 	}

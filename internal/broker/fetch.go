@@ -219,6 +219,14 @@ func (p *partition) lso(hw int64) int64 {
 	return p.txns.LSO(hw)
 }
 
+// trimAborted forgets aborted transactions wholly below the log start, so
+// the index (and its snapshot) does not grow forever.
+func (p *partition) trimAborted() {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	p.txns.TrimBelow(p.log.StartOffset())
+}
+
 // abortedIn lists aborted transactions overlapping [from, to) for a
 // read_committed answer.
 func (p *partition) abortedIn(from, to int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
