@@ -872,3 +872,41 @@ func TestInternalTopicsAreProtected(t *testing.T) {
 		t.Fatalf("acks=2 answered with %d", code)
 	}
 }
+
+// TestAcks0FailureClosesConnection: an acks=0 produce gets no answer, so a
+// failed one closes the connection (as Kafka does) for the client to notice.
+func TestAcks0FailureClosesConnection(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "a0", 1, nil)
+	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+	send := func(partition int32) net.Conn {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = 7
+		req.Acks = 0
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "a0"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = partition
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		c := rawConn(t, in.Addr())
+		if _, err := c.Write(frame(0, 7, 1, req.AppendTo(nil), false)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	expectClosed(t, send(5), "acks=0 to a missing partition")
+	// A good acks=0 produce leaves the connection open: a later request
+	// on it is answered.
+	c := send(0)
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 1
+	if _, err := c.Write(frame(3, 1, 2, md.AppendTo(nil), false)); err != nil {
+		t.Fatal(err)
+	}
+	var sz [4]byte
+	if _, err := io.ReadFull(c, sz[:]); err != nil {
+		t.Fatalf("connection closed after a good acks=0 produce: %v", err)
+	}
+}

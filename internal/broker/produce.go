@@ -74,6 +74,15 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 	// Each result points into its topic's Partitions array, which copying
 	// the topic into resp.Topics shares rather than moves.
 	if r.Acks == 0 {
+		// No answer at all, as Kafka; but a failed acks=0 produce
+		// closes the connection, the only way the client can notice.
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					return acks0Failed, nil
+				}
+			}
+		}
 		return nil, nil
 	}
 	if r.Acks != -1 && b.acks != config.AcksAll || len(waits) == 0 {
@@ -105,6 +114,10 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 		return resp
 	}
 }
+
+// acks0Failed tells the connection to close instead of answering: an
+// acks=0 produce failed.
+var acks0Failed kmsg.Response = new(kmsg.ProduceResponse)
 
 // refuseProduce answers every partition of a produce with code.
 func (b *Broker) refuseProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, code int16) kmsg.Response {

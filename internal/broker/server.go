@@ -255,6 +255,12 @@ func (cn *conn) writeLoop() {
 		if p.resp == nil {
 			continue // acks=0 produce: no answer at all
 		}
+		if p.resp == acks0Failed {
+			bw.Flush()
+			cn.log.Warn("closing the connection: an acks=0 produce failed", "client_id", cn.client)
+			cn.drain()
+			return
+		}
 		if n := recordBytes(p.resp) + 64<<10; cap(buf) < n {
 			// Sized once: growing by appends would copy a multi-MB
 			// fetch answer several times over.
