@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/moonmq/moonmq/internal/app"
 	"github.com/moonmq/moonmq/internal/config"
 )
@@ -54,7 +56,7 @@ func (rb *restartableBroker) restart() {
 
 func (rb *restartableBroker) addr() string { return rb.in.Addr() }
 
-// TestGroupsResumeAfterBrokerRestart: a librdkafka group and a kafka-go
+// TestGroupsResumeAfterBrokerRestart: a sarama, a librdkafka and a kafka-go
 // group commit, the broker restarts, and each group resumes exactly from
 // its committed offsets (only records produced after the restart arrive).
 func TestGroupsResumeAfterBrokerRestart(t *testing.T) {
@@ -63,6 +65,10 @@ func TestGroupsResumeAfterBrokerRestart(t *testing.T) {
 	saramaCreateTopic(t, rb.addr(), topic, partitions)
 	before := keyRange("before", 0, 30)
 	saramaProduceKeys(t, rb.addr(), topic, partitions, before)
+
+	sm := startGroupMember(t, sarama.V2_8_0_0, rb.addr(), "sarama-restart", topic, "before")
+	waitFor(t, 30*time.Second, "sarama reads the first records", func() bool { return sm.seenCount() >= len(before) })
+	sm.close(t)
 
 	py := python(t)
 	first := runRdkGroups(t, py, "group", rb.addr(), topic, "rdk-restart", "30")
@@ -74,6 +80,18 @@ func TestGroupsResumeAfterBrokerRestart(t *testing.T) {
 	rb.restart()
 	after := keyRange("after", 0, 6)
 	saramaProduceKeys(t, rb.addr(), topic, partitions, after)
+
+	sm = startGroupMember(t, sarama.V2_8_0_0, rb.addr(), "sarama-restart", topic, "after")
+	waitFor(t, 30*time.Second, "sarama reads the new records", func() bool { return sm.seenCount() >= len(after) })
+	sm.close(t)
+	if sm.seenCount() != len(after) {
+		t.Fatalf("sarama after the restart read %d records (%v), want exactly the %d new ones", sm.seenCount(), sm.order, len(after))
+	}
+	for _, k := range sm.order {
+		if k[:5] != "after" {
+			t.Fatalf("sarama re-read %q after the restart: committed offsets were lost", k)
+		}
+	}
 
 	second := runRdkGroups(t, py, "group", rb.addr(), topic, "rdk-restart", "6")
 	sameKeys(t, "librdkafka after the restart", second.Consumed, after)
