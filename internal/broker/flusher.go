@@ -40,6 +40,9 @@ func (f *flusher) markDirty(p *partition) {
 	}
 }
 
+// maxParallelSyncs bounds the fsyncs one pass runs at once.
+const maxParallelSyncs = 16
+
 func (f *flusher) run(ctx context.Context) {
 	for {
 		select {
@@ -62,10 +65,30 @@ func (f *flusher) syncAll() {
 	batch := f.dirty
 	f.dirty = make(map[*partition]struct{}, len(batch))
 	f.mu.Unlock()
+	// The files are fsynced in parallel: the journal commits concurrent
+	// fsyncs together, so a pass costs about one fsync however many
+	// partitions (a produce over 8 partitions, or a transaction's data,
+	// state record and markers) it covers.
+	type result struct {
+		p       *partition
+		durable int64
+		err     error
+	}
+	results := make(chan result, len(batch))
+	sem := make(chan struct{}, maxParallelSyncs)
 	for p := range batch {
-		start := time.Now()
-		durable, err := p.log.Sync()
-		f.b.stats.observeFsync(time.Since(start))
+		sem <- struct{}{}
+		go func(p *partition) {
+			defer func() { <-sem }()
+			start := time.Now()
+			durable, err := p.log.Sync()
+			f.b.stats.observeFsync(time.Since(start))
+			results <- result{p, durable, err}
+		}(p)
+	}
+	for range batch {
+		r := <-results
+		p, durable, err := r.p, r.durable, r.err
 		if err != nil {
 			if p.deleted.Load() {
 				continue // the topic was deleted under us
