@@ -21,9 +21,9 @@ func (b *Broker) partitionOf(name string, index int32) (*partition, int16) {
 
 func (b *Broker) checkLeaderEpoch(current int32) int16 {
 	switch {
-	case current >= 0 && current < b.epoch:
+	case current >= 0 && current < b.epoch.Load():
 		return errFencedLeaderEpoch
-	case current > b.epoch:
+	case current > b.epoch.Load():
 		return errUnknownLeaderEpoch
 	}
 	return 0
@@ -36,7 +36,7 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 		for _, rp := range rt.Partitions {
 			op := kmsg.NewListOffsetsResponseTopicPartition()
 			op.Partition = rp.Partition
-			op.LeaderEpoch = b.epoch
+			op.LeaderEpoch = b.epoch.Load()
 			p, code := b.partitionOf(rt.Topic, rp.Partition)
 			if code == 0 {
 				code = b.checkLeaderEpoch(rp.CurrentLeaderEpoch)

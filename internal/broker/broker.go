@@ -44,7 +44,7 @@ type Broker struct {
 	clusterID string
 	// epoch is the leader epoch stamped on appended batches. A single node
 	// leads every partition in epoch 0; replication will drive it.
-	epoch int32
+	epoch atomic.Int32
 
 	mu     sync.RWMutex
 	topics map[string]*topic
@@ -53,9 +53,14 @@ type Broker struct {
 	flush *flusher
 	stats *Stats
 
-	// repl is the static replication group this broker is part of, nil
-	// on a single node.
+	// repl is the replication group this broker is part of, nil on a
+	// single node.
 	repl *replica
+
+	// servers are the client listeners (failover mode closes their
+	// connections when this replica stops leading).
+	serversMu sync.Mutex
+	servers   map[*Server]struct{}
 
 	offsets *offsetStore
 	groups  *group.Coordinator
@@ -168,7 +173,10 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		b.nodeID = int32(cfg.Replication.ReplicaId)
 	}
 	if staticReplication(&cfg) {
-		b.epoch = staticEpoch
+		b.epoch.Store(staticEpoch)
+		b.repl = newReplica(b)
+	} else if failoverReplication(&cfg) {
+		// The epoch comes from the group's Raft log once a leader serves.
 		b.repl = newReplica(b)
 	}
 	var err error
@@ -238,7 +246,11 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 }
 
 // following reports whether this broker is a static-mode follower.
-func (b *Broker) following() bool { return b.repl != nil && !b.repl.leading }
+func (b *Broker) following() bool { return b.repl != nil && !b.repl.lead.Load() }
+
+// fenced reports whether this broker may not append batches of its own: a
+// failover replica that is not running as leader.
+func (b *Broker) fenced() bool { return b.repl != nil && b.repl.failover && !b.repl.active.Load() }
 
 func (b *Broker) topicsDir() string { return filepath.Join(b.cfg.DataDir, "topics") }
 
@@ -350,7 +362,7 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 		l.Close()
 		return nil, fmt.Errorf("rebuild producer state of %s/%d: %w", t.name, index, err)
 	}
-	if b.repl != nil && b.repl.leading {
+	if b.repl != nil {
 		b.repl.track(p)
 	}
 	return p, nil

@@ -57,9 +57,9 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 				op.ErrorCode = errUnknownTopicID
 			case t == nil || rp.Partition < 0 || int(rp.Partition) >= len(t.partitions):
 				op.ErrorCode = errUnknownTopicOrPartition
-			case rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < b.epoch:
+			case rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < b.epoch.Load():
 				op.ErrorCode = errFencedLeaderEpoch
-			case rp.CurrentLeaderEpoch > b.epoch:
+			case rp.CurrentLeaderEpoch > b.epoch.Load():
 				op.ErrorCode = errUnknownLeaderEpoch
 			default:
 				targets = append(targets, fetchTarget{p: t.partitions[rp.Partition], req: rp, out: op})

@@ -206,7 +206,7 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 			mp := kmsg.MetadataResponseTopicPartition{
 				Partition:   p.index,
 				Leader:      b.nodeID,
-				LeaderEpoch: b.epoch,
+				LeaderEpoch: b.epoch.Load(),
 				Replicas:    []int32{b.nodeID},
 				ISR:         []int32{b.nodeID},
 			}

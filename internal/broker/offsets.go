@@ -344,7 +344,11 @@ func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 // the offset after the batch: what durability must reach.
 func (b *Broker) appendOwn(p *partition, batch []byte) (int64, error) {
 	p.appendMu.Lock()
-	base, err := p.log.Append(batch, b.epoch)
+	if b.fenced() {
+		p.appendMu.Unlock()
+		return 0, errNotServing
+	}
+	base, err := p.log.Append(batch, b.epoch.Load())
 	var h recordbatch.Header
 	if err == nil {
 		h, err = recordbatch.ParseHeader(batch)

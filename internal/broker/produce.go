@@ -289,8 +289,12 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			return res, 0, ""
 		}
 	}
+	if b.fenced() {
+		// Checked under the append lock: this replica stopped leading.
+		return res, errNotLeaderOrFollower, ""
+	}
 	for i, batch := range batches {
-		base, err := p.log.Append(batch, b.epoch)
+		base, err := p.log.Append(batch, b.epoch.Load())
 		if err != nil {
 			b.log.Error("append failed", "topic", t.name, "partition", p.index, "err", err)
 			return res, errKafkaStorageError, ""

@@ -12,12 +12,14 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/producer"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -35,11 +37,26 @@ const PathStatus = "/replication/status"
 // clients and log shipping; a follower copies the leader's logs and refuses
 // clients.
 type replica struct {
-	b       *Broker
-	cfg     *config.Replication
-	leading bool
-	self    int32
-	ids     []int32 // the whole group, sorted
+	b    *Broker
+	cfg  *config.Replication
+	self int32
+	ids  []int32 // the whole group, sorted
+	// lead is set while this replica serves clients: always on a static
+	// leader; in failover mode once its claim committed and its state was
+	// rebuilt.
+	lead atomic.Bool
+
+	// Failover mode (Failover.Enabled): see replica_failover.go.
+	failover bool
+	node     *raftgroup.Node
+	tr       *raftgroup.HTTPTransport
+	// active is set while the leader side runs (appends, shipping);
+	// follow while the shipping follower may write the logs. Never both.
+	active, follow atomic.Bool
+	lcancel        context.CancelFunc // ends the current leadership's loops
+	lwg            sync.WaitGroup
+	isrSeen        []int32 // the committed ISR last fed to ldr
+	fepoch         int32   // failover follower: the epoch followed
 
 	mu     sync.Mutex
 	ldr    *replication.Leader
@@ -63,13 +80,15 @@ func staticReplication(cfg *config.Server) bool {
 func newReplica(b *Broker) *replica {
 	r := &replica{b: b, cfg: b.cfg.Replication, self: b.nodeID, leader: -1,
 		pos: map[*partition]map[int32]int64{}, seen: map[int32]time.Time{}, done: make(chan struct{})}
-	r.leading = r.cfg.Role == "leader" || r.cfg.Role == "both"
+	r.failover = r.cfg.Failover.Enabled
 	r.ids = []int32{r.self}
 	for _, p := range r.cfg.Peers {
 		r.ids = append(r.ids, int32(p.Id))
 	}
 	sort.Slice(r.ids, func(i, j int) bool { return r.ids[i] < r.ids[j] })
-	if r.leading {
+	if !r.failover && (r.cfg.Role == "leader" || r.cfg.Role == "both") {
+		r.lead.Store(true)
+		r.active.Store(true)
 		r.leader = r.self
 		r.ldr = replication.NewLeader(replication.WithStatic(r.cfg.LagMax))
 		r.ldr.Configure(r.ids, r.self, r.ids, staticEpoch)
@@ -86,8 +105,11 @@ func lkey(p *partition) replication.TopicPartition {
 // track reports a partition the leader opened.
 func (r *replica) track(p *partition) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ldr == nil {
+		return
+	}
 	r.ldr.AppendLocal(lkey(p), p.log.EndOffset(), p.log.DurableEnd())
-	r.mu.Unlock()
 }
 
 // forget drops a deleted partition's follower positions.
@@ -101,6 +123,11 @@ func (r *replica) forget(p *partition) {
 // p's high watermark to the group's.
 func (r *replica) synced(p *partition, durable int64) {
 	r.mu.Lock()
+	if r.ldr == nil {
+		// A failover follower: its high watermark is the leader's.
+		r.mu.Unlock()
+		return
+	}
 	k := lkey(p)
 	r.ldr.AppendLocal(k, p.log.EndOffset(), durable)
 	hw := r.ldr.HighWatermark(k)
@@ -126,6 +153,10 @@ func raiseHW(p *partition, hw, limit int64) {
 
 // acked reports whether every follower has end of p on its disk.
 func (r *replica) acked(p *partition, end int64) bool {
+	if r.failover {
+		// The high watermark is the lowest position over the acks=all set.
+		return true
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pos := r.pos[p]
@@ -140,7 +171,10 @@ func (r *replica) acked(p *partition, end int64) bool {
 // counted is the set of replicas counted towards p's high watermark: the
 // leader and every follower within LagMax of the log end.
 func (r *replica) counted(p *partition) []int32 {
-	if !r.leading {
+	if r.failover {
+		return r.committedISR()
+	}
+	if !r.lead.Load() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if len(r.isr) == 0 {
@@ -162,7 +196,10 @@ func (r *replica) counted(p *partition) []int32 {
 
 // groupISR is the replicas counted on every partition.
 func (r *replica) groupISR() []int32 {
-	if !r.leading {
+	if r.failover {
+		return r.committedISR()
+	}
+	if !r.lead.Load() {
 		return r.counted(nil)
 	}
 	in := map[int32]int{}
@@ -188,6 +225,9 @@ func (r *replica) groupISR() []int32 {
 
 // leaderID is the leader's id, -1 while a follower has not found it.
 func (r *replica) leaderID() int32 {
+	if r.failover {
+		return r.node.State().Leader
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.leader
@@ -223,7 +263,14 @@ func (r *replica) start(ctx context.Context) error {
 	mux.Handle("/replication/", shipping.Handler(source{r}, r.cfg.Token, shipping.WithLogger(log)))
 	mux.HandleFunc(PathStatus, r.serveStatus)
 	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	if r.leading {
+	if r.failover {
+		if err := r.startFailover(ctx, mux, log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		return nil
+	}
+	if r.lead.Load() {
 		go func() { _ = r.srv.Serve(ln) }()
 		close(r.done)
 		log.Info("static replication: leading", "replicate", ln.Addr().String(), "replicas", r.ids, "lag_max", r.cfg.LagMax)
@@ -254,6 +301,7 @@ func (r *replica) stop() {
 	if r.fol != nil {
 		r.fol.Stop()
 	}
+	r.stopFailover()
 	if r.ln != nil {
 		<-r.done
 	}
@@ -268,6 +316,8 @@ type statusDoc struct {
 	ISR       []int32                     `json:"isr"`
 	Followers map[string]followerPosition `json:"followers,omitempty"`
 	Follower  *shipping.Status            `json:"follower,omitempty"`
+	// Raft is the failover group's view (failover mode only).
+	Raft *raftgroup.Status `json:"raft,omitempty"`
 }
 
 type followerPosition struct {
@@ -277,7 +327,15 @@ type followerPosition struct {
 
 func (r *replica) status() statusDoc {
 	d := statusDoc{Role: "follower", ReplicaID: r.self, Leader: r.leaderID(), Epoch: staticEpoch, ISR: r.groupISR()}
-	if !r.leading {
+	if r.failover {
+		st := r.node.Status()
+		d.Raft, d.Epoch = &st, st.Epoch
+		if !r.lead.Load() {
+			fs := r.fol.Status()
+			d.Follower = &fs
+			return d
+		}
+	} else if !r.lead.Load() {
 		st := r.fol.Status()
 		d.Follower = &st
 		return d
@@ -383,7 +441,14 @@ func topicInfos(ts []*topic) []shipping.TopicInfo {
 // source is the leader's side of log shipping.
 type source struct{ r *replica }
 
-func (s source) LeaderEpoch() (int32, bool) { return staticEpoch, s.r.leading }
+func (s source) LeaderEpoch() (int32, bool) {
+	if s.r.failover {
+		s.r.mu.Lock()
+		defer s.r.mu.Unlock()
+		return s.r.b.epoch.Load(), s.r.ldr != nil
+	}
+	return staticEpoch, s.r.lead.Load()
+}
 
 func (s source) Manifest() (string, []shipping.TopicInfo) {
 	ts := s.r.b.sortedTopics()
@@ -423,6 +488,10 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	r := s.r
 	now := time.Now()
 	r.mu.Lock()
+	if r.ldr == nil {
+		r.mu.Unlock()
+		return
+	}
 	if r.pos[p] == nil {
 		r.pos[p] = map[int32]int64{}
 	}
@@ -470,6 +539,9 @@ func (s sink) CreateTopic(ti shipping.TopicInfo) error {
 	b := s.r.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := s.r.mayFollow(); err != nil {
+		return err
+	}
 	if t := b.topics[ti.Name]; t != nil {
 		if t.id == id {
 			return nil
@@ -486,6 +558,9 @@ func (s sink) DeleteTopic(name string) error {
 	b := s.r.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := s.r.mayFollow(); err != nil {
+		return err
+	}
 	t := b.topics[name]
 	if t == nil {
 		return nil
@@ -497,6 +572,9 @@ func (s sink) CreatePartitions(name string, count int32) error {
 	b := s.r.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := s.r.mayFollow(); err != nil {
+		return err
+	}
 	t := b.topics[name]
 	if t == nil {
 		return fmt.Errorf("no topic %s", name)
@@ -508,6 +586,9 @@ func (s sink) CreatePartitions(name string, count int32) error {
 }
 
 func (s sink) SetConfigs(name string, configs map[string]string) error {
+	if err := s.r.mayFollow(); err != nil {
+		return err
+	}
 	code, msg := s.r.b.alterTopicConfigs(name, func(m map[string]string) error {
 		clear(m)
 		for k, v := range configs {
@@ -534,6 +615,9 @@ func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logSt
 	if p == nil {
 		return
 	}
+	if s.r.mayFollow() != nil {
+		return
+	}
 	raiseHW(p, highWatermark, p.log.DurableEnd())
 	if logStart > p.log.StartOffset() && logStart <= p.log.EndOffset() {
 		if _, err := p.log.DeleteRecords(logStart); err != nil {
@@ -554,6 +638,9 @@ func (l replicaLog) AppendReplica(batch []byte) error {
 	p := l.p
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
+	if err := l.b.repl.mayFollow(); err != nil {
+		return err
+	}
 	if err := p.log.AppendReplica(batch); err != nil {
 		return err
 	}
@@ -582,6 +669,9 @@ func (l replicaLog) rebuildAfter(cut func() error) error {
 	p := l.p
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
+	if err := l.b.repl.mayFollow(); err != nil {
+		return err
+	}
 	if err := cut(); err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 				p := &resp.Topics[i].Partitions[j]
 				p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
 				if id >= 0 {
-					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, staticEpoch
+					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, b.epoch.Load()
 				}
 			}
 		}
@@ -112,7 +112,7 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 				p.PreferredReadReplica = -1
 				p.RecordBatches = []byte{}
 				if id >= 0 {
-					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, staticEpoch
+					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, b.epoch.Load()
 				}
 			}
 		}

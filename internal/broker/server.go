@@ -41,6 +41,12 @@ func (b *Broker) Serve(ln net.Listener) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{b: b, ln: ln, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}
+	b.serversMu.Lock()
+	if b.servers == nil {
+		b.servers = map[*Server]struct{}{}
+	}
+	b.servers[s] = struct{}{}
+	b.serversMu.Unlock()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.acceptLoop() }()
 	return s
@@ -89,6 +95,9 @@ func (s *Server) acceptLoop() {
 // Close stops accepting, closes every client connection and waits for
 // their goroutines.
 func (s *Server) Close() error {
+	s.b.serversMu.Lock()
+	delete(s.b.servers, s)
+	s.b.serversMu.Unlock()
 	s.cancel()
 	err := s.ln.Close()
 	s.mu.Lock()
@@ -98,6 +107,24 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	return err
+}
+
+// closeConns closes every client connection (the listener stays open).
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+}
+
+// closeClients closes every client connection of every listener.
+func (b *Broker) closeClients() {
+	b.serversMu.Lock()
+	defer b.serversMu.Unlock()
+	for s := range b.servers {
+		s.closeConns()
+	}
 }
 
 // pending is one request's place in the connection's answer order. done is

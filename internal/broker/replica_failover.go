@@ -1,0 +1,399 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/replication/raftgroup"
+	"github.com/moonmq/moonmq/internal/replication/shipping"
+)
+
+// Failover mode (Replication.Enabled and Failover.Enabled): the replicas
+// elect a leader with raftgroup. The serving leader (its claim committed,
+// epoch E) appends under E, runs replication.Leader in failover mode and
+// serves clients once it rebuilt its state from the internal topics; every
+// other replica refuses clients like a static follower and copies the
+// leader's logs with shipping.Follower.
+
+// errNotServing refuses an append on a failover replica that is not
+// running as leader.
+var errNotServing = errors.New("this replica is not the serving leader")
+
+// errNotFollowing refuses a shipped append or truncation on a failover
+// replica that is not following.
+var errNotFollowing = errors.New("this replica is not following a leader")
+
+// failoverReplication reports whether cfg asks for failover mode.
+func failoverReplication(cfg *config.Server) bool {
+	r := cfg.Replication
+	return r != nil && r.Enabled && r.Failover.Enabled
+}
+
+// mayFollow is checked under a partition's append lock before the shipping
+// follower writes it.
+func (r *replica) mayFollow() error {
+	if r.failover && !r.follow.Load() {
+		return errNotFollowing
+	}
+	return nil
+}
+
+// committedISR is the ISR committed in the group's Raft log (every replica
+// before any exists).
+func (r *replica) committedISR() []int32 {
+	st := r.node.State()
+	if !st.HasISR {
+		return slices.Clone(r.ids)
+	}
+	return slices.Clone(st.ISR)
+}
+
+// peerAddress is the replication address of replica id.
+func (r *replica) peerAddress(id int32) (string, bool) {
+	for _, p := range r.cfg.Peers {
+		if int32(p.Id) == id {
+			return p.Address, true
+		}
+	}
+	return "", false
+}
+
+func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *slog.Logger) error {
+	peers := map[int32]string{}
+	for _, p := range r.cfg.Peers {
+		peers[int32(p.Id)] = p.Address
+	}
+	r.tr = raftgroup.NewHTTPTransport(raftgroup.HTTPConfig{Peers: peers, Token: r.cfg.Token})
+	node, err := raftgroup.NewNode(raftgroup.Config{
+		ID: r.self, Members: r.ids, Role: replication.ParseRole(r.cfg.Role),
+		DataDir: r.b.cfg.DataDir, FS: r.b.fs, Transport: r.tr, Token: r.cfg.Token,
+		Logger: log.With("component", "raft"),
+	})
+	if err != nil {
+		r.tr.Close()
+		return err
+	}
+	r.node = node
+	mux.Handle("/replication/raft/", node.Handler())
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, Logger: log}, sink{r})
+	if err := r.fol.Start(ctx); err != nil {
+		r.tr.Close()
+		return err
+	}
+	r.follow.Store(true)
+	if err := node.Start(ctx); err != nil {
+		r.fol.Stop()
+		r.tr.Close()
+		return err
+	}
+	go func() { _ = r.srv.Serve(r.ln) }()
+	go func() { defer close(r.done); r.drive(ctx) }()
+	log.Info("failover replication: started", "replicate", r.ln.Addr().String(), "replicas", r.ids)
+	return nil
+}
+
+// stopFailover ends leadership, the Raft node and its transport. The HTTP
+// server and the follower are stopped by stop.
+func (r *replica) stopFailover() {
+	if !r.failover || r.node == nil {
+		return
+	}
+	r.node.Stop()
+	<-r.done
+	r.stepDown()
+	r.tr.Close()
+}
+
+// drive acts on the group's state: it promotes this replica when its claim
+// commits, demotes it when it stops serving, steers the follower towards
+// the leader, feeds committed ISR changes to replication.Leader and
+// proposes its ISR changes.
+func (r *replica) drive(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	log := r.b.log.With("component", "replication")
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case st := <-r.node.Changes():
+			r.apply(ctx, st, log)
+		case now := <-tick.C:
+			// Changes holds only the latest status: re-check so a missed
+			// step (serving lost and regained) is still acted on.
+			r.apply(ctx, r.node.Status(), log)
+			r.tickLeader(ctx, now, log)
+		}
+	}
+}
+
+func (r *replica) apply(ctx context.Context, st raftgroup.Status, log *slog.Logger) {
+	if st.Serving && st.Epoch > 0 {
+		r.mu.Lock()
+		ldr := r.ldr
+		r.mu.Unlock()
+		if ldr != nil && ldr.Epoch() == st.Epoch {
+			r.isrChanged(st)
+			return
+		}
+		if ldr != nil {
+			r.stepDown()
+		}
+		r.promote(ctx, st, log)
+		return
+	}
+	r.mu.Lock()
+	wasLeader := r.ldr != nil
+	r.mu.Unlock()
+	if wasLeader {
+		log.Warn("failover replication: stopped leading; closing client connections", "epoch", r.b.epoch.Load(), "leader", st.Leader)
+		r.stepDown()
+	}
+	if st.Leader == raftgroup.NoLeader || st.Leader == r.self {
+		return
+	}
+	r.mu.Lock()
+	same := r.leader == st.Leader && r.fepoch == st.Epoch
+	r.leader, r.fepoch = st.Leader, st.Epoch
+	r.mu.Unlock()
+	if same {
+		return
+	}
+	addr, ok := r.peerAddress(st.Leader)
+	if !ok {
+		return
+	}
+	r.b.epoch.Store(st.Epoch) // what Metadata reports; a follower appends nothing of its own
+	log.Info("failover replication: following", "leader", st.Leader, "epoch", st.Epoch, "address", addr)
+	r.fol.SetLeader(st.Leader, addr, st.Epoch)
+}
+
+// barrier waits until no append that started before it is still running.
+func (r *replica) barrier() {
+	for _, t := range r.b.sortedTopics() {
+		for _, p := range t.partitions {
+			p.appendMu.Lock()
+			//lint:ignore SA2001 an empty critical section is the barrier
+			p.appendMu.Unlock()
+		}
+	}
+}
+
+// promote makes this replica the leader of epoch st.Epoch: the follower
+// stops writing, replication.Leader starts from every partition's current
+// position and high watermark, and once the internal topics' state is
+// rebuilt clients are served.
+func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Logger) {
+	r.follow.Store(false)
+	r.fol.ClearLeader()
+	r.barrier() // no shipped append is still running
+	b := r.b
+	// Nor a shipped topic change (the sink checks under b.mu).
+	b.mu.Lock()
+	//lint:ignore SA2001 an empty critical section is the barrier
+	b.mu.Unlock()
+	b.epoch.Store(st.Epoch)
+	isr := r.ids
+	if st.State.HasISR {
+		isr = st.State.ISR
+	}
+	var opts []replication.Option
+	if r.cfg.IsrLagSeconds > 0 {
+		opts = append(opts, replication.WithIsrLag(time.Duration(r.cfg.IsrLagSeconds*float64(time.Second))))
+	}
+	ldr := replication.NewLeader(opts...)
+	ldr.Configure(r.ids, r.self, isr, st.Epoch)
+	r.mu.Lock()
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			k := lkey(p)
+			ldr.AppendLocal(k, p.log.EndOffset(), p.log.DurableEnd())
+			ldr.SeedHighWatermark(k, p.hw.Load())
+		}
+	}
+	r.ldr, r.leader, r.fepoch = ldr, r.self, 0
+	r.isrSeen = slices.Clone(isr)
+	r.pos, r.seen = map[*partition]map[int32]int64{}, map[int32]time.Time{}
+	r.mu.Unlock()
+	r.active.Store(true)
+	log.Info("failover replication: leading; rebuilding state", "epoch", st.Epoch, "isr", isr)
+	lctx, cancel := context.WithCancel(ctx)
+	r.lcancel = cancel
+	r.lwg.Add(1)
+	go func() {
+		defer r.lwg.Done()
+		if err := b.rebuildLeaderState(lctx); err != nil {
+			if lctx.Err() == nil {
+				log.Error("failover replication: rebuilding state failed; not serving", "err", err)
+			}
+			return
+		}
+		r.lwg.Add(2)
+		go func() { defer r.lwg.Done(); b.retentionLoop(lctx) }()
+		go func() { defer r.lwg.Done(); b.txc.run(lctx) }()
+		r.lead.Store(true)
+		log.Info("failover replication: serving clients", "epoch", st.Epoch)
+	}()
+}
+
+// stepDown ends leadership: clients are refused and disconnected, the
+// leader's loops stop, no append of its own runs any more, and the follower
+// may write again.
+func (r *replica) stepDown() {
+	r.lead.Store(false)
+	r.active.Store(false)
+	if r.lcancel != nil {
+		r.lcancel()
+		r.lwg.Wait()
+		r.lcancel = nil
+	}
+	r.mu.Lock()
+	wasLeader := r.ldr != nil
+	r.ldr = nil
+	r.leader = raftgroup.NoLeader
+	r.mu.Unlock()
+	r.barrier() // no append of the old leadership is still running
+	if wasLeader {
+		r.b.closeClients()
+		r.b.wakeAll()
+	}
+	r.follow.Store(true)
+}
+
+// wakeAll wakes every partition's waiters (acks=all producers and long
+// polls re-check their condition).
+func (b *Broker) wakeAll() {
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			p.wake()
+		}
+	}
+}
+
+// isrChanged feeds a newly committed ISR to replication.Leader and raises
+// the high watermarks it then allows.
+func (r *replica) isrChanged(st raftgroup.Status) {
+	if !st.State.HasISR {
+		return
+	}
+	r.mu.Lock()
+	if r.ldr == nil || slices.Equal(r.isrSeen, st.State.ISR) {
+		r.mu.Unlock()
+		return
+	}
+	r.isrSeen = slices.Clone(st.State.ISR)
+	r.ldr.ISRCommitted(st.State.ISR, st.Epoch)
+	r.mu.Unlock()
+	r.b.log.Info("failover replication: ISR committed", "isr", st.State.ISR, "epoch", st.Epoch)
+	r.raiseAll()
+}
+
+// raiseAll raises every partition's high watermark to the leader's.
+func (r *replica) raiseAll() {
+	for _, t := range r.b.sortedTopics() {
+		for _, p := range t.partitions {
+			r.mu.Lock()
+			if r.ldr == nil {
+				r.mu.Unlock()
+				return
+			}
+			hw := r.ldr.HighWatermark(lkey(p))
+			r.mu.Unlock()
+			raiseHW(p, hw, p.log.DurableEnd())
+		}
+	}
+}
+
+// tickLeader advances the leader's clock and proposes its ISR changes.
+func (r *replica) tickLeader(ctx context.Context, now time.Time, log *slog.Logger) {
+	r.mu.Lock()
+	if r.ldr == nil {
+		r.mu.Unlock()
+		return
+	}
+	r.ldr.Tick(now)
+	props := r.ldr.Proposals()
+	if _, pending := r.ldr.Pending(); !pending && len(props) == 0 && !r.node.State().HasISR {
+		// Record the ISR this leader works from (the whole group) in the
+		// Raft log, so that from now on only its members may be elected
+		// whatever their configured Role.
+		props = append(props, replication.ISRChange{Epoch: r.ldr.Epoch(), ISR: slices.Clone(r.isrSeen), Replica: r.self, Expand: true})
+	}
+	r.mu.Unlock()
+	for _, c := range props {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := r.node.ProposeISR(pctx, c)
+		cancel()
+		if err != nil {
+			// Not certain to have failed: the change stays pending (and
+			// acks=all keeps waiting for the larger set) until a new epoch.
+			log.Warn("failover replication: proposing an ISR change failed", "isr", c.ISR, "epoch", c.Epoch, "err", err)
+			continue
+		}
+		log.Info("failover replication: proposed ISR change", "isr", c.ISR, "replica", c.Replica, "expand", c.Expand)
+	}
+	r.raiseAll()
+}
+
+// rebuildLeaderState reloads what the broker keeps in memory from the
+// internal topics, as a start does: committed offsets, producer ids and
+// transactions (finished and swept). It first waits until the high
+// watermark of each internal topic covers its log end, so nothing the
+// previous leader acknowledged is missed.
+func (b *Broker) rebuildLeaderState(ctx context.Context) error {
+	for _, name := range []string{offsetsTopic, producerIDsTopic, txnStateTopic} {
+		t := b.lookup(name)
+		if t == nil {
+			continue
+		}
+		for _, p := range t.partitions {
+			end := p.log.EndOffset()
+			for !b.waitHW(ctx, p, end, time.Second) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	b.offsets.reset()
+	if err := b.loadOffsets(); err != nil {
+		return err
+	}
+	b.pidMu.Lock()
+	b.pidNext, b.pidLimit = 0, 0
+	b.pidMu.Unlock()
+	b.txc.reset()
+	if err := b.txc.load(ctx); err != nil {
+		return err
+	}
+	if err := b.txc.sweepOrphans(ctx); err != nil {
+		return err
+	}
+	for _, g := range b.offsets.groupNames() {
+		b.groups.EnsureGroup(g)
+	}
+	return nil
+}
+
+// reset empties the store before a reload.
+func (s *offsetStore) reset() {
+	s.mu.Lock()
+	s.byKey = map[offsetKey]committed{}
+	s.groups = map[string]map[offsetKey]struct{}{}
+	s.pending = map[int64][]offsetWrite{}
+	s.mu.Unlock()
+}
+
+// reset forgets every transactional id before a reload.
+func (c *txnCoordinator) reset() {
+	c.mu.Lock()
+	c.byID = map[string]*txnEntry{}
+	c.byPID = map[int64]*txnEntry{}
+	c.mu.Unlock()
+}
