@@ -156,7 +156,14 @@ func TestFailoverKill9(t *testing.T) {
 	for off := range acked {
 		maxAcked = max(maxAcked, off)
 	}
-	cons := newClient(t, fmt.Sprintf("127.0.0.1:%d", second.port), kgo.ConsumeTopics(topic),
+	var running []string
+	for _, r := range rs {
+		if r != first {
+			running = append(running, fmt.Sprintf("127.0.0.1:%d", r.port))
+		}
+	}
+	// Seeded with the running replicas: it reads from whichever leads.
+	cons := newClient(t, running[0], kgo.SeedBrokers(running...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	got := map[int64]string{}
 	seen := map[string]int{}
@@ -187,6 +194,7 @@ func TestFailoverKill9(t *testing.T) {
 	first.p = startProc(t, first.config, first.port, first.mport)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		second = serving(first.id, 10*time.Second) // the current leader
 		st := first.status(t)
 		fol, _ := st["follower"].(map[string]any)
 		if st["role"] == "follower" && st["leader"] == float64(second.id) && fol != nil {
