@@ -228,11 +228,20 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	r.lwg.Add(1)
 	go func() {
 		defer r.lwg.Done()
-		if err := b.rebuildLeaderState(lctx); err != nil {
-			if lctx.Err() == nil {
-				log.Error("failover replication: rebuilding state failed; not serving", "err", err)
+		for {
+			err := b.rebuildLeaderState(lctx)
+			if err == nil {
+				break
 			}
-			return
+			if lctx.Err() != nil {
+				return
+			}
+			log.Error("failover replication: rebuilding state failed; not serving yet, retrying", "err", err)
+			select {
+			case <-lctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 		r.lwg.Add(2)
 		go func() { defer r.lwg.Done(); b.retentionLoop(lctx) }()
