@@ -358,6 +358,13 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 		return nil, fmt.Errorf("sync partition %s/%d: %w", t.name, index, err)
 	}
 	p.hw.Store(durable)
+	if b.repl != nil && b.repl.failover {
+		// In a failover group what is durable here is not necessarily
+		// committed: an unreplicated tail may still be truncated. The
+		// high watermark comes only from the group (the leader's
+		// decision, or LeaderPosition on a follower).
+		p.hw.Store(l.StartOffset())
+	}
 	if err := b.loadProducerState(p); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("rebuild producer state of %s/%d: %w", t.name, index, err)

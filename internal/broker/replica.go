@@ -226,7 +226,14 @@ func (r *replica) groupISR() []int32 {
 // leaderID is the leader's id, -1 while a follower has not found it.
 func (r *replica) leaderID() int32 {
 	if r.failover {
-		return r.node.State().Leader
+		l := r.node.State().Leader
+		if l == r.self && !r.lead.Load() {
+			// Our claim is the latest but we do not serve (rebuilding,
+			// or the majority is gone): naming ourselves would send
+			// clients back to a replica that refuses them.
+			return raftgroup.NoLeader
+		}
+		return l
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -243,6 +243,9 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 			case <-time.After(time.Second):
 			}
 		}
+		if lctx.Err() != nil {
+			return // leadership ended during the rebuild
+		}
 		r.lwg.Add(2)
 		go func() { defer r.lwg.Done(); b.retentionLoop(lctx) }()
 		go func() { defer r.lwg.Done(); b.txc.run(lctx) }()
@@ -262,6 +265,9 @@ func (r *replica) stepDown() {
 		r.lwg.Wait()
 		r.lcancel = nil
 	}
+	// Again, now that the promotion goroutine has finished: it may have
+	// set lead after the first store.
+	r.lead.Store(false)
 	r.mu.Lock()
 	wasLeader := r.ldr != nil
 	r.ldr = nil
