@@ -89,7 +89,7 @@ func TestFailoverKill9(t *testing.T) {
 		t.Fatalf("no serving leader within %v", within)
 		return nil
 	}
-	first := serving(0, 20*time.Second)
+	first := serving(0, 60*time.Second)
 
 	const topic = "kill9"
 	cl := newClient(t, fmt.Sprintf("127.0.0.1:%d", rs[0].port),
@@ -132,7 +132,7 @@ func TestFailoverKill9(t *testing.T) {
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	waitCount := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for count() < n {
 			if time.Now().After(deadline) {
 				t.Fatalf("only %d records acknowledged, want %d", count(), n)
@@ -143,7 +143,7 @@ func TestFailoverKill9(t *testing.T) {
 	waitCount(100)
 	killedAt := time.Now()
 	first.p.kill9(t)
-	second := serving(first.id, 20*time.Second)
+	second := serving(first.id, 60*time.Second)
 	t.Logf("replica %d serves %v after the kill", second.id, time.Since(killedAt))
 	waitCount(count() + 100)
 	close(stop)
@@ -168,7 +168,7 @@ func TestFailoverKill9(t *testing.T) {
 	got := map[int64]string{}
 	seen := map[string]int{}
 	last := int64(-1)
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for last < maxAcked {
 		fs := cons.PollFetches(cctx)
@@ -192,7 +192,7 @@ func TestFailoverKill9(t *testing.T) {
 
 	// The killed leader restarts with its data and follows the new one.
 	first.p = startProc(t, first.config, first.port, first.mport)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		second = serving(first.id, 10*time.Second) // the current leader
 		st := first.status(t)

@@ -89,12 +89,12 @@ func TestFailover(t *testing.T) {
 	ns, _ := failoverGroup(t)
 	ctx := context.Background()
 	const topic = "events"
-	first := servingLeader(t, ns, 0, 15*time.Second)
+	first := servingLeader(t, ns, 0, 60*time.Second)
 	if first.id != 1 {
 		t.Fatalf("replica %d leads first; want 1 (the only one with Role leader)", first.id)
 	}
 	// Wait until the ISR is in the Raft log, so the others may be elected.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		raft, _ := status(t, first)["raft"].(map[string]any)
 		if raft["has_isr"] == true {
@@ -139,7 +139,7 @@ func TestFailover(t *testing.T) {
 
 	start := time.Now()
 	first.stop()
-	second := servingLeader(t, ns, first.id, 15*time.Second)
+	second := servingLeader(t, ns, first.id, 60*time.Second)
 	t.Logf("replica %d serves after %v", second.id, time.Since(start))
 	produce(100, 100)
 	if len(acked) < 150 {
@@ -167,7 +167,7 @@ func TestFailover(t *testing.T) {
 	got := map[int64]string{}
 	seen := map[string]int{}
 	last := int64(-1)
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for last < maxAcked {
 		fs := cons.PollFetches(cctx)
@@ -194,11 +194,11 @@ func TestFailover(t *testing.T) {
 
 	// The old leader comes back as a follower of the new one and catches up.
 	first.start(t, &testLog{t: t, done: true})
-	deadline = time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(60 * time.Second)
 	for {
 		// The current leader (a spurious election on a loaded machine may
 		// have moved it).
-		second = servingLeader(t, ns, first.id, 10*time.Second)
+		second = servingLeader(t, ns, first.id, 30*time.Second)
 		st := status(t, first)
 		_, wantEnd, err1 := second.in.Broker.ReadLog(topic, 0)
 		_, gotEnd, err2 := first.in.Broker.ReadLog(topic, 0)
@@ -218,7 +218,7 @@ func TestFailover(t *testing.T) {
 
 	// A leader that loses its majority stops serving and closes every
 	// client connection.
-	second = servingLeader(t, ns, 0, 10*time.Second)
+	second = servingLeader(t, ns, 0, 30*time.Second)
 	conn, err := net.Dial("tcp", second.addr())
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestFailover(t *testing.T) {
 			n.stop()
 		}
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("client connection still open after losing the majority: %v", err)
 	}
