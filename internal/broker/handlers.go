@@ -16,6 +16,7 @@ const (
 	errCorruptMessage          int16 = 2
 	errUnknownTopicOrPartition int16 = 3
 	errMessageTooLarge         int16 = 10
+	errLeaderNotAvailable      int16 = 5
 	errRequestTimedOut         int16 = 7
 	errInvalidRequiredAcks     int16 = 21
 	errInvalidTopicException   int16 = 17
@@ -191,6 +192,13 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 				code = errUnknownTopicID
 			default:
 				code = errInvalidRequest
+			}
+			if t == nil && code == errUnknownTopicOrPartition && b.following() {
+				// A follower's topic list lags the leader's by up to a
+				// manifest round: "not available yet" makes the client
+				// ask again (and reach the leader) instead of failing
+				// records for a topic the leader already has.
+				code = errLeaderNotAvailable
 			}
 			if t == nil {
 				missing = append(missing, kmsg.MetadataResponseTopic{ErrorCode: code, Topic: rt.Topic, TopicID: rt.TopicID})
