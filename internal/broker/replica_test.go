@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"log/slog"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -8,6 +10,8 @@ import (
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/protocol"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
 
 // fill gives every list of a request one entry (recursively), with
@@ -96,5 +100,65 @@ func TestFollowerRefusesEveryRequest(t *testing.T) {
 		if !checked[key] {
 			t.Errorf("%s was not refused", kmsg.NameForKey(key))
 		}
+	}
+}
+
+// TestFollowerMetadataForUncopiedTopic: a follower's topic list lags the
+// leader's, so a topic it has not copied yet is "not available yet"
+// (retriable), never "unknown" (which fails records the leader would take).
+func TestFollowerMetadataForUncopiedTopic(t *testing.T) {
+	cfg := config.Default()
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 2, Role: "follower", ClientAddress: "127.0.0.1:9093",
+		Peers: []config.Peer{{Id: 1, Address: "127.0.0.1:9195", ClientAddress: "127.0.0.1:9092"}}}
+	b := &Broker{cfg: cfg, nodeID: 2, topics: map[string]*topic{}, byID: map[[16]byte]*topic{}}
+	b.repl = newReplica(b)
+	b.repl.leader = 1
+	req := kmsg.NewPtrMetadataRequest()
+	req.SetVersion(12)
+	name := "not-copied-yet"
+	req.Topics = []kmsg.MetadataRequestTopic{{Topic: &name}}
+	req.AllowAutoTopicCreation = true
+	resp := b.handleMetadata(req).(*kmsg.MetadataResponse)
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != errLeaderNotAvailable {
+		t.Fatalf("follower metadata for an uncopied topic: %+v", resp.Topics)
+	}
+	if len(b.topics) != 0 {
+		t.Fatal("a follower auto-created a topic")
+	}
+}
+
+// TestFailoverReplicaOpensWithHWAtLogStart: in a failover group what is
+// durable on one replica may still be truncated, so a restarted replica
+// must not expose its local log end as the high watermark.
+func TestFailoverReplicaOpensWithHWAtLogStart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	single := &Broker{cfg: cfg, fs: vfs.Default, log: slog.Default(), nodeID: 1}
+	single.flush = newFlusher(single)
+	tp := &topic{name: "t", id: newUUID(), dir: filepath.Join(dir, "t")}
+	tp.settings = resolveSettings(&cfg, nil)
+	p, err := single.openPartition(tp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}, {Value: []byte("y")}})
+	if _, err := p.log.Append(batch, 0); err != nil {
+		t.Fatal(err)
+	}
+	p.log.Close()
+
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 2, ClientAddress: "127.0.0.1:9093", Failover: config.Failover{Enabled: true},
+		Peers: []config.Peer{{Id: 1, Address: "127.0.0.1:9195", ClientAddress: "127.0.0.1:9092"}, {Id: 3, Address: "127.0.0.1:9196", ClientAddress: "127.0.0.1:9094"}}}
+	b := &Broker{cfg: cfg, fs: vfs.Default, log: slog.Default(), nodeID: 2}
+	b.flush = newFlusher(b)
+	b.repl = newReplica(b)
+	p, err = b.openPartition(tp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.log.Close()
+	if p.log.EndOffset() != 2 || p.hw.Load() != 0 {
+		t.Fatalf("failover replica opened with log end %d and high watermark %d, want 2 and 0", p.log.EndOffset(), p.hw.Load())
 	}
 }
