@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/txn"
 )
 
 func txnClient(t *testing.T, addr, id string, opts ...kgo.Opt) *kgo.Client {
@@ -254,4 +257,82 @@ func TestTransactionalProduceToInvalidPartition(t *testing.T) {
 	in.Close()
 	in = startBroker(t, dir)
 	createTopic(t, in.Addr(), "after-restart", 1, nil)
+}
+
+// TestDecisionRecoveredFromMarker covers the crash EndTxn's single durable
+// round allows: a commit marker (at the producer's next epoch) reached the
+// disk of one partition, but neither the decision record nor the other
+// partition's marker did. The restarted coordinator must read the decision
+// from the marker and commit the other partition too; aborting it (what a
+// timeout would do) would split the transaction.
+func TestDecisionRecoveredFromMarker(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "tx", 2, nil)
+	cl := txnClient(t, in.Addr(), "half", kgo.TransactionTimeout(2*time.Second))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 2; p++ {
+		if err := cl.ProduceSync(ctxT(t), &kgo.Record{Partition: p, Value: []byte(fmt.Sprintf("half-%d", p))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(client(t, in.Addr()))
+	dt, err := adm.DescribeTransactions(ctxT(t), "half")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dt["half"]
+	if d.State != "Ongoing" {
+		t.Fatalf("state before the crash: %+v", d)
+	}
+	cl.Close()
+	in.Close()
+
+	// What the single round left on disk: partition 0's commit marker.
+	log, err := storage.Open(filepath.Join(dir, "topics", "tx", "0"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker, err := recordbatch.Encode(recordbatch.BatchOptions{
+		ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch + 1, BaseSequence: -1, Transactional: true, Control: true,
+	}, []recordbatch.Record{{Key: txn.ControlKey(txn.ControlCommit), Value: txn.ControlValue(0), Timestamp: time.Now().UnixMilli()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Append(marker, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	in = startBroker(t, dir)
+	defer in.Close()
+	adm = kadm.NewClient(client(t, in.Addr()))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		dt, err := adm.DescribeTransactions(ctxT(t), "half")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := dt["half"].State; s == "CompleteCommit" || s == "CompleteAbort" {
+			if s != "CompleteCommit" {
+				t.Fatalf("the coordinator ended the transaction with %s although partition 0 holds its commit marker", s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("transaction never completed: %+v", dt["half"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := readAllValues(t, in.Addr(), true)
+	if got["half-0"] != 1 || got["half-1"] != 1 {
+		t.Fatalf("read_committed after recovery: %v (want both records of the committed transaction)", got)
+	}
 }

@@ -48,6 +48,7 @@ type Config struct {
 	Linger           time.Duration // producer linger
 	MaxBuffered      int           // max records buffered in the pipelined producer
 	TxnSize          int           // records per transaction in transactional mode
+	Producers        int           // producer clients run at once in every case
 	MaxInflight      int           // produce requests in flight per broker when idempotency is off
 	Partitioner      string        // "roundrobin" or "sticky"
 	ConsumeTimeout   time.Duration // give up consuming after this long without progress
@@ -101,6 +102,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&partitions, "partitions", "1,8", "comma-separated partition counts to run")
 	fs.StringVar(&modes, "modes", "pipelined,one-at-a-time", "comma-separated produce modes: pipelined, one-at-a-time, transactional")
 	fs.IntVar(&cfg.TxnSize, "txn-size", 100, "records per transaction in transactional mode")
+	fs.IntVar(&cfg.Producers, "producers", 1, "producer clients per case, run at once (each transactional one with its own transactional id)")
 	fs.StringVar(&cfg.JSONPath, "json", "", "write results as JSON to this file")
 	fs.BoolVar(&cfg.NoCreate, "no-create", false, "do not create or delete topics (they must exist or be auto-created)")
 	fs.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete each case's topic after it ran")
@@ -149,6 +151,8 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("bench: --max-buffered must be positive, got %d", cfg.MaxBuffered)
 	case cfg.MaxInflight <= 0:
 		return nil, fmt.Errorf("bench: --max-inflight must be positive, got %d", cfg.MaxInflight)
+	case cfg.Producers <= 0:
+		return nil, fmt.Errorf("bench: --producers must be positive, got %d", cfg.Producers)
 	case cfg.TxnSize <= 0:
 		return nil, fmt.Errorf("bench: --txn-size must be positive, got %d", cfg.TxnSize)
 	case cfg.Partitioner != "roundrobin" && cfg.Partitioner != "sticky":

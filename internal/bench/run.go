@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	} else {
 		rep.Duration = cfg.Duration.Seconds()
 	}
-	rep.Notes = append(rep.Notes, fmt.Sprintf("partitioner=%s linger=%s max-buffered=%d compression=none", cfg.Partitioner, cfg.Linger, cfg.MaxBuffered))
+	rep.Notes = append(rep.Notes, fmt.Sprintf("partitioner=%s linger=%s max-buffered=%d compression=none producers=%d txn-size=%d", cfg.Partitioner, cfg.Linger, cfg.MaxBuffered, cfg.Producers, cfg.TxnSize))
 
 	adminCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
 	if err != nil {
@@ -159,7 +159,7 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 }
 
 // producerOpts returns the kgo options for a case's producer.
-func producerOpts(cfg *Config, cs caseSpec, topic string) []kgo.Opt {
+func producerOpts(cfg *Config, cs caseSpec, topic string, idx int) []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.DefaultProduceTopic(topic),
@@ -181,7 +181,7 @@ func producerOpts(cfg *Config, cs caseSpec, topic string) []kgo.Opt {
 		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(cfg.MaxInflight))
 	}
 	if cs.Mode == ModeTransactional {
-		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("moonmq-bench-%s", topic)), kgo.TransactionTimeout(60*time.Second))
+		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("moonmq-bench-%s-%d", topic, idx)), kgo.TransactionTimeout(60*time.Second))
 	}
 	if cfg.Partitioner == "roundrobin" {
 		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
@@ -194,33 +194,45 @@ type startKey struct{}
 
 // produce runs the producer phase of a case, fills out and returns the
 // number of records the broker acknowledged (including warm-up records),
-// which is what the consumer must read back.
+// which is what the consumer must read back. With --producers N it runs N
+// clients at once (each with its own transactional id), sharing the
+// record budget and the latency histogram.
 func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, topic string, out *ProduceResult, stderr io.Writer) (int64, error) {
-	cl, err := kgo.NewClient(producerOpts(cfg, cs, topic)...)
-	if err != nil {
-		return 0, fmt.Errorf("producer client: %w", err)
+	n := max(cfg.Producers, 1)
+	clients := make([]*kgo.Client, n)
+	for i := range clients {
+		cl, err := kgo.NewClient(producerOpts(cfg, cs, topic, i)...)
+		if err != nil {
+			return 0, fmt.Errorf("producer client: %w", err)
+		}
+		defer cl.Close()
+		clients[i] = cl
 	}
-	defer cl.Close()
 
-	// Warm up: one record per partition so that metadata is loaded and
-	// connections are open before the clock starts.
-	warm := make([]*kgo.Record, cs.Partitions)
-	for i := range warm {
-		warm[i] = &kgo.Record{Value: pool.Next()}
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	if cs.Mode == ModeTransactional {
-		err = cl.BeginTransaction()
-	}
-	if err == nil {
-		err = cl.ProduceSync(wctx, warm...).FirstErr()
-	}
-	if err == nil && cs.Mode == ModeTransactional {
-		err = cl.EndTransaction(wctx, kgo.TryCommit)
-	}
-	cancel()
-	if err != nil {
-		return 0, fmt.Errorf("warm-up produce to %s: %w", topic, err)
+	// Warm up: one record per partition and client so that metadata is
+	// loaded and connections are open before the clock starts.
+	var warmed int64
+	for _, cl := range clients {
+		warm := make([]*kgo.Record, cs.Partitions)
+		for i := range warm {
+			warm[i] = &kgo.Record{Value: pool.Next()}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var err error
+		if cs.Mode == ModeTransactional {
+			err = cl.BeginTransaction()
+		}
+		if err == nil {
+			err = cl.ProduceSync(wctx, warm...).FirstErr()
+		}
+		if err == nil && cs.Mode == ModeTransactional {
+			err = cl.EndTransaction(wctx, kgo.TryCommit)
+		}
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("warm-up produce to %s: %w", topic, err)
+		}
+		warmed += int64(len(warm))
 	}
 
 	var (
@@ -249,62 +261,27 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 
 	prog := StartProgress(stderr, cfg.ProgressInterval, cs.label(), "produce", &acked, cfg.Records, cfg.RecordSize, cfg.Duration)
 	start := time.Now()
-	deadline := start.Add(cfg.Duration)
-	var n int64
-	switch cs.Mode {
-	case ModePipelined:
-		var wg sync.WaitGroup
-		for ; cfg.Records == 0 || n < cfg.Records; n++ {
-			t0 := time.Now()
-			if (cfg.Records == 0 && !t0.Before(deadline)) || ctx.Err() != nil {
-				break
-			}
-			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Value: pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}, func(r *kgo.Record, err error) {
-				onDone(r, err)
-				wg.Done()
-			})
-		}
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			cl.Close() // fails whatever is still buffered
-			<-done
-		}
-	case ModeTransactional:
-		for cfg.Records == 0 || n < cfg.Records {
-			if (cfg.Records == 0 && !time.Now().Before(deadline)) || ctx.Err() != nil {
-				break
-			}
-			if err := cl.BeginTransaction(); err != nil {
-				return 0, fmt.Errorf("begin transaction: %w", err)
-			}
-			for i := 0; i < cfg.TxnSize; i++ {
-				t0 := time.Now()
-				cl.Produce(ctx, &kgo.Record{Value: pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}, onDone)
-				n++
-			}
-			if err := cl.Flush(ctx); err != nil {
-				return 0, fmt.Errorf("flush transaction: %w", err)
-			}
-			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				return 0, fmt.Errorf("commit transaction: %w", err)
+	w := producerWork{cfg: cfg, pool: pool, mode: cs.Mode, deadline: start.Add(cfg.Duration), onDone: onDone, failed: &failed, acked: &acked}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, cl := range clients {
+		budget := int64(0)
+		if cfg.Records > 0 {
+			budget = cfg.Records / int64(n)
+			if int64(i) < cfg.Records%int64(n) {
+				budget++
 			}
 		}
-	case ModeOneAtATime:
-		for ; cfg.Records == 0 || n < cfg.Records; n++ {
-			t0 := time.Now()
-			if (cfg.Records == 0 && !t0.Before(deadline)) || ctx.Err() != nil {
-				break
-			}
-			r := &kgo.Record{Value: pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}
-			onDone(r, cl.ProduceSync(ctx, r).FirstErr())
-			if f := failed.Load(); f >= 100 && f > acked.Load() {
-				break // the broker is clearly failing; do not spin
-			}
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.run(ctx, cl, budget)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		prog.Stop()
+		return 0, err
 	}
 	elapsed := time.Since(start)
 	prog.Stop()
@@ -329,7 +306,81 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 			return 0, fmt.Errorf("every produce failed: %v", first)
 		}
 	}
-	return out.Records + int64(len(warm)), nil
+	return out.Records + warmed, nil
+}
+
+// producerWork is what every producer client of a case shares.
+type producerWork struct {
+	cfg      *Config
+	pool     *ValuePool
+	mode     Mode
+	deadline time.Time
+	onDone   func(*kgo.Record, error)
+	failed   *atomic.Int64
+	acked    *atomic.Int64
+}
+
+// run produces with one client until its budget of records (0: until the
+// deadline) is spent.
+func (w *producerWork) run(ctx context.Context, cl *kgo.Client, budget int64) error {
+	more := func(n int64) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		if budget > 0 {
+			return n < budget
+		}
+		return time.Now().Before(w.deadline)
+	}
+	record := func() *kgo.Record {
+		t0 := time.Now()
+		return &kgo.Record{Value: w.pool.Next(), Timestamp: t0, Context: context.WithValue(ctx, startKey{}, t0)}
+	}
+	var n int64
+	switch w.mode {
+	case ModePipelined:
+		var wg sync.WaitGroup
+		for ; more(n); n++ {
+			wg.Add(1)
+			cl.Produce(ctx, record(), func(r *kgo.Record, err error) {
+				w.onDone(r, err)
+				wg.Done()
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			cl.Close() // fails whatever is still buffered
+			<-done
+		}
+	case ModeTransactional:
+		for more(n) {
+			if err := cl.BeginTransaction(); err != nil {
+				return fmt.Errorf("begin transaction: %w", err)
+			}
+			for i := 0; i < w.cfg.TxnSize; i++ {
+				cl.Produce(ctx, record(), w.onDone)
+				n++
+			}
+			if err := cl.Flush(ctx); err != nil {
+				return fmt.Errorf("flush transaction: %w", err)
+			}
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return fmt.Errorf("commit transaction: %w", err)
+			}
+		}
+	case ModeOneAtATime:
+		for ; more(n); n++ {
+			r := record()
+			w.onDone(r, cl.ProduceSync(ctx, r).FirstErr())
+			if f := w.failed.Load(); f >= 100 && f > w.acked.Load() {
+				break // the broker is clearly failing; do not spin
+			}
+		}
+	}
+	return nil
 }
 
 // consume reads the case's topic from the start until want records were

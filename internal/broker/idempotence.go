@@ -85,7 +85,7 @@ func applyBatch(p *partition, h recordbatch.Header, batch []byte) error {
 			return err
 		}
 		p.txnMu.Lock()
-		p.txns.OnMarker(h.ProducerID, typ, h.BaseOffset)
+		p.txns.OnMarker(h.ProducerID, h.ProducerEpoch, typ, h.BaseOffset)
 		p.txnMu.Unlock()
 		p.producers.ObserveEpoch(h.ProducerID, h.ProducerEpoch)
 		return nil

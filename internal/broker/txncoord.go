@@ -36,6 +36,9 @@ type txnCoordinator struct {
 type txnEntry struct {
 	mu   sync.Mutex
 	meta atomic.Pointer[txn.Metadata]
+	// stateEnd is the __transaction_state offset durability must reach
+	// for meta to be on disk (guarded by mu).
+	stateEnd int64
 }
 
 func newTxnCoordinator(b *Broker) *txnCoordinator {
@@ -142,7 +145,7 @@ func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*
 	if code != 0 {
 		return nil, 0, code
 	}
-	p, end, err := c.appendState(next)
+	p, end, err := c.appendState(e, next)
 	if err != nil {
 		return nil, 0, errKafkaStorageError
 	}
@@ -200,8 +203,8 @@ func (b *Broker) validTxnPartition(tp txn.TP) bool {
 }
 
 // writeState appends m to __transaction_state and waits until durable.
-func (c *txnCoordinator) writeState(ctx context.Context, m *txn.Metadata) error {
-	p, end, err := c.appendState(m)
+func (c *txnCoordinator) writeState(ctx context.Context, e *txnEntry, m *txn.Metadata) error {
+	p, end, err := c.appendState(e, m)
 	if err != nil {
 		return err
 	}
@@ -211,9 +214,10 @@ func (c *txnCoordinator) writeState(ctx context.Context, m *txn.Metadata) error 
 	return nil
 }
 
-// appendState appends m to __transaction_state without waiting, returning
-// the offset durability must reach.
-func (c *txnCoordinator) appendState(m *txn.Metadata) (*partition, int64, error) {
+// appendState appends e's next state m to __transaction_state without
+// waiting, returning the offset durability must reach. The caller holds
+// e.mu.
+func (c *txnCoordinator) appendState(e *txnEntry, m *txn.Metadata) (*partition, int64, error) {
 	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
 	if err != nil {
 		return nil, 0, err
@@ -228,12 +232,13 @@ func (c *txnCoordinator) appendState(m *txn.Metadata) (*partition, int64, error)
 	if err != nil {
 		return nil, 0, err
 	}
+	e.stateEnd = end
 	return p, end, nil
 }
 
 // transition writes m and then publishes it.
 func (c *txnCoordinator) transition(ctx context.Context, e *txnEntry, m *txn.Metadata) error {
-	if err := c.writeState(ctx, m); err != nil {
+	if err := c.writeState(ctx, e, m); err != nil {
 		return err
 	}
 	c.install(e, m)
@@ -241,9 +246,10 @@ func (c *txnCoordinator) transition(ctx context.Context, e *txnEntry, m *txn.Met
 }
 
 // writeMarkers appends a commit or abort marker to every partition of the
-// transaction and waits until all are durable; committed offsets of the
-// transaction become visible once their marker is.
-func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, commit bool) error {
+// transaction and waits until all are durable, together with the writes
+// in also; committed offsets of the transaction become visible once their
+// marker is.
+func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, commit bool, also ...produceWait) error {
 	typ := txn.ControlAbort
 	if commit {
 		typ = txn.ControlCommit
@@ -254,7 +260,7 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 	if err != nil {
 		return err
 	}
-	var waits []produceWait
+	waits := also
 	offsetsTouched := false
 	for _, tp := range m.SortedPartitions() {
 		t := c.b.lookup(tp.Topic)
@@ -285,10 +291,10 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 }
 
 // finish completes a transaction whose Prepare* state is current: markers,
-// then the Complete* state.
-func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry) error {
+// then the Complete* state. also are writes to wait for with the markers.
+func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry, also ...produceWait) error {
 	m := e.meta.Load()
-	if err := c.writeMarkers(ctx, m, m.Committing()); err != nil {
+	if err := c.writeMarkers(ctx, m, m.Committing(), also...); err != nil {
 		return err
 	}
 	done := m.Complete(time.Now().UnixMilli())
@@ -300,7 +306,7 @@ func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry) error {
 	// The outcome is already durable (Prepare* state and markers), so the
 	// Complete* record need not be waited for: if it is lost, recovery
 	// finds the Prepare* state and completes again, which is idempotent.
-	if _, _, err := c.appendState(done); err != nil {
+	if _, _, err := c.appendState(e, done); err != nil {
 		return err
 	}
 	c.install(e, done)
@@ -357,11 +363,33 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 			prepared.Epoch++
 		}
 	}
-	if err := c.transition(ctx, e, prepared); err != nil {
+	var also []produceWait
+	if prepared.Epoch == m.Epoch+1 {
+		// One durable round: the decision and its markers are written
+		// together. The markers carry the new epoch, which no other
+		// write of this producer can have before the decision is
+		// acknowledged, so a restart that lost the decision record but
+		// kept a marker reads the decision from the marker
+		// (recoverFromMarkers). That requires the Ongoing state (with
+		// its partitions) to be on disk before any marker is.
+		if st := c.b.lookup(txnStateTopic); st != nil && st.partitions[0].hw.Load() < e.stateEnd &&
+			!c.b.waitHW(ctx, st.partitions[0], e.stateEnd, 10*time.Second) {
+			return errRequestTimedOut
+		}
+		p, end, err := c.appendState(e, prepared)
+		if err != nil {
+			c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
+			return errKafkaStorageError
+		}
+		// Decided: from here on this process completes it, whatever the
+		// request's fate (finish is idempotent and retried).
+		c.install(e, prepared)
+		also = append(also, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
+	} else if err := c.transition(ctx, e, prepared); err != nil {
 		c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
 		return errKafkaStorageError
 	}
-	if err := c.finish(ctx, e); err != nil {
+	if err := c.finish(ctx, e, also...); err != nil {
 		// The decision is durable; recovery or the next request will
 		// finish it.
 		c.b.log.Error("completing transaction failed", "transactional_id", m.ID, "err", err)
@@ -704,6 +732,14 @@ func (c *txnCoordinator) load(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	for _, e := range entries {
+		e.mu.Lock()
+		err := c.recoverFromMarkers(ctx, e)
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	for _, e := range entries {
 		if m := e.meta.Load(); m.Preparing() {
 			c.b.log.Info("completing a transaction decided before the restart", "transactional_id", m.ID, "commit", m.Committing())
 			e.mu.Lock()
@@ -718,6 +754,47 @@ func (c *txnCoordinator) load(ctx context.Context) error {
 		c.b.log.Info("rebuilt transaction state", "transactional_ids", len(entries))
 	}
 	return nil
+}
+
+// recoverFromMarkers finds the decision of an Ongoing transaction whose
+// EndTxn wrote its decision and markers in one round (see end) and was cut
+// short with a marker durable but the decision record lost: a marker of
+// the producer at the next epoch can only come from that decision. The
+// decision is then written again and completed, so every partition gets
+// the same outcome. The caller holds e.mu.
+func (c *txnCoordinator) recoverFromMarkers(ctx context.Context, e *txnEntry) error {
+	m := e.meta.Load()
+	if m == nil || m.State != kmsg.TransactionStateOngoing || m.Epoch >= math.MaxInt16-2 {
+		return nil
+	}
+	found, commit := false, false
+	for tp := range m.Partitions {
+		t := c.b.lookup(tp.Topic)
+		if t == nil || tp.Partition < 0 || int(tp.Partition) >= len(t.partitions) {
+			continue
+		}
+		p := t.partitions[tp.Partition]
+		p.txnMu.Lock()
+		mk, ok := p.txns.LastMarker(m.ProducerID)
+		p.txnMu.Unlock()
+		if ok && mk.Epoch == m.Epoch+1 {
+			found, commit = true, mk.Commit
+			break
+		}
+	}
+	if !found {
+		return nil
+	}
+	action, prepared, code := m.End(commit, time.Now().UnixMilli())
+	if action == txn.EndFail {
+		return fmt.Errorf("recovering transaction %q from its markers: %d", m.ID, code)
+	}
+	prepared.Epoch++
+	c.b.log.Info("completing a transaction whose decision survived only in its markers", "transactional_id", m.ID, "commit", commit)
+	if err := c.transition(ctx, e, prepared); err != nil {
+		return err
+	}
+	return c.finish(ctx, e)
 }
 
 // abortExpired aborts (and fences) transactions open longer than their

@@ -50,14 +50,28 @@ type Aborted struct {
 	LastOffset int64
 }
 
-// Partition tracks a partition's open and aborted transactions.
+// Marker is the last control batch a producer wrote to a partition.
+type Marker struct {
+	Epoch  int16
+	Commit bool
+	Offset int64
+}
+
+// Partition tracks a partition's open and aborted transactions, and each
+// producer's last marker: a coordinator that restarts after writing a
+// decision's markers but before its own record of the decision became
+// durable finds the decision there (see the broker's transaction
+// coordinator).
 type Partition struct {
-	open    map[int64]int64 // producer id -> first offset of its open transaction
-	aborted []Aborted       // by LastOffset
+	open    map[int64]int64  // producer id -> first offset of its open transaction
+	aborted []Aborted        // by LastOffset
+	markers map[int64]Marker // producer id -> its last marker here
 }
 
 // NewPartition returns empty state.
-func NewPartition() *Partition { return &Partition{open: map[int64]int64{}} }
+func NewPartition() *Partition {
+	return &Partition{open: map[int64]int64{}, markers: map[int64]Marker{}}
+}
 
 // OnData notes a transactional data batch appended at [base, last].
 func (p *Partition) OnData(producerID int64, base int64) {
@@ -66,10 +80,12 @@ func (p *Partition) OnData(producerID int64, base int64) {
 	}
 }
 
-// OnMarker notes a control batch at offset for producerID. A marker for a
-// producer with no open transaction here changes nothing (markers are
-// written to every partition of a transaction, and a retry may repeat one).
-func (p *Partition) OnMarker(producerID int64, typ int16, offset int64) {
+// OnMarker notes a control batch at offset for producerID, written at
+// epoch. A marker for a producer with no open transaction here closes
+// nothing (markers are written to every partition of a transaction, and a
+// retry may repeat one), but it is still remembered as the producer's last.
+func (p *Partition) OnMarker(producerID int64, epoch int16, typ int16, offset int64) {
+	p.markers[producerID] = Marker{Epoch: epoch, Commit: typ == ControlCommit, Offset: offset}
 	first, ok := p.open[producerID]
 	if !ok {
 		return
@@ -78,6 +94,12 @@ func (p *Partition) OnMarker(producerID int64, typ int16, offset int64) {
 	if typ == ControlAbort {
 		p.aborted = append(p.aborted, Aborted{ProducerID: producerID, FirstOffset: first, LastOffset: offset})
 	}
+}
+
+// LastMarker returns producerID's last marker here.
+func (p *Partition) LastMarker(producerID int64) (Marker, bool) {
+	m, ok := p.markers[producerID]
+	return m, ok
 }
 
 // IsOpen reports whether producerID has an open transaction here.
@@ -125,6 +147,11 @@ func (p *Partition) Truncate(offset int64) {
 		}
 	}
 	p.aborted = p.aborted[:n]
+	for id, m := range p.markers {
+		if m.Offset >= offset {
+			delete(p.markers, id)
+		}
+	}
 }
 
 // TrimBelow drops aborted ranges wholly below the log start offset.
@@ -140,7 +167,9 @@ func (p *Partition) TrimBelow(start int64) {
 }
 
 // Empty reports whether there is nothing to remember.
-func (p *Partition) Empty() bool { return len(p.open) == 0 && len(p.aborted) == 0 }
+func (p *Partition) Empty() bool {
+	return len(p.open) == 0 && len(p.aborted) == 0 && len(p.markers) == 0
+}
 
 // OpenTransactions lists open transactions (producer id -> first offset),
 // for DescribeProducers.
@@ -155,11 +184,14 @@ func (p *Partition) OpenTransactions() map[int64]int64 {
 type partitionSnapshot struct {
 	Open    map[int64]int64
 	Aborted []Aborted
+	// Markers is required: a snapshot without it predates marker
+	// tracking and cannot stand in for a scan of the log.
+	Markers map[int64]Marker
 }
 
 // Snapshot serialises the state.
 func (p *Partition) Snapshot() []byte {
-	b, _ := json.Marshal(partitionSnapshot{Open: p.open, Aborted: p.aborted})
+	b, _ := json.Marshal(partitionSnapshot{Open: p.open, Aborted: p.aborted, Markers: p.markers})
 	return b
 }
 
@@ -169,7 +201,13 @@ func LoadPartition(data []byte) (*Partition, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("txn partition snapshot: %w", err)
 	}
+	if s.Markers == nil {
+		return nil, errors.New("txn partition snapshot: no producer markers (written by an older version)")
+	}
 	p := NewPartition()
+	for k, v := range s.Markers {
+		p.markers[k] = v
+	}
 	for k, v := range s.Open {
 		p.open[k] = v
 	}

@@ -15,12 +15,12 @@ func TestPartitionLSOAndAbortedIndex(t *testing.T) {
 	if lso := p.LSO(20); lso != 10 {
 		t.Fatalf("LSO %d, want 10 (oldest open transaction)", lso)
 	}
-	p.OnMarker(1, ControlAbort, 13)
+	p.OnMarker(1, 0, ControlAbort, 13)
 	if lso := p.LSO(20); lso != 11 {
 		t.Fatalf("LSO %d, want 11", lso)
 	}
-	p.OnMarker(2, ControlCommit, 14)
-	p.OnMarker(2, ControlCommit, 15) // a repeated marker changes nothing
+	p.OnMarker(2, 0, ControlCommit, 14)
+	p.OnMarker(2, 0, ControlCommit, 15) // a repeated marker changes nothing
 	if lso := p.LSO(20); lso != 20 {
 		t.Fatalf("LSO %d, want the high watermark", lso)
 	}
@@ -54,7 +54,7 @@ func TestLSOInvariant(t *testing.T) {
 			pid := int64(rng.Intn(5))
 			if _, ok := open[pid]; ok && rng.Intn(3) == 0 {
 				typ := int16(rng.Intn(2))
-				p.OnMarker(pid, typ, off)
+				p.OnMarker(pid, 0, typ, off)
 				if typ == ControlAbort {
 					aborted = append(aborted, Aborted{pid, open[pid], off})
 				}
@@ -125,5 +125,35 @@ func TestCoordinatorTransitions(t *testing.T) {
 	id, back, err := Decode(EncodeKey("a"), EncodeValue(prepared))
 	if err != nil || id != "a" || back.State != prepared.State || back.Epoch != 2 || len(back.Partitions) != 1 {
 		t.Fatalf("encode/decode: %v %+v", err, back)
+	}
+}
+
+// TestLastMarker checks what recovery relies on: the last marker of each
+// producer, with its epoch and type, survives a snapshot and is forgotten
+// when the log is truncated below it.
+func TestLastMarker(t *testing.T) {
+	p := NewPartition()
+	if _, ok := p.LastMarker(7); ok {
+		t.Fatal("a marker before any was written")
+	}
+	p.OnData(7, 0)
+	p.OnMarker(7, 3, ControlCommit, 1)
+	p.OnMarker(7, 4, ControlAbort, 2) // no open transaction: still the last marker
+	if m, ok := p.LastMarker(7); !ok || m != (Marker{Epoch: 4, Commit: false, Offset: 2}) {
+		t.Fatalf("last marker %+v %v", m, ok)
+	}
+	q, err := LoadPartition(p.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := q.LastMarker(7); !ok || m.Epoch != 4 || m.Commit {
+		t.Fatalf("after a snapshot round trip: %+v %v", m, ok)
+	}
+	if _, err := LoadPartition([]byte(`{"Open":{},"Aborted":[]}`)); err == nil {
+		t.Fatal("a snapshot without markers (older version) was accepted")
+	}
+	p.Truncate(2)
+	if _, ok := p.LastMarker(7); ok {
+		t.Fatal("truncation kept a marker at the cut")
 	}
 }
