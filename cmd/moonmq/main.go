@@ -1,6 +1,7 @@
-// Command moonmq is the MoonMQ broker: `moonmq serve` runs it and
-// `moonmq bench` measures any Kafka-protocol broker. The work lives in
-// internal/; this file only parses the command line.
+// Command moonmq is the MoonMQ broker: `moonmq serve` runs it, `moonmq
+// status` and `moonmq topic` ask a running one, and `moonmq bench` measures
+// any Kafka-protocol broker. The work lives in internal/; this file only
+// parses the command line.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/app"
 	"github.com/moonmq/moonmq/internal/bench"
+	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/config"
 )
 
@@ -24,6 +26,12 @@ const usage = `usage: moonmq <command> [flags]
 commands:
   serve [--config FILE]   run the broker (defaults: clients on 127.0.0.1:9092,
                           data in ./data, metrics on 127.0.0.1:9100)
+  status [flags]          a running broker's replication status, or its stats
+                          without replication (moonmq status -h)
+  topic describe [TOPIC...]
+                          topics, partitions, leader, replicas and ISR as
+                          kafka-topics --describe prints them
+  topic list              topic names (moonmq topic -h)
   bench [flags]           benchmark a Kafka-protocol broker (moonmq bench -h)
   version                 print the version
 `
@@ -45,6 +53,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stderr)
+	case "status":
+		return cli.Status(ctx, args[1:], stdout, stderr)
+	case "topic", "topics":
+		return cli.Topic(ctx, args[1:], stdout, stderr)
 	case "bench":
 		if err := bench.Command(ctx, args[1:], stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "moonmq bench:", err)

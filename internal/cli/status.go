@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/config"
+)
+
+// PathStatus is the broker's replication status endpoint.
+const PathStatus = "/replication/status"
+
+// PathStats is the metrics port's JSON statistics endpoint.
+const PathStats = "/stats"
+
+// StatusUsage is the usage text of `moonmq status`.
+const StatusUsage = `usage: moonmq status [--config FILE] [--addr HOST:PORT] [--token T] [--metrics HOST:PORT] [--json] [--timeout D]
+
+Prints a broker's replication status (GET /replication/status on its
+replication port): role, leader, epoch, ISR, Raft term and commit index,
+per-follower lag on a leader, log-shipping state on a follower. With
+--config the addresses and the token come from the broker's config file;
+flags override. On a broker without replication it prints the metrics
+port's /stats instead.
+`
+
+// Status runs `moonmq status` and returns the process exit code: 0 when
+// the broker answered, 1 when it could not be asked, 2 for bad usage.
+func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, StatusUsage); fs.PrintDefaults() }
+	path := fs.String("config", "", "the broker's config file: replication address, token and metrics port")
+	addr := fs.String("addr", "", "the replication port, HOST:PORT (default: Replication.ReplicateHost:ReplicatePort of --config)")
+	token := fs.String("token", "", "the replication token (default: Replication.Token of --config)")
+	metrics := fs.String("metrics", "", "the metrics port, HOST:PORT, for follower lag and single-node stats (default: from --config, else 127.0.0.1:9100)")
+	raw := fs.Bool("json", false, "print the status object as JSON")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the broker")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "moonmq status: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	tokenSet := false
+	fs.Visit(func(f *flag.Flag) { tokenSet = tokenSet || f.Name == "token" })
+
+	t := statusTarget{addr: *addr, token: *token, metrics: *metrics}
+	cfg := config.Default()
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			fmt.Fprintln(stderr, "moonmq status:", err)
+			return 2
+		}
+	}
+	if r := cfg.Replication; r != nil && r.Enabled {
+		if t.addr == "" {
+			t.addr = dialAddr(r.ReplicateHost, r.ReplicatePort)
+		}
+		if !tokenSet {
+			t.token = r.Token
+		}
+	}
+	if t.metrics == "" && cfg.MetricsPort != 0 {
+		t.metrics = dialAddr(cfg.MetricsHost, cfg.MetricsPort)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	c := &http.Client{}
+	if t.addr == "" {
+		why := "the default configuration has none; pass --config FILE, or --addr HOST:PORT --token T, to ask a replication group"
+		if *path != "" {
+			why = "no enabled Replication block in " + *path
+		}
+		return singleNode(ctx, c, t, why, *raw, stdout, stderr)
+	}
+
+	body, err := get(ctx, c, t.addr, PathStatus, t.token, replicationPort)
+	if err != nil {
+		fmt.Fprintln(stderr, "moonmq status:", err)
+		return 1
+	}
+	var d StatusDoc
+	if err := json.Unmarshal(body, &d); err != nil {
+		fmt.Fprintf(stderr, "moonmq status: %s%s did not answer with a status object (%v): is it a MoonMQ replication port?\n", t.addr, PathStatus, err)
+		return 1
+	}
+	if *raw {
+		printJSON(stdout, body)
+		return 0
+	}
+	v := StatusView{Doc: d, Now: time.Now()}
+	if d.Role == "leader" && t.metrics != "" {
+		// Best effort: without the leader's log ends the followers'
+		// positions still print, only the lag is missing.
+		if sb, err := get(ctx, c, t.metrics, PathStats, "", metricsPort); err == nil {
+			var s Stats
+			if json.Unmarshal(sb, &s) == nil {
+				v.Logs = s.LogRanges()
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "replication status from %s\n", t.addr)
+	FormatStatus(stdout, v)
+	return 0
+}
+
+// port names a broker port in error messages, and where its address
+// comes from.
+type port struct{ name, from string }
+
+var (
+	replicationPort = port{"replication port", "--addr, or Replication.ReplicatePort in --config"}
+	metricsPort     = port{"metrics port", "--metrics, or Server.MetricsPort in --config"}
+)
+
+type statusTarget struct {
+	addr, token, metrics string
+}
+
+// singleNode reports a broker that runs without replication: what its
+// metrics port says, or what to do when there is nothing to ask.
+func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string, raw bool, stdout, stderr io.Writer) int {
+	if t.metrics == "" {
+		fmt.Fprintf(stderr, "moonmq status: replication is off (%s), and the metrics port is off (Server.MetricsPort 0): nothing to ask; pass --metrics HOST:PORT, or see partitions with `moonmq topic describe`\n", why)
+		return 1
+	}
+	body, err := get(ctx, c, t.metrics, PathStats, "", metricsPort)
+	if err != nil {
+		fmt.Fprintf(stderr, "moonmq status: replication is off (%s); asking the metrics port instead: %v\n", why, err)
+		return 1
+	}
+	var s Stats
+	if err := json.Unmarshal(body, &s); err != nil {
+		fmt.Fprintf(stderr, "moonmq status: %s%s did not answer with a stats object (%v): is it a MoonMQ metrics port?\n", t.metrics, PathStats, err)
+		return 1
+	}
+	if raw {
+		printJSON(stdout, body)
+		return 0
+	}
+	if s.Replication != nil {
+		// The broker does replicate after all (the config given is not
+		// its own, or it was started with another one).
+		fmt.Fprintf(stdout, "replication status from %s%s\n", t.metrics, PathStats)
+		FormatStatus(stdout, StatusView{Doc: *s.Replication, Now: time.Now(), Logs: s.LogRanges()})
+		return 0
+	}
+	fmt.Fprintf(stdout, "replication: off (%s)\nbroker stats from %s%s:\n", why, t.metrics, PathStats)
+	FormatStats(stdout, s)
+	return 0
+}
+
+// get fetches http://addr+path and turns every failure into a sentence
+// that says what to do.
+func get(ctx context.Context, c *http.Client, addr, path, token string, what port) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bad address %q: %w (want HOST:PORT)", addr, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, explainDial(err, addr, what)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s%s: %w", addr, path, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return body, nil
+	case http.StatusUnauthorized:
+		return nil, fmt.Errorf("%s%s: wrong or missing token: pass --token or --config (the broker's Replication.Token)", addr, path)
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("%s has no %s: is it the %s? (%s)", addr, path, what.name, what.from)
+	}
+	return nil, fmt.Errorf("%s%s answered %s: %s", addr, path, resp.Status, bytes.TrimSpace(body))
+}
+
+func explainDial(err error, addr string, what port) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("nothing listens on %s: is the broker running? (or check its %s: %s)", addr, what.name, what.from)
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%s did not answer in time: is the broker up, and is that its %s (%s)? --timeout waits longer", addr, what.name, what.from)
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+		return fmt.Errorf("%s closed the connection without an HTTP answer: is it the %s? The Kafka client port is not (%s)", addr, what.name, what.from)
+	}
+	return fmt.Errorf("cannot ask %s: %w (check the %s: %s)", addr, err, what.name, what.from)
+}
+
+// dialAddr turns a listen address into one to dial: a wildcard host is this
+// machine.
+func dialAddr(host string, port int) string {
+	switch host {
+	case "", "0.0.0.0", "::", "[::]":
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// printJSON prints body indented, or as it came when it is not JSON.
+func printJSON(w io.Writer, body []byte) {
+	var out bytes.Buffer
+	if json.Indent(&out, bytes.TrimSpace(body), "", "  ") != nil {
+		_, _ = w.Write(body)
+		return
+	}
+	out.WriteByte('\n')
+	_, _ = out.WriteTo(w)
+}
