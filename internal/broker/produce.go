@@ -12,6 +12,20 @@ import (
 	"github.com/moonmq/moonmq/internal/txn"
 )
 
+// Kafka error codes of min.insync.replicas.
+const (
+	// errNotEnoughReplicas refuses an acks=all produce before it is
+	// appended: the partition's ISR is smaller than its topic's
+	// min.insync.replicas.
+	errNotEnoughReplicas int16 = 19
+	// errNotEnoughReplicasAfterAppend answers a produce that was
+	// appended but whose partition's ISR then fell below
+	// min.insync.replicas: its high watermark does not advance until the
+	// ISR grows again, so waiting longer is pointless. Like a timeout, an
+	// unknown outcome: the records may still be committed later.
+	errNotEnoughReplicasAfterAppend int16 = 20
+)
+
 // produceWait is one partition's durability target for an acks=all answer.
 type produceWait struct {
 	p      *partition
@@ -56,6 +70,12 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 				continue
 			}
 			p := t.partitions[rp.Partition]
+			if r.Acks == -1 && b.notEnoughReplicas(p, t.settings.minISR) {
+				res.ErrorCode = errNotEnoughReplicas
+				msg := "the partition's in-sync replicas are fewer than its topic's min.insync.replicas"
+				res.ErrorMessage = &msg
+				continue
+			}
 			end, code, msg := b.appendBatches(t, p, rp.Records, r.Version)
 			res.ErrorCode = code
 			if msg != "" {
@@ -145,17 +165,22 @@ func (b *Broker) waitReplicated(ctx context.Context, waits []produceWait, timeou
 	done := func(w produceWait) bool { return w.p.hw.Load() >= w.end && b.repl.acked(w.p, w.end) }
 	ok := waitUntil(ctx, parts, timeout, func() bool {
 		for _, w := range waits {
-			if !done(w) {
+			if !done(w) && !b.heldUnderMinISR(w.p) {
 				return false
 			}
 		}
 		return true
 	})
-	if !ok && ctx.Err() == nil {
-		for _, w := range waits {
-			if !done(w) {
-				w.result.ErrorCode = errRequestTimedOut
-			}
+	if ctx.Err() != nil {
+		return
+	}
+	for _, w := range waits {
+		switch {
+		case done(w):
+		case b.heldUnderMinISR(w.p):
+			w.result.ErrorCode = errNotEnoughReplicasAfterAppend
+		case !ok:
+			w.result.ErrorCode = errRequestTimedOut
 		}
 	}
 }
@@ -171,19 +196,54 @@ func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout t
 	}
 	durable := waitUntil(ctx, parts, timeout, func() bool {
 		for _, w := range waits {
-			if w.p.hw.Load() < w.end {
+			if w.p.hw.Load() < w.end && !b.heldUnderMinISR(w.p) {
 				return false
 			}
 		}
 		return true
 	})
-	if !durable && ctx.Err() == nil {
-		for _, w := range waits {
-			if w.p.hw.Load() < w.end {
-				w.result.ErrorCode = errRequestTimedOut
-			}
+	if ctx.Err() != nil {
+		return
+	}
+	for _, w := range waits {
+		switch {
+		case w.p.hw.Load() >= w.end:
+		case b.heldUnderMinISR(w.p):
+			w.result.ErrorCode = errNotEnoughReplicasAfterAppend
+		case !durable:
+			w.result.ErrorCode = errRequestTimedOut
 		}
 	}
+}
+
+// minISROf is p's min.insync.replicas: its topic's setting (the default
+// for a topic that is gone).
+func (b *Broker) minISROf(p *partition) int {
+	if t := b.lookup(p.topic); t != nil && t.id == p.topicID {
+		return t.settings.minISR
+	}
+	return defaultMinISR(&b.cfg)
+}
+
+// notEnoughReplicas reports whether an acks=all write to p must be refused
+// before it is appended (NOT_ENOUGH_REPLICAS): fewer replicas are in sync
+// than minISR, p's min.insync.replicas. A single node is one replica.
+// Writes the broker makes itself to internal topics follow the same rule
+// (they would be lost otherwise); their callers answer their clients with
+// the coordinator's error.
+func (b *Broker) notEnoughReplicas(p *partition, minISR int) bool {
+	if b.repl == nil {
+		return minISR > 1
+	}
+	return b.repl.underMinISR(p, minISR)
+}
+
+// heldUnderMinISR reports whether p's high watermark is held because its
+// ISR is below min.insync.replicas (failover mode): a write waiting for it
+// is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND at once rather than after
+// the full timeout.
+func (b *Broker) heldUnderMinISR(p *partition) bool {
+	return b.repl != nil && b.repl.heldUnderMinISR(p)
 }
 
 // addTxnPartitions adds every partition a transactional Produce v12+ writes

@@ -65,6 +65,8 @@ type replica struct {
 	leader int32                          // the leader's id (-1: not known yet)
 	isr    []int32                        // follower: the leader's last status
 
+	started time.Time // static leader: when it started leading
+
 	fol  *shipping.Follower
 	srv  *http.Server
 	ln   net.Listener
@@ -78,7 +80,7 @@ func staticReplication(cfg *config.Server) bool {
 }
 
 func newReplica(b *Broker) *replica {
-	r := &replica{b: b, cfg: b.cfg.Replication, self: b.nodeID, leader: -1,
+	r := &replica{b: b, cfg: b.cfg.Replication, self: b.nodeID, leader: -1, started: time.Now(),
 		pos: map[*partition]map[int32]int64{}, seen: map[int32]time.Time{}, done: make(chan struct{})}
 	r.failover = r.cfg.Failover.Enabled
 	r.ids = []int32{r.self}
@@ -116,12 +118,16 @@ func (r *replica) track(p *partition) {
 func (r *replica) forget(p *partition) {
 	r.mu.Lock()
 	delete(r.pos, p)
+	if r.ldr != nil {
+		r.ldr.SetMinISR(lkey(p), 0)
+	}
 	r.mu.Unlock()
 }
 
 // synced reports the leader's durable end of p after an fsync and raises
 // p's high watermark to the group's.
 func (r *replica) synced(p *partition, durable int64) {
+	m := r.b.minISROf(p)
 	r.mu.Lock()
 	if r.ldr == nil {
 		// A failover follower: its high watermark is the leader's.
@@ -129,6 +135,7 @@ func (r *replica) synced(p *partition, durable int64) {
 		return
 	}
 	k := lkey(p)
+	r.ldr.SetMinISR(k, m)
 	r.ldr.AppendLocal(k, p.log.EndOffset(), durable)
 	hw := r.ldr.HighWatermark(k)
 	r.mu.Unlock()
@@ -166,6 +173,64 @@ func (r *replica) acked(p *partition, end int64) bool {
 		}
 	}
 	return true
+}
+
+// isrLag is Replication.IsrLagSeconds, or the default.
+func (r *replica) isrLag() time.Duration {
+	if r.cfg.IsrLagSeconds > 0 {
+		return time.Duration(r.cfg.IsrLagSeconds * float64(time.Second))
+	}
+	return replication.DefaultIsrLag
+}
+
+// underMinISR reports whether fewer than minISR replicas are in sync for
+// p, so that an acks=all produce is refused (NOT_ENOUGH_REPLICAS).
+//
+// Failover mode: the ISR is the group's (replication.Leader, which also
+// holds p's high watermark while it is under the minimum). Static mode,
+// where acks=all waits for every replica anyway, counts the leader and
+// every follower that has fetched within IsrLagSeconds (or that may still
+// start within it after the leader started): a minimum above that is
+// refused at once instead of every produce timing out.
+func (r *replica) underMinISR(p *partition, minISR int) bool {
+	if r.failover {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.ldr == nil {
+			return false // not serving: the append is refused anyway
+		}
+		k := lkey(p)
+		r.ldr.SetMinISR(k, minISR)
+		return r.ldr.PartitionUnderMinISR(k)
+	}
+	if minISR <= 1 {
+		return false
+	}
+	now, lag := time.Now(), r.isrLag()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, id := range r.ids {
+		last, ok := r.seen[id]
+		if !ok {
+			last = r.started
+		}
+		if id == r.self || now.Sub(last) <= lag {
+			n++
+		}
+	}
+	return n < minISR
+}
+
+// heldUnderMinISR reports whether a failover leader holds p's high
+// watermark because the ISR is below p's min.insync.replicas.
+func (r *replica) heldUnderMinISR(p *partition) bool {
+	if !r.failover {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ldr != nil && r.ldr.PartitionUnderMinISR(lkey(p))
 }
 
 // counted is the set of replicas counted towards p's high watermark: the
@@ -494,11 +559,13 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	}
 	r := s.r
 	now := time.Now()
+	m := r.b.minISROf(p)
 	r.mu.Lock()
 	if r.ldr == nil {
 		r.mu.Unlock()
 		return
 	}
+	r.ldr.SetMinISR(lkey(p), m)
 	if r.pos[p] == nil {
 		r.pos[p] = map[int32]int64{}
 	}

@@ -207,12 +207,14 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	if r.cfg.IsrLagSeconds > 0 {
 		opts = append(opts, replication.WithIsrLag(time.Duration(r.cfg.IsrLagSeconds*float64(time.Second))))
 	}
+	opts = append(opts, replication.WithMinISR(defaultMinISR(&b.cfg)))
 	ldr := replication.NewLeader(opts...)
 	ldr.Configure(r.ids, r.self, isr, st.Epoch)
 	r.mu.Lock()
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
 			k := lkey(p)
+			ldr.SetMinISR(k, t.settings.minISR)
 			ldr.AppendLocal(k, p.log.EndOffset(), p.log.DurableEnd())
 			ldr.SeedHighWatermark(k, p.hw.Load())
 		}
@@ -307,9 +309,13 @@ func (r *replica) isrChanged(st raftgroup.Status) {
 	r.mu.Unlock()
 	r.b.log.Info("failover replication: ISR committed", "isr", st.State.ISR, "epoch", st.Epoch)
 	r.raiseAll()
+	// Writes waiting for a high watermark re-check min.insync.replicas.
+	r.b.wakeAll()
 }
 
-// raiseAll raises every partition's high watermark to the leader's.
+// raiseAll raises every partition's high watermark to the leader's. It
+// also refreshes each partition's min.insync.replicas, so a changed topic
+// config takes effect within one tick.
 func (r *replica) raiseAll() {
 	for _, t := range r.b.sortedTopics() {
 		for _, p := range t.partitions {
@@ -318,7 +324,9 @@ func (r *replica) raiseAll() {
 				r.mu.Unlock()
 				return
 			}
-			hw := r.ldr.HighWatermark(lkey(p))
+			k := lkey(p)
+			r.ldr.SetMinISR(k, t.settings.minISR)
+			hw := r.ldr.HighWatermark(k)
 			r.mu.Unlock()
 			raiseHW(p, hw, p.log.DurableEnd())
 		}
@@ -354,6 +362,11 @@ func (r *replica) tickLeader(ctx context.Context, now time.Time, log *slog.Logge
 		log.Info("failover replication: proposed ISR change", "isr", c.ISR, "replica", c.Replica, "expand", c.Expand)
 	}
 	r.raiseAll()
+	if len(props) > 0 {
+		// A pending shrink may put partitions under min.insync.replicas:
+		// writes waiting for their high watermark answer at once.
+		r.b.wakeAll()
+	}
 }
 
 // rebuildLeaderState reloads what the broker keeps in memory from the
@@ -369,10 +382,10 @@ func (b *Broker) rebuildLeaderState(ctx context.Context) error {
 		}
 		for _, p := range t.partitions {
 			end := p.log.EndOffset()
-			for !b.waitHW(ctx, p, end, time.Second) {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
+			// Not waitHW: that gives up at once while the ISR is below
+			// min.insync.replicas, and this wait outlasts such a spell.
+			if !waitUntil(ctx, []*partition{p}, time.Hour, func() bool { return p.hw.Load() >= end }) {
+				return ctx.Err()
 			}
 		}
 	}

@@ -97,10 +97,23 @@ var topicConfigs = map[string]topicConfigSpec{
 		doc:   "Only CreateTime: the producer's timestamps are kept.",
 	},
 	"min.insync.replicas": {
-		def:   constant("1"),
+		def:   func(s *config.Server) string { return strconv.Itoa(defaultMinISR(s)) },
 		check: intRange(1, 5),
-		doc:   "Smallest ISR that acks=all accepts (meaningful once replication runs).",
+		doc:   "Smallest ISR an acks=all produce is accepted with (NOT_ENOUGH_REPLICAS otherwise); in failover mode also the smallest ISR the high watermark advances with. Default: a majority of the replication group in failover mode, else 1.",
 	},
+}
+
+// defaultMinISR is min.insync.replicas for a topic that does not set it:
+// in failover mode a majority of the group (2 of 3, 3 of 5), so that an
+// acknowledged record is on enough replicas that any surviving majority
+// holds it (KIP-966: the last replica standing must not be its only copy);
+// elsewhere Kafka's default of 1.
+func defaultMinISR(s *config.Server) int {
+	r := s.Replication
+	if r == nil || !r.Enabled || !r.Failover.Enabled {
+		return 1
+	}
+	return (len(r.Peers)+1)/2 + 1
 }
 
 func nonZero(err error, v string) error {
@@ -148,6 +161,7 @@ type topicSettings struct {
 	cleanupCompact  bool
 	deleteRetention int64
 	minCompactLag   int64
+	minISR          int
 }
 
 func resolveSettings(s *config.Server, overrides map[string]string) topicSettings {
@@ -177,6 +191,7 @@ func resolveSettings(s *config.Server, overrides map[string]string) topicSetting
 	}
 	ts.deleteRetention = atoi("delete.retention.ms")
 	ts.minCompactLag = atoi("min.compaction.lag.ms")
+	ts.minISR = int(atoi("min.insync.replicas"))
 	return ts
 }
 

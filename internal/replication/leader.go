@@ -45,10 +45,11 @@ func AcceptISRChange(latestClaimEpoch int32, c ISRChange) bool {
 }
 
 type leaderConfig struct {
-	isrLag time.Duration
-	minISR int
-	static bool
-	lagMax int64
+	isrLag      time.Duration
+	minISR      int
+	static      bool
+	lagMax      int64
+	silentGrace time.Duration
 }
 
 // Option configures a Leader.
@@ -79,6 +80,31 @@ func WithMinISR(n int) Option {
 	return func(c *leaderConfig) {
 		if n >= 1 {
 			c.minISR = n
+		}
+	}
+}
+
+// WithSilentRemoval lets a new leader propose out of the ISR, without
+// waiting for the ISR lag, a follower that has shown no sign of life in its
+// epoch: it has not fetched, and the group's consensus layer has not
+// reported hearing from it (Heard), for grace since the epoch's clock
+// started. That is what a leader that has just taken over from a dead one
+// sees of the dead one: waiting the ISR lag for it would stall every
+// acks=all produce for that long (the set acks=all waits for still holds
+// it). Values <= 0 disable the rule (the default).
+//
+// Removal is always safe for acknowledged records: a shrink only makes the
+// set that counts smaller once it has committed, and every remaining member
+// holds everything below the high watermark. What it costs is eligibility
+// (only ISR members may lead), so the rule never takes the ISR below the
+// group's minimum (WithMinISR): below it the high watermark stops anyway,
+// and a member removed then would be a replica that holds every
+// acknowledged record yet may no longer lead. The ordinary ISR-lag rule
+// still applies to such a member.
+func WithSilentRemoval(grace time.Duration) Option {
+	return func(c *leaderConfig) {
+		if grace > 0 {
+			c.silentGrace = grace
 		}
 	}
 }
@@ -115,8 +141,9 @@ func WithStatic(lagMax int64) Option {
 // High watermark: for each partition it is the lowest durable position
 // over the acks=all set (the leader's durable end for itself), never
 // decreases within an epoch, and does not advance while the ISR is, or is
-// about to be, smaller than MinISR (a pending shrink counts as done, a
-// pending expand as not yet done).
+// about to be, smaller than the partition's minimum ISR (SetMinISR, else
+// WithMinISR; a pending shrink counts as done, a pending expand as not yet
+// done).
 type Leader struct {
 	cfg leaderConfig
 
@@ -130,6 +157,10 @@ type Leader struct {
 
 	parts     map[TopicPartition]*partState
 	followers map[int32]*followerState
+	// minISR holds per-partition overrides of cfg.minISR (the topic's
+	// min.insync.replicas). It is configuration, not epoch state: it
+	// survives Configure.
+	minISR map[TopicPartition]int
 
 	haveNow    bool
 	now        time.Time
@@ -145,8 +176,9 @@ type partState struct {
 }
 
 type followerState struct {
-	seen bool
-	pos  map[TopicPartition]*replicaPos
+	seen  bool // fetched in this epoch
+	heard bool // reported alive by the consensus layer in this epoch
+	pos   map[TopicPartition]*replicaPos
 }
 
 type replicaPos struct {
@@ -291,6 +323,16 @@ func (l *Leader) FollowerFetch(replica int32, tp TopicPartition, fetchOffset int
 	return true
 }
 
+// Heard tells the leader that the group's consensus layer (Raft) has
+// received a message from replica during this leader's epoch, so the
+// replica is alive even if it has not fetched yet: WithSilentRemoval does
+// not remove it. Unknown replicas and the leader itself are ignored.
+func (l *Leader) Heard(replica int32) {
+	if f := l.followers[replica]; f != nil {
+		f.heard = true
+	}
+}
+
 // ISRCommitted applies an ISR change committed in the Raft log. A change
 // stamped with another epoch is ignored (AcceptISRChange). It clears the
 // pending change and returns true when applied.
@@ -373,10 +415,62 @@ func (l *Leader) AckSet() []int32 {
 // UnderMinISR reports whether the ISR is, or is about to be, smaller than
 // MinISR, in which case the high watermark does not advance and acks=all
 // produce should be refused (NOT_ENOUGH_REPLICAS). Always false in static
-// mode.
+// mode. It judges the group default; a partition with its own minimum
+// (SetMinISR) is judged by PartitionUnderMinISR.
 func (l *Leader) UnderMinISR() bool {
 	return !l.cfg.static && l.settledISRSize() < l.cfg.minISR
 }
+
+// SetMinISR sets tp's minimum ISR size (its topic's min.insync.replicas),
+// overriding the group default of WithMinISR; n < 1 restores the default.
+// The setting outlives Configure, so it may be given before tp is reported
+// and before the Leader is configured; set it before the first AppendLocal
+// of tp so that no high watermark is computed under a smaller minimum.
+//
+// The ISR is one set for the whole group, so a partition's in-sync count
+// is the size of that set: a topic asking for more replicas than the
+// group's ISR holds (or than the group has) gets no high watermark progress
+// until the ISR grows, while other topics keep going.
+func (l *Leader) SetMinISR(tp TopicPartition, n int) {
+	if n < 1 {
+		delete(l.minISR, tp)
+	} else {
+		if l.minISR == nil {
+			l.minISR = map[TopicPartition]int{}
+		}
+		if l.minISR[tp] == n {
+			return
+		}
+		l.minISR[tp] = n
+	}
+	if p := l.parts[tp]; p != nil {
+		l.recompute(tp, p)
+	}
+}
+
+// MinISR returns tp's minimum ISR size: its SetMinISR value or the group
+// default.
+func (l *Leader) MinISR(tp TopicPartition) int {
+	if n, ok := l.minISR[tp]; ok {
+		return n
+	}
+	return l.cfg.minISR
+}
+
+// PartitionUnderMinISR reports whether the ISR is, or is about to be,
+// smaller than tp's minimum (MinISR(tp)): tp's high watermark then does not
+// advance and an acks=all produce to tp is refused with NOT_ENOUGH_REPLICAS.
+// A pending shrink counts as done and a pending expand as not yet done, so
+// the answer never overstates the replicas that hold what is acknowledged.
+// Always false in static mode.
+func (l *Leader) PartitionUnderMinISR(tp TopicPartition) bool {
+	return !l.cfg.static && l.settledISRSize() < l.MinISR(tp)
+}
+
+// InSyncCount is the number of replicas that are in the committed ISR and
+// stay in it whatever happens to the pending change: the count
+// min.insync.replicas is compared with.
+func (l *Leader) InSyncCount() int { return l.settledISRSize() }
 
 // settledISRSize counts the replicas that are in the ISR and will stay in
 // it whatever happens to the pending change.
@@ -422,7 +516,7 @@ func (l *Leader) recompute(tp TopicPartition, p *partState) {
 			}
 		}
 	} else {
-		if l.UnderMinISR() {
+		if l.PartitionUnderMinISR(tp) {
 			return
 		}
 		for _, r := range l.AckSet() {
@@ -489,12 +583,25 @@ func (l *Leader) inSyncForExpand(f *followerState) bool {
 	return true
 }
 
+// silent reports whether f may be removed by the WithSilentRemoval rule.
+func (l *Leader) silent(f *followerState) bool {
+	return l.cfg.silentGrace > 0 && !f.seen && !f.heard && l.now.Sub(l.epochStart) >= l.cfg.silentGrace &&
+		len(l.isr)-1 >= l.cfg.minISR
+}
+
 // maybePropose makes at most one change pending: a shrink of the
-// lowest-numbered lagging ISR follower first, else an expand of the
-// lowest-numbered caught-up follower outside the ISR.
+// lowest-numbered silent (WithSilentRemoval) or lagging ISR follower
+// first, else an expand of the lowest-numbered caught-up follower outside
+// the ISR.
 func (l *Leader) maybePropose() {
 	if l.cfg.static || l.pending != nil || !l.haveNow {
 		return
+	}
+	for _, r := range l.isr {
+		if f := l.followers[r]; f != nil && l.silent(f) {
+			l.setPending(r, false)
+			return
+		}
 	}
 	for _, r := range l.isr {
 		if f := l.followers[r]; f != nil && l.lagging(f) {

@@ -291,3 +291,120 @@ func TestStaticModeNoProposals(t *testing.T) {
 		t.Fatal("static mode applied an ISR")
 	}
 }
+
+// TestPerPartitionMinISR: the ISR is one set for the group, but each
+// partition compares it with its own minimum (its topic's
+// min.insync.replicas).
+func TestPerPartitionMinISR(t *testing.T) {
+	l := NewLeader(WithMinISR(2))
+	l.SetMinISR(tp1, 3) // before the partition exists: no HW under the default
+	l.Configure([]int32{1, 2, 3}, 1, []int32{1, 2}, 5)
+	l.AppendLocal(tp0, 10, 10)
+	l.AppendLocal(tp1, 10, 10)
+	l.FollowerFetch(2, tp0, 10, t0)
+	l.FollowerFetch(2, tp1, 10, t0)
+	if got := l.HighWatermark(tp0); got != 10 {
+		t.Fatalf("tp0 (group default 2, ISR of 2): HW = %d, want 10", got)
+	}
+	if got := l.HighWatermark(tp1); got != 0 {
+		t.Fatalf("tp1 (min 3, ISR of 2): HW = %d, want 0", got)
+	}
+	if l.PartitionUnderMinISR(tp0) || !l.PartitionUnderMinISR(tp1) {
+		t.Fatalf("under min: tp0 %v tp1 %v, want false true", l.PartitionUnderMinISR(tp0), l.PartitionUnderMinISR(tp1))
+	}
+	if l.InSyncCount() != 2 || l.MinISR(tp1) != 3 || l.MinISR(tp0) != 2 {
+		t.Fatalf("InSyncCount %d, MinISR tp0 %d tp1 %d", l.InSyncCount(), l.MinISR(tp0), l.MinISR(tp1))
+	}
+	// Lowering the topic's minimum releases the held high watermark.
+	l.SetMinISR(tp1, 2)
+	if got := l.HighWatermark(tp1); got != 10 {
+		t.Fatalf("tp1 after min 2: HW = %d, want 10", got)
+	}
+	// A topic that accepts a single replica keeps going on the leader
+	// alone while the default holds the others.
+	l.SetMinISR(tp0, 1)
+	l.SetMinISR(tp1, 0) // back to the group default
+	l.Configure([]int32{1, 2, 3}, 1, []int32{1}, 6)
+	l.AppendLocal(tp0, 20, 20)
+	l.AppendLocal(tp1, 20, 20)
+	if got := l.HighWatermark(tp0); got != 20 {
+		t.Fatalf("tp0 (min 1, ISR of 1): HW = %d, want 20", got)
+	}
+	if got := l.HighWatermark(tp1); got != 0 {
+		t.Fatalf("tp1 (default 2, ISR of 1): HW = %d, want 0", got)
+	}
+}
+
+// TestSilentRemoval: a new leader proposes out at once an ISR member it has
+// neither heard from nor seen fetching (the dead previous leader), so
+// acks=all stops waiting for it long before the ISR lag.
+func TestSilentRemoval(t *testing.T) {
+	const grace = 150 * time.Millisecond
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	l := newGroup(t, []int32{1, 2, 3}, 10, WithMinISR(2), WithIsrLag(10*time.Second), WithSilentRemoval(grace))
+	l.Heard(2)
+	l.Tick(ms(100))
+	if c, ok := l.Pending(); ok {
+		t.Fatalf("removal %+v proposed before the grace", c)
+	}
+	l.Tick(ms(150))
+	ps := l.Proposals()
+	if len(ps) != 1 || ps[0].Expand || ps[0].Replica != 3 || !slices.Equal(ps[0].ISR, []int32{1, 2}) {
+		t.Fatalf("proposals = %+v, want removal of silent 3", ps)
+	}
+	// Until it commits, acks=all still waits for 3.
+	l.FollowerFetch(2, tp0, 10, ms(160))
+	if hw := l.HighWatermark(tp0); hw != 0 {
+		t.Fatalf("HW = %d while the removal is pending, want 0", hw)
+	}
+	l.ISRCommitted([]int32{1, 2}, 5)
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d after the removal committed, want 10", hw)
+	}
+	// 2 was heard: never removed by this rule; nor would it be at the
+	// minimum. Only the ISR lag removes it.
+	l.Tick(ms(9000))
+	if c, ok := l.Pending(); ok {
+		t.Fatalf("removal %+v proposed below the minimum ISR before the lag", c)
+	}
+}
+
+func TestSilentRemovalSparesLiveAndMinimum(t *testing.T) {
+	const grace = 150 * time.Millisecond
+	tests := []struct {
+		name  string
+		isr   []int32
+		opts  []Option
+		setup func(l *Leader)
+		want  int32 // replica removed, 0 for none
+	}{
+		{"disabled by default", []int32{1, 2, 3}, []Option{WithMinISR(2)}, func(*Leader) {}, 0},
+		{"fetching follower spared", []int32{1, 2, 3}, []Option{WithMinISR(2)}, func(l *Leader) {
+			l.Heard(2)
+			l.FollowerFetch(3, tp0, 0, t0)
+		}, 0},
+		{"heard follower spared", []int32{1, 2, 3}, []Option{WithMinISR(2)}, func(l *Leader) { l.Heard(2); l.Heard(3) }, 0},
+		{"lowest silent first", []int32{1, 2, 3}, []Option{WithMinISR(1)}, func(*Leader) {}, 2},
+		{"not below the minimum", []int32{1, 2}, []Option{WithMinISR(2)}, func(*Leader) {}, 0},
+		{"minimum 1 lets the ISR reach the leader", []int32{1, 2}, []Option{WithMinISR(1)}, func(*Leader) {}, 2},
+		{"outside the ISR: nothing to remove", []int32{1, 2}, []Option{WithMinISR(1)}, func(l *Leader) { l.Heard(2) }, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := append([]Option{WithIsrLag(10 * time.Second)}, tc.opts...)
+			if tc.name != "disabled by default" {
+				opts = append(opts, WithSilentRemoval(grace))
+			}
+			l := newGroup(t, tc.isr, 0, opts...)
+			tc.setup(l)
+			l.Tick(t0.Add(time.Second))
+			c, ok := l.Pending()
+			switch {
+			case tc.want == 0 && ok:
+				t.Fatalf("pending %+v, want none", c)
+			case tc.want != 0 && (!ok || c.Expand || c.Replica != tc.want):
+				t.Fatalf("pending %+v (%v), want removal of %d", c, ok, tc.want)
+			}
+		})
+	}
+}

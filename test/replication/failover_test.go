@@ -18,6 +18,12 @@ import (
 // failoverGroup builds three failover-mode replicas; replica 1 has Role
 // leader, so it leads first.
 func failoverGroup(t *testing.T) ([]*node, *testLog) {
+	return failoverGroupWith(t, nil)
+}
+
+// failoverGroupWith is failoverGroup with edit applied to every replica's
+// config before it is validated.
+func failoverGroupWith(t *testing.T, edit func(*config.Server)) ([]*node, *testLog) {
 	tl := &testLog{t: t}
 	t.Cleanup(func() { tl.mu.Lock(); tl.done = true; tl.mu.Unlock() })
 	ns := make([]*node, 3)
@@ -45,6 +51,9 @@ func failoverGroup(t *testing.T) ([]*node, *testLog) {
 			if o != n {
 				r.Peers = append(r.Peers, config.Peer{Id: o.id, Address: o.replAddr(), ClientAddress: o.addr()})
 			}
+		}
+		if edit != nil {
+			edit(&n.cfg)
 		}
 		if err := n.cfg.Validate(); err != nil {
 			t.Fatal(err)
