@@ -66,6 +66,9 @@ type Broker struct {
 	groups  *group.Coordinator
 	txc     *txnCoordinator
 
+	// sec is who may connect and what they may do (users.go).
+	sec *security
+
 	pidMu             sync.Mutex
 	pidNext, pidLimit int64
 
@@ -181,6 +184,9 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	}
 	var err error
 	if b.acks, err = config.ParseAcks(cfg.Acks); err != nil {
+		return nil, err
+	}
+	if b.sec, err = newSecurity(b); err != nil {
 		return nil, err
 	}
 	if err := b.fs.MkdirAll(b.topicsDir()); err != nil {

@@ -3,7 +3,9 @@ package broker
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/protocol"
 )
 
@@ -133,6 +136,10 @@ type pending struct {
 	hdr  protocol.Header
 	resp kmsg.Response
 	done chan struct{}
+	// raw, when isRaw, is written as a bare size-prefixed token (the SASL
+	// exchange after SaslHandshake v0) instead of resp.
+	raw   []byte
+	isRaw bool
 }
 
 // conn is one client connection. Its reader goroutine (serveConn) decodes
@@ -147,6 +154,12 @@ type conn struct {
 	queue  chan *pending
 	client string
 	waits  sync.WaitGroup
+
+	// The login state belongs to the reader goroutine. user is set once,
+	// before any request that could read it is dispatched.
+	user    string
+	session auth.Session
+	rawSASL bool
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -185,7 +198,18 @@ func (cn *conn) readLoop() error {
 	br := bufio.NewReaderSize(cn.c, 64<<10)
 	b := cn.s.b
 	for {
-		frame, err := protocol.ReadFrame(br, b.cfg.MaxRequestBytes)
+		if cn.rawSASL {
+			if more, err := cn.rawSASLStep(br); !more {
+				return err
+			}
+			continue
+		}
+		limit := b.cfg.MaxRequestBytes
+		preLogin := cn.mustLogIn()
+		if preLogin {
+			limit = min(limit, preAuthMaxFrame)
+		}
+		frame, err := protocol.ReadFrame(br, limit)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || cn.ctx.Err() != nil {
 				return nil
@@ -194,6 +218,9 @@ func (cn *conn) readLoop() error {
 				return errors.New("connection closed in the middle of a frame")
 			}
 			b.stats.badFrames.Add(1)
+			if preLogin && errors.Is(err, protocol.ErrFrameTooLarge) {
+				return fmt.Errorf("%w before SASL login (until a client logs in, frames are capped at %d bytes)", err, preAuthMaxFrame)
+			}
 			return err
 		}
 		req, err := protocol.ParseRequest(frame, versions)
@@ -212,6 +239,15 @@ func (cn *conn) readLoop() error {
 		}
 		if req.ClientID != nil && cn.client == "" {
 			cn.client = *req.ClientID
+		}
+		if preLogin && !allowedBeforeLogin(req.Key) {
+			return fmt.Errorf("%s request before SASL login: users are configured, so a client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it logs in (configure the client's SASL mechanism, username and password)", kmsg.NameForKey(req.Key))
+		}
+		if saslKey(req.Key) {
+			if err := cn.handleSASL(req); err != nil {
+				return err
+			}
+			continue
 		}
 		p := &pending{hdr: req.Header, done: make(chan struct{})}
 		if !cn.enqueue(p) {
@@ -278,6 +314,19 @@ func (cn *conn) writeLoop() {
 				cn.drain()
 				return
 			}
+		}
+		if p.isRaw {
+			buf = binary.BigEndian.AppendUint32(buf[:0], uint32(len(p.raw)))
+			buf = append(buf, p.raw...)
+			if _, err := bw.Write(buf); err != nil {
+				cn.drain()
+				return
+			}
+			if err := bw.Flush(); err != nil {
+				cn.drain()
+				return
+			}
+			continue
 		}
 		if p.resp == nil {
 			continue // acks=0 produce: no answer at all

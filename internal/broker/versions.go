@@ -43,4 +43,6 @@ var versions = protocol.Table{
 	15: {Min: 0, Max: 5},  // DescribeGroups
 	16: {Min: 0, Max: 5},  // ListGroups
 	42: {Min: 0, Max: 2},  // DeleteGroups
+	17: {Min: 0, Max: 1},  // SaslHandshake (v0: bare SASL tokens follow)
+	36: {Min: 0, Max: 2},  // SaslAuthenticate
 }

@@ -73,7 +73,8 @@ type Server struct {
 	// Cluster is the partition-splitting cluster mode, which this version
 	// parses and validates but does not run.
 	Cluster *Cluster
-	// Users are the SASL users. Parsed now; enforced by the security issue.
+	// Users are the SASL users. With at least one user, clients must log
+	// in (docs/SECURITY.md).
 	Users []User
 }
 
@@ -115,12 +116,6 @@ type Cluster struct {
 	Enabled bool
 	NodeId  int
 	Peers   []Peer
-}
-
-// User is a SASL user.
-type User struct {
-	Username string
-	Password string
 }
 
 // Defaults used when a key is absent.
@@ -319,20 +314,7 @@ func (s *Server) Validate() error {
 	if _, err := ParseLevel(s.LogLevel); err != nil {
 		bad("LogLevel", "%v", err)
 	}
-	seenUser := map[string]bool{}
-	for i, u := range s.Users {
-		key := fmt.Sprintf("Users[%d]", i)
-		if u.Username == "" {
-			bad(key+".Username", "must not be empty")
-		}
-		if u.Password == "" {
-			bad(key+".Password", "must not be empty")
-		}
-		if seenUser[u.Username] {
-			bad(key+".Username", "%q is listed twice", u.Username)
-		}
-		seenUser[u.Username] = true
-	}
+	s.validateSecurity(bad)
 	if c := s.Cluster; c != nil && c.Enabled {
 		if s.Replication != nil && s.Replication.Failover.Enabled {
 			bad("Cluster", "failover replication cannot be combined with Server.Cluster: a replication group holds copies of the same data, not a split of partitions (seed 000)")

@@ -1,0 +1,83 @@
+package config
+
+import (
+	"encoding/base64"
+	"fmt"
+
+	"github.com/moonmq/moonmq/internal/auth"
+)
+
+// User is a SASL user: a Password, or pre-hashed SCRAM credentials for
+// operators who do not want a password in the file.
+type User struct {
+	Username string
+	// Password is turned into SCRAM-SHA-256 and SCRAM-SHA-512 credentials
+	// when the broker starts; the broker keeps only those.
+	Password string
+	// Scram are pre-hashed credentials, one per mechanism, used instead of
+	// Password.
+	Scram []ScramCredential
+}
+
+// ScramCredential is a pre-hashed SCRAM credential (RFC 5802): what a
+// server keeps instead of a password. Byte strings are standard base64.
+type ScramCredential struct {
+	// Mechanism is SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	Salt      string
+	// Iterations is the PBKDF2 iteration count, 4096-16384.
+	Iterations int
+	StoredKey  string
+	ServerKey  string
+}
+
+// Credential decodes and checks the credential.
+func (c ScramCredential) Credential() (auth.Credential, error) {
+	var out auth.Credential
+	out.Mechanism, out.Iterations = c.Mechanism, c.Iterations
+	for _, f := range []struct {
+		name string
+		in   string
+		out  *[]byte
+	}{{"Salt", c.Salt, &out.Salt}, {"StoredKey", c.StoredKey, &out.StoredKey}, {"ServerKey", c.ServerKey, &out.ServerKey}} {
+		b, err := base64.StdEncoding.DecodeString(f.in)
+		if err != nil {
+			return out, fmt.Errorf("%s is not standard base64: %v", f.name, err)
+		}
+		*f.out = b
+	}
+	return out, out.Validate()
+}
+
+// validateSecurity checks the users, TLS, authorization and connection
+// limit keys.
+func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
+	seenUser := map[string]bool{}
+	for i, u := range s.Users {
+		key := fmt.Sprintf("Users[%d]", i)
+		if u.Username == "" {
+			bad(key+".Username", "must not be empty")
+		}
+		if seenUser[u.Username] {
+			bad(key+".Username", "%q is listed twice", u.Username)
+		}
+		seenUser[u.Username] = true
+		switch {
+		case u.Password == "" && len(u.Scram) == 0:
+			bad(key+".Password", "must not be empty (or give pre-hashed credentials in Scram)")
+		case u.Password != "" && len(u.Scram) > 0:
+			bad(key, "give Password or Scram, not both")
+		}
+		seenMech := map[string]bool{}
+		for j, c := range u.Scram {
+			ckey := fmt.Sprintf("%s.Scram[%d]", key, j)
+			if _, err := c.Credential(); err != nil {
+				bad(ckey, "%v", err)
+			}
+			if seenMech[c.Mechanism] {
+				bad(ckey+".Mechanism", "%s is listed twice for %q", c.Mechanism, u.Username)
+			}
+			seenMech[c.Mechanism] = true
+		}
+	}
+}

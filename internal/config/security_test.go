@@ -1,0 +1,35 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestUserRefusals(t *testing.T) {
+	// A valid SCRAM-SHA-256 credential: 32-byte keys, standard base64.
+	key := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+	cases := []struct{ json, want string }{
+		{`{"Server": {"Users": [{"Username": "app"}]}}`, `Users[0].Password`},
+		{`{"Server": {"Users": [{"Password": "x"}]}}`, `Users[0].Username`},
+		{`{"Server": {"Users": [{"Username": "a", "Password": "x"}, {"Username": "a", "Password": "y"}]}}`, `Users[1].Username`},
+		{`{"Server": {"Users": [{"Username": "a", "Password": "x", "Scram": [{"Mechanism": "SCRAM-SHA-256", "Salt": "c2FsdA==", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}]}}`, `not both`},
+		{`{"Server": {"Users": [{"Username": "a", "Scram": [{"Mechanism": "SCRAM-SHA-1", "Salt": "c2FsdA==", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}]}}`, `Users[0].Scram[0]`},
+		{`{"Server": {"Users": [{"Username": "a", "Scram": [{"Mechanism": "SCRAM-SHA-256", "Salt": "c2FsdA==", "Iterations": 100, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}]}}`, `iterations`},
+		{`{"Server": {"Users": [{"Username": "a", "Scram": [{"Mechanism": "SCRAM-SHA-512", "Salt": "c2FsdA==", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}]}}`, `64 bytes`},
+		{`{"Server": {"Users": [{"Username": "a", "Scram": [{"Mechanism": "SCRAM-SHA-256", "Salt": "not base64!", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}]}}`, `Salt is not standard base64`},
+		{`{"Server": {"Users": [{"Username": "a", "Scram": [{"Mechanism": "SCRAM-SHA-256", "Salt": "c2FsdA==", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}, {"Mechanism": "SCRAM-SHA-256", "Salt": "c2FsdA==", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}]}}`, `Users[0].Scram[1].Mechanism`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.json))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want error containing %q", c.json, err, c.want)
+		}
+	}
+	s, err := Parse([]byte(`{"Server": {"Users": [{"Username": "a", "Scram": [{"Mechanism": "SCRAM-SHA-256", "Salt": "c2FsdA==", "Iterations": 4096, "StoredKey": "` + key + `", "ServerKey": "` + key + `"}]}, {"Username": "b", "Password": "pw"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Users[0].Scram[0].Credential(); err != nil || len(c.StoredKey) != 32 || string(c.Salt) != "salt" {
+		t.Fatalf("decoded credential %+v, %v", c, err)
+	}
+}
