@@ -2,6 +2,8 @@ package auth
 
 import (
 	"context"
+	"crypto/pbkdf2"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"strings"
@@ -244,5 +246,30 @@ func TestCredentialChecks(t *testing.T) {
 		if got, ok := ScramMechanismName(code); !ok || got != name || ScramMechanismCode(name) != code {
 			t.Errorf("mechanism code %d: %q %v", code, got, ok)
 		}
+	}
+}
+
+// TestLibrdkafkaNonce: librdkafka repeats its nonce in front of the
+// combined one in client-final-message; the proof covers what it sent.
+func TestLibrdkafkaNonce(t *testing.T) {
+	s := storeWith(t, "app", "pw")
+	sess, _ := s.Start(ScramSHA256)
+	first, _, err := sess.Step([]byte("n,,n=app,r=cnonce"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := strings.Split(string(first), ",")
+	nonce := strings.TrimPrefix(attrs[0], "r=")
+	salt, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(attrs[1], "s="))
+	withoutProof := "c=biws,r=cnonce" + nonce
+	salted, _ := pbkdf2.Key(sha256.New, "pw", salt, DefaultIterations, sha256.Size)
+	clientKey := hmacOf(sha256.New, salted, []byte("Client Key"))
+	authMsg := "n=app,r=cnonce," + string(first) + "," + withoutProof
+	proof := hmacOf(sha256.New, hashOf(sha256.New, clientKey), []byte(authMsg))
+	for i := range proof {
+		proof[i] ^= clientKey[i]
+	}
+	if _, done, err := sess.Step([]byte(withoutProof + ",p=" + base64.StdEncoding.EncodeToString(proof))); err != nil || !done {
+		t.Fatalf("librdkafka-style final message: done %v, err %v", done, err)
 	}
 }

@@ -222,7 +222,10 @@ func (s *scramSession) clientFinal(msg string) ([]byte, error) {
 	if err != nil || string(cbind) != s.gs2 {
 		return nil, failed("channel binding data does not repeat the gs2 header")
 	}
-	if attrs[1][2:] != s.fullNonce {
+	// librdkafka (2.0 at least) sends its own nonce again in front of the
+	// combined one; Kafka accepts any nonce that ends with the combined
+	// one, and so do we. Freshness comes from our part, which is last.
+	if !strings.HasSuffix(attrs[1][2:], s.fullNonce) {
 		return nil, failed("nonce mismatch")
 	}
 	proof, err := base64.StdEncoding.DecodeString(proofB64)
