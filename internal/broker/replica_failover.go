@@ -29,6 +29,19 @@ var errNotServing = errors.New("this replica is not the serving leader")
 // replica that is not following.
 var errNotFollowing = errors.New("this replica is not following a leader")
 
+// driveTick is how often the failover loop re-checks the group's state,
+// advances the leader's clock and proposes its ISR changes.
+const driveTick = 50 * time.Millisecond
+
+// silentGrace is how long a new leader waits, from its promotion, for an
+// ISR member it has neither heard from over Raft nor seen fetching before
+// proposing it out of the ISR (replication.WithSilentRemoval). A live
+// member has answered the election or the claim's append by then, or a
+// heartbeat (one every Raft tick, 50 ms); the dead previous leader has
+// not. Waiting IsrLagSeconds instead would stall acks=all for that long
+// after every failover.
+const silentGrace = 150 * time.Millisecond
+
 // failoverReplication reports whether cfg asks for failover mode.
 func failoverReplication(cfg *config.Server) bool {
 	r := cfg.Replication
@@ -115,7 +128,7 @@ func (r *replica) stopFailover() {
 // the leader, feeds committed ISR changes to replication.Leader and
 // proposes its ISR changes.
 func (r *replica) drive(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(driveTick)
 	defer tick.Stop()
 	log := r.b.log.With("component", "replication")
 	for {
@@ -207,9 +220,15 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	if r.cfg.IsrLagSeconds > 0 {
 		opts = append(opts, replication.WithIsrLag(time.Duration(r.cfg.IsrLagSeconds*float64(time.Second))))
 	}
-	opts = append(opts, replication.WithMinISR(defaultMinISR(&b.cfg)))
+	opts = append(opts, replication.WithMinISR(defaultMinISR(&b.cfg)), replication.WithSilentRemoval(silentGrace))
 	ldr := replication.NewLeader(opts...)
 	ldr.Configure(r.ids, r.self, isr, st.Epoch)
+	// The epoch's clock, which the silent-member grace counts from,
+	// starts now rather than at the first tick.
+	ldr.Tick(time.Now())
+	for _, id := range st.Heard {
+		ldr.Heard(id)
+	}
 	r.mu.Lock()
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
@@ -335,10 +354,16 @@ func (r *replica) raiseAll() {
 
 // tickLeader advances the leader's clock and proposes its ISR changes.
 func (r *replica) tickLeader(ctx context.Context, now time.Time, log *slog.Logger) {
+	st := r.node.Status()
 	r.mu.Lock()
 	if r.ldr == nil {
 		r.mu.Unlock()
 		return
+	}
+	if st.RaftTerm == uint64(r.ldr.Epoch()) {
+		for _, id := range st.Heard {
+			r.ldr.Heard(id)
+		}
 	}
 	r.ldr.Tick(now)
 	props := r.ldr.Proposals()
@@ -353,6 +378,16 @@ func (r *replica) tickLeader(ctx context.Context, now time.Time, log *slog.Logge
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := r.node.ProposeISR(pctx, c)
 		cancel()
+		if err != nil && raftgroup.CertainlyNotProposed(err) {
+			// Never appended: it may be proposed again.
+			log.Warn("failover replication: ISR change not proposed; will retry", "isr", c.ISR, "epoch", c.Epoch, "err", err)
+			r.mu.Lock()
+			if r.ldr != nil {
+				r.ldr.ProposalFailed(c)
+			}
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			// Not certain to have failed: the change stays pending (and
 			// acks=all keeps waiting for the larger set) until a new epoch.

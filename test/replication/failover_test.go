@@ -247,3 +247,39 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("replica %d without a majority: role %v", second.id, st["role"])
 	}
 }
+
+// TestFailoverDropsDeadLeaderFromISR: the new leader proposes the old,
+// silent leader out of the ISR at once (replication.WithSilentRemoval)
+// rather than after IsrLagSeconds, so acks=all works again right after a
+// failover. IsrLagSeconds is far longer than the test's deadlines: only
+// the silent-member rule can shrink the ISR here.
+func TestFailoverDropsDeadLeaderFromISR(t *testing.T) {
+	ns, _ := failoverGroupWith(t, func(c *config.Server) {
+		c.Replication.IsrLagSeconds = 600
+		c.Replication.AckTimeout = 30
+	})
+	first := servingLeader(t, ns, 0, 60*time.Second)
+	waitISR(t, first, []int{1, 2, 3}, 60*time.Second)
+	ctx := context.Background()
+	cl := client(t, first.addr(), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 3, nil, "after-failover"); err != nil {
+		t.Fatal(err)
+	}
+	if code := produceCode(t, cl, first.id, "after-failover", -1); code != 0 {
+		t.Fatalf("produce before the failover: error %d", code)
+	}
+
+	first.stop()
+	second := servingLeader(t, ns, first.id, 60*time.Second)
+	var want []int
+	for _, n := range ns {
+		if n != first {
+			want = append(want, n.id)
+		}
+	}
+	waitISR(t, second, want, 60*time.Second)
+	cl2 := client(t, second.addr(), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if code := produceCode(t, cl2, second.id, "after-failover", -1); code != 0 {
+		t.Fatalf("acks=all produce on the new leader: error %d", code)
+	}
+}

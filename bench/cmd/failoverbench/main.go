@@ -48,6 +48,7 @@ type raftStatus struct {
 	Serving bool    `json:"serving"`
 	HasISR  bool    `json:"has_isr"`
 	ISR     []int32 `json:"isr"`
+	Term    uint64  `json:"raft_term"`
 }
 
 type status struct {
@@ -253,6 +254,10 @@ func main() {
 		fatalf("no serving leader within 30s")
 	}
 	fmt.Printf("replica %d serves; work dir %s\n", leader.id, dir)
+	startTerm := uint64(0)
+	if st := leader.status(); st != nil && st.Raft != nil {
+		startTerm = st.Raft.Term
+	}
 
 	const topic = "failover"
 	acks := &ackLog{values: map[string]int64{}, byOff: map[int64]string{}, lastAck: map[int32]time.Time{}}
@@ -459,6 +464,12 @@ func main() {
 			median(serves).Round(time.Millisecond), serves[len(serves)-1].Round(time.Millisecond))
 	}
 	fmt.Printf("  kills without an ack within 60s: %d\n", failures)
+	if st := final.status(); st != nil && st.Raft != nil {
+		// One election per kill; anything more is an election nobody
+		// asked for (a missed heartbeat) or a leadership hand-off.
+		fmt.Printf("  Raft terms: %d at the first kill, %d at the end: %d elections for %d kills\n",
+			startTerm, st.Raft.Term, st.Raft.Term-startTerm, *kills)
+	}
 	fmt.Printf("acknowledged records: %d (read back up to offset %d of %d)\n", len(values), last, maxOff)
 	fmt.Printf("  lost: %d  duplicated: %d  at another offset: %d\n", lost, dup, moved)
 	if dupAck != "" {

@@ -37,6 +37,10 @@ type core struct {
 	lead      uint64
 	term      uint64
 
+	// heard is, per peer, the highest Raft term of a message received
+	// from it: a peer heard at the current term is alive now (Heard).
+	heard map[int32]uint64
+
 	ledTerm      uint64 // term in which the leader duties were last set up
 	claimTerm    uint64 // term in which this leader's claim was proposed
 	handOff      bool   // leader that must transfer leadership, never serve
@@ -78,6 +82,7 @@ func newCore(cfg *Config) (*core, error) {
 		state:         st,
 		applied:       snap.GetMetadata().GetIndex(),
 		lead:          raft.None,
+		heard:         map[int32]uint64{},
 	}
 	rc := &raft.Config{
 		ID:                        uint64(cfg.ID),
@@ -124,6 +129,9 @@ func (c *core) step(m *pb.Message) {
 	if c.failed != nil || m.GetTo() != uint64(c.self) || !slices.Contains(c.members, int32(m.GetFrom())) || raft.IsLocalMsg(m.GetType()) {
 		return
 	}
+	if from := int32(m.GetFrom()); m.GetTerm() > c.heard[from] {
+		c.heard[from] = m.GetTerm()
+	}
 	_ = c.rn.Step(m) // errors mean "not for us now": Raft tolerates loss
 	c.process()
 }
@@ -141,7 +149,7 @@ func (c *core) proposeISR(ch replication.ISRChange) error {
 		return fmt.Errorf("%w: change epoch %d, current epoch %d", ErrStaleEpoch, ch.Epoch, c.state.Epoch)
 	}
 	if err := c.rn.Propose(encodeISR(ch)); err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrDropped, err)
 	}
 	c.process()
 	return nil
@@ -403,6 +411,11 @@ func (c *core) status() Status {
 		CommitIndex: c.rn.BasicStatus().HardState.GetCommit(),
 		Applied:     c.applied,
 		State:       c.state.clone(),
+	}
+	for _, m := range c.members {
+		if m != c.self && c.term > 0 && c.heard[m] >= c.term {
+			st.Heard = append(st.Heard, m)
+		}
 	}
 	if c.state.Leader != NoLeader {
 		st.Leader = c.state.Leader

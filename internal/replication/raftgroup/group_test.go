@@ -416,3 +416,32 @@ func TestMembershipIsStatic(t *testing.T) {
 		t.Fatalf("same membership in another order: %v", err)
 	}
 }
+
+// TestHeardAfterKill: a new leader's status lists the peers it has heard
+// from in its term, and never the dead previous leader (the broker's
+// replication.Leader removes such a member from the ISR at once).
+func TestHeardAfterKill(t *testing.T) {
+	s := newSim(t, 3, 7, nil)
+	l := s.waitServing(100)
+	s.tick(3)
+	var others []int32
+	for _, id := range s.ids {
+		if id != l {
+			others = append(others, id)
+		}
+	}
+	if got := s.cores[l].status().Heard; !slices.Equal(got, others) {
+		t.Fatalf("leader %d heard %v, want %v", l, got, others)
+	}
+	s.crash(l)
+	l2 := s.waitServing(200)
+	var live int32
+	for _, id := range others {
+		if id != l2 {
+			live = id
+		}
+	}
+	if got := s.cores[l2].status().Heard; !slices.Equal(got, []int32{live}) {
+		t.Fatalf("new leader %d heard %v, want only the live %d (not the dead %d)", l2, got, live, l)
+	}
+}

@@ -24,11 +24,23 @@ var (
 	ErrStaleEpoch = errors.New("raftgroup: ISR change from another epoch")
 	// ErrStopped is returned by calls on a Node that is not running.
 	ErrStopped = errors.New("raftgroup: node stopped")
+	// ErrDropped is returned by ProposeISR when Raft refused the
+	// proposal (for instance during a leadership transfer): it was
+	// certainly not appended and will never commit.
+	ErrDropped = errors.New("raftgroup: proposal dropped")
 )
+
+// CertainlyNotProposed reports whether err from ProposeISR means the
+// change was never appended to the Raft log, so the caller may treat it as
+// failed (replication.Leader.ProposalFailed) and propose again. Any other
+// error (a timeout, a stop) leaves the outcome unknown.
+func CertainlyNotProposed(err error) bool {
+	return errors.Is(err, ErrDropped) || errors.Is(err, ErrNotServing) || errors.Is(err, ErrStaleEpoch)
+}
 
 // Defaults for Config.
 const (
-	DefaultTickInterval   = 100 * time.Millisecond
+	DefaultTickInterval   = 50 * time.Millisecond
 	DefaultElectionTicks  = 10
 	DefaultHeartbeatTicks = 1
 	DefaultCompactEvery   = 16
@@ -136,6 +148,12 @@ type Status struct {
 	// HandingOff is true on a Raft leader that is not eligible and is
 	// transferring leadership.
 	HandingOff bool `json:"handing_off,omitempty"`
+	// Heard lists the other members this replica has received a Raft
+	// message from at its current term (a vote, a pre-vote or an append
+	// response counts): on a new leader, the peers known to be alive
+	// since its election. A member missing from it has said nothing
+	// since the term began; the leader of a failover is the obvious one.
+	Heard []int32 `json:"heard,omitempty"`
 	// RaftTerm and CommitIndex are Raft's term and commit index.
 	RaftTerm    uint64 `json:"raft_term"`
 	CommitIndex uint64 `json:"commit_index"`
@@ -306,6 +324,7 @@ func (n *Node) Status() Status {
 	defer n.mu.Unlock()
 	st := n.status
 	st.ISR = slices.Clone(st.ISR)
+	st.Heard = slices.Clone(st.Heard)
 	st.State = st.State.clone()
 	return st
 }
