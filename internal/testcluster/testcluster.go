@@ -454,6 +454,7 @@ func (r *Replica) spawn() {
 	w := &readyWriter{f: f, ready: make(chan struct{})}
 	cmd := exec.Command(r.c.binary, "serve", "--config", r.ConfigPath)
 	cmd.Stdout, cmd.Stderr = w, w
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("testcluster: start %v: %v", r, err)
