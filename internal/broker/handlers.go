@@ -52,7 +52,7 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 	case *kmsg.ProduceRequest:
 		return b.handleProduce(r)
 	case *kmsg.FetchRequest:
-		return b.handleFetch(r)
+		return b.fetchFiltered(r, func(topic string) bool { return !secretTopic(topic) })
 	case *kmsg.ListOffsetsRequest:
 		return b.handleListOffsets(r), nil
 	case *kmsg.CreateTopicsRequest:
@@ -118,6 +118,11 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 		return b.groups.ListGroups(r), nil
 	case *kmsg.DeleteGroupsRequest:
 		return b.handleDeleteGroups(r)
+	case *kmsg.DescribeUserSCRAMCredentialsRequest:
+		return b.handleDescribeUserScramCredentials(r), nil
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		who := cn.principal()
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleAlterUserScramCredentials(ctx, r, who) }
 	}
 	// ParseRequest only lets through keys in the versions table, and every
 	// key there has a case above.

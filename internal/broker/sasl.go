@@ -61,6 +61,7 @@ func (cn *conn) handleSASL(req protocol.Request) error {
 			answer(resp)
 			return errors.New("SaslHandshake on a connection that already logged in or began to (re-authentication is not supported)")
 		}
+		b.refreshUsers()
 		sess, err := b.sec.users.Start(r.Mechanism)
 		if err != nil {
 			resp.ErrorCode = errUnsupportedSaslMechanism
@@ -170,6 +171,15 @@ func (cn *conn) loginFailed(err error) {
 	case <-t.C:
 	case <-cn.ctx.Done():
 	}
+}
+
+// principal names the connection's user for logs and ACLs, in Kafka's
+// "User:name" form; ANONYMOUS when it has not logged in.
+func (cn *conn) principal() string {
+	if cn.user == "" {
+		return "User:ANONYMOUS"
+	}
+	return "User:" + cn.user
 }
 
 // ip is the peer's address without the port.

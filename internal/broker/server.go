@@ -240,7 +240,9 @@ func (cn *conn) readLoop() error {
 		if req.ClientID != nil && cn.client == "" {
 			cn.client = *req.ClientID
 		}
-		if preLogin && !allowedBeforeLogin(req.Key) {
+		// Asked again: the first user may have been created while the
+		// reader waited for this frame.
+		if !allowedBeforeLogin(req.Key) && cn.mustLogIn() {
 			return fmt.Errorf("%s request before SASL login: users are configured, so a client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it logs in (configure the client's SASL mechanism, username and password)", kmsg.NameForKey(req.Key))
 		}
 		if saslKey(req.Key) {

@@ -45,4 +45,6 @@ var versions = protocol.Table{
 	42: {Min: 0, Max: 2},  // DeleteGroups
 	17: {Min: 0, Max: 1},  // SaslHandshake (v0: bare SASL tokens follow)
 	36: {Min: 0, Max: 2},  // SaslAuthenticate
+	50: {Min: 0, Max: 0},  // DescribeUserScramCredentials
+	51: {Min: 0, Max: 0},  // AlterUserScramCredentials
 }

@@ -73,8 +73,8 @@ type Server struct {
 	// Cluster is the partition-splitting cluster mode, which this version
 	// parses and validates but does not run.
 	Cluster *Cluster
-	// Users are the SASL users. With at least one user, clients must log
-	// in (docs/SECURITY.md).
+	// Users are the SASL users at start; runtime changes override them. With
+	// at least one user, clients must log in (docs/SECURITY.md).
 	Users []User
 }
 
