@@ -3,6 +3,7 @@ package broker
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ func (b *Broker) Serve(ln net.Listener) *Server {
 	if a, ok := ln.Addr().(*net.TCPAddr); ok {
 		b.boundPort = a.Port
 	}
+	// With Server.TLS every connection is TLS; the handshake runs first
+	// thing in serveConn.
+	ln = b.tlsListener(ln)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{b: b, ln: ln, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}
 	b.serversMu.Lock()
@@ -160,6 +164,9 @@ type conn struct {
 	user    string
 	session auth.Session
 	rawSASL bool
+	// certSubject is the subject of the client's verified TLS
+	// certificate, "" without one.
+	certSubject string
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -167,7 +174,15 @@ func (s *Server) serveConn(c net.Conn) {
 	defer cancel()
 	cn := &conn{s: s, c: c, ctx: ctx, queue: make(chan *pending, maxInFlight),
 		log: s.b.log.With("peer", c.RemoteAddr().String())}
-	cn.log.Debug("client connected")
+	subject, err := cn.tlsHandshake()
+	if err != nil {
+		cn.log.Warn("closed client connection", "reason", err.Error())
+		c.Close()
+		return
+	}
+	cn.certSubject = subject
+	_, isTLS := c.(*tls.Conn)
+	cn.log.Debug("client connected", "tls", isTLS, "client_cert", subject)
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,8 @@ type security struct {
 	users    *auth.Store
 	usersLog *stateLog
 	failures loginFailures
+	// tls is the client port's TLS configuration, nil for plaintext.
+	tls *tls.Config
 }
 
 // newSecurity derives the configured users' credentials. It clears the
@@ -34,6 +37,10 @@ type security struct {
 // hashes are kept.
 func newSecurity(b *Broker) (*security, error) {
 	s := &security{users: auth.NewStore()}
+	var err error
+	if s.tls, err = loadTLS(b.cfg.TLS); err != nil {
+		return nil, err
+	}
 	for i, u := range b.cfg.Users {
 		creds, err := configCredentials(u)
 		if err != nil {
@@ -45,6 +52,9 @@ func newSecurity(b *Broker) (*security, error) {
 	}
 	b.cfg.Users = nil
 	s.usersLog = newStateLog(b, usersTopic, s.users.ResetOverrides, s.applyUserRecord)
+	if s.tls != nil {
+		b.log.Info("client port serves TLS", "mutual_tls", b.cfg.TLS.RequireClientCert, "client_ca", b.cfg.TLS.ClientCAFile)
+	}
 	if n := s.users.Len(); n > 0 {
 		b.log.Info("SASL login required", "configured_users", n, "mechanisms", auth.Mechanisms)
 	}

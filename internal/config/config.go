@@ -76,6 +76,8 @@ type Server struct {
 	// Users are the SASL users at start; runtime changes override them. With
 	// at least one user, clients must log in (docs/SECURITY.md).
 	Users []User
+	// TLS serves the client port over TLS; nil serves plaintext.
+	TLS *TLS
 }
 
 // Replication is the Replication block of seed 000.

@@ -49,6 +49,23 @@ func (c ScramCredential) Credential() (auth.Credential, error) {
 	return out, out.Validate()
 }
 
+// TLS is the client port's TLS configuration. Files are PEM.
+type TLS struct {
+	// CertFile is the broker's certificate chain, leaf first.
+	CertFile string
+	// KeyFile is the private key of the leaf certificate.
+	KeyFile string
+	// ClientCAFile holds the CAs that client certificates must chain to.
+	// Set, a client certificate is verified when a client presents one.
+	ClientCAFile string
+	// RequireClientCert refuses clients without a valid certificate
+	// (mutual TLS). Needs ClientCAFile.
+	RequireClientCert bool
+	// MinVersion is the oldest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string
+}
+
 // validateSecurity checks the users, TLS, authorization and connection
 // limit keys.
 func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
@@ -78,6 +95,22 @@ func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 				bad(ckey+".Mechanism", "%s is listed twice for %q", c.Mechanism, u.Username)
 			}
 			seenMech[c.Mechanism] = true
+		}
+	}
+	if t := s.TLS; t != nil {
+		if t.CertFile == "" {
+			bad("TLS.CertFile", "must be set: the PEM certificate chain the client port presents")
+		}
+		if t.KeyFile == "" {
+			bad("TLS.KeyFile", "must be set: the PEM private key of TLS.CertFile")
+		}
+		if t.RequireClientCert && t.ClientCAFile == "" {
+			bad("TLS.ClientCAFile", "must be set when RequireClientCert is true: it names the CAs client certificates must chain to")
+		}
+		switch t.MinVersion {
+		case "", "1.2", "1.3":
+		default:
+			bad("TLS.MinVersion", "%q must be 1.2 or 1.3", t.MinVersion)
 		}
 	}
 }

@@ -33,3 +33,22 @@ func TestUserRefusals(t *testing.T) {
 		t.Fatalf("decoded credential %+v, %v", c, err)
 	}
 }
+
+func TestTLSRefusals(t *testing.T) {
+	cases := []struct{ json, want string }{
+		{`{"Server": {"TLS": {}}}`, `TLS.CertFile`},
+		{`{"Server": {"TLS": {"CertFile": "c"}}}`, `TLS.KeyFile`},
+		{`{"Server": {"TLS": {"CertFile": "c", "KeyFile": "k", "RequireClientCert": true}}}`, `TLS.ClientCAFile`},
+		{`{"Server": {"TLS": {"CertFile": "c", "KeyFile": "k", "MinVersion": "1.1"}}}`, `TLS.MinVersion`},
+		{`{"Server": {"TLS": {"CertFile": "c", "KeyFile": "k", "Cert": "x"}}}`, `unknown key "Cert"`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.json))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want error containing %q", c.json, err, c.want)
+		}
+	}
+	if _, err := Parse([]byte(`{"Server": {"TLS": {"CertFile": "c", "KeyFile": "k", "ClientCAFile": "ca", "RequireClientCert": true, "MinVersion": "1.3"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+}

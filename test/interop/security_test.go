@@ -1,7 +1,7 @@
 package interop
 
 // Logins through third-party clients: kcat and confluent_kafka (librdkafka)
-// with SASL, sarama with PLAIN over both handshake versions.
+// with SASL and TLS, sarama with PLAIN over both handshake versions.
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/app"
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/testcerts"
 )
 
 const (
@@ -263,4 +264,61 @@ func TestSaramaSASLPlain(t *testing.T) {
 			}
 		})
 	}
+}
+
+func tlsCerts(t *testing.T) *testcerts.Set {
+	t.Helper()
+	c, err := testcerts.Generate(t.TempDir(), "client-app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestKcatTLS(t *testing.T) {
+	kcat := kcatPath(t)
+	c := tlsCerts(t)
+	t.Run("SSL", func(t *testing.T) {
+		in := startSecureBroker(t, func(s *config.Server) {
+			s.Users = nil
+			s.TLS = &config.TLS{CertFile: c.ServerCertFile, KeyFile: c.ServerKeyFile}
+		})
+		kcatRoundTrip(t, kcat, in.Addr(), "kcat-ssl", "security.protocol=SSL", "ssl.ca.location="+c.CAFile)
+		if _, _, err := runKcat(t, kcat, "", "-b", in.Addr(), "-L", "-m", "5"); err == nil {
+			t.Fatal("plaintext kcat -L succeeded against a TLS port")
+		}
+	})
+	t.Run("SASL_SSL", func(t *testing.T) {
+		in := startSecureBroker(t, func(s *config.Server) {
+			s.TLS = &config.TLS{CertFile: c.ServerCertFile, KeyFile: c.ServerKeyFile}
+		})
+		kcatRoundTrip(t, kcat, in.Addr(), "kcat-sasl-ssl", "security.protocol=SASL_SSL", "ssl.ca.location="+c.CAFile,
+			"sasl.mechanisms=SCRAM-SHA-256", "sasl.username="+secUser, "sasl.password="+secPass)
+	})
+	t.Run("mutual TLS", func(t *testing.T) {
+		in := startSecureBroker(t, func(s *config.Server) {
+			s.Users = nil
+			s.TLS = &config.TLS{CertFile: c.ServerCertFile, KeyFile: c.ServerKeyFile, ClientCAFile: c.CAFile, RequireClientCert: true}
+		})
+		kcatRoundTrip(t, kcat, in.Addr(), "kcat-mtls", "security.protocol=SSL", "ssl.ca.location="+c.CAFile,
+			"ssl.certificate.location="+c.ClientCertFile, "ssl.key.location="+c.ClientKeyFile)
+		if _, stderr, err := runKcat(t, kcat, "", "-b", in.Addr(), "-L", "-m", "5",
+			"-X", "security.protocol=SSL", "-X", "ssl.ca.location="+c.CAFile); err == nil {
+			t.Fatalf("kcat without a client certificate listed metadata\n%s", stderr)
+		}
+	})
+}
+
+func TestLibrdkafkaSASLOverTLS(t *testing.T) {
+	py := python(t)
+	c := tlsCerts(t)
+	in := startSecureBroker(t, func(s *config.Server) {
+		s.TLS = &config.TLS{CertFile: c.ServerCertFile, KeyFile: c.ServerKeyFile, ClientCAFile: c.CAFile, RequireClientCert: true}
+	})
+	out := runRdkafkaSecurity(t, py, in.Addr(), "rdk-sasl-ssl", 20, map[string]string{
+		"security.protocol": "SASL_SSL", "ssl.ca.location": c.CAFile,
+		"ssl.certificate.location": c.ClientCertFile, "ssl.key.location": c.ClientKeyFile,
+		"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": secUser, "sasl.password": secPass,
+	})
+	checkRdkafkaRoundTrip(t, out, 20)
 }
