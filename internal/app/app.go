@@ -39,6 +39,14 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 		b.Close()
 		return nil, fmt.Errorf("listen for clients on %s: %w (is another broker running? change Server.Port)", cfg.ClientListenAddr(), err)
 	}
+	// The clean-shutdown marker of the previous run (a failover replica
+	// has already read it): gone from now on, so a crash of this run is
+	// never taken for a clean stop.
+	if _, err := b.ConsumeCleanShutdown(); err != nil {
+		_ = ln.Close()
+		b.Close()
+		return nil, fmt.Errorf("remove the clean-shutdown marker in %s: %w", cfg.DataDir, err)
+	}
 	in := &Instance{Broker: b, log: log}
 	in.server = b.Serve(ln)
 	if cfg.MetricsPort != 0 {
@@ -84,6 +92,13 @@ func (in *Instance) Close() error {
 		}
 		in.server.Close()
 		in.closeErr = in.Broker.Close()
+		if in.closeErr == nil {
+			// Everything is synced: the next start may trust this
+			// replica's data as it stands (KIP-966's clean shutdown).
+			if err := in.Broker.MarkCleanShutdown(); err != nil {
+				in.log.Warn("could not write the clean-shutdown marker; the next start counts as unclean", "err", err)
+			}
+		}
 		in.log.Info("moonmq stopped")
 	})
 	return in.closeErr

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"io/fs"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,7 +25,39 @@ import (
 	"github.com/moonmq/moonmq/internal/replication/shipping"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
+
+// CleanShutdownFile is the marker a broker leaves in its DataDir after a
+// clean stop, once the final sync is done; a start removes it. A failover
+// replica that starts without it, and had run before, restarted uncleanly
+// (KIP-966): it may not stand for election until it has caught up with a
+// leader.
+const CleanShutdownFile = "clean-shutdown"
+
+// MarkCleanShutdown writes the clean-shutdown marker, durably. Call it
+// after Close has returned, so that it is only there if everything before
+// it was synced.
+func (b *Broker) MarkCleanShutdown() error {
+	return vfs.WriteFileAtomic(b.fs, filepath.Join(b.cfg.DataDir, CleanShutdownFile), []byte("clean\n"))
+}
+
+// ConsumeCleanShutdown reports whether the clean-shutdown marker was there
+// and removes it, durably, so that a crash of this run is never mistaken
+// for a clean stop. A second call reports false.
+func (b *Broker) ConsumeCleanShutdown() (bool, error) {
+	path := filepath.Join(b.cfg.DataDir, CleanShutdownFile)
+	if _, err := vfs.ReadFile(b.fs, path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	if err := b.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, b.fs.SyncDir(b.cfg.DataDir)
+}
 
 // staticEpoch is the fixed leader epoch of static replication mode: the
 // leader never changes without a restart, so there is nothing to fence.
@@ -57,6 +91,11 @@ type replica struct {
 	lwg            sync.WaitGroup
 	isrSeen        []int32 // the committed ISR last fed to ldr
 	fepoch         int32   // failover follower: the epoch followed
+	// unclean is set while a failover replica that restarted uncleanly
+	// has not caught up with a leader; caught holds, per partition,
+	// whether its durable end has reached the leader's high watermark.
+	unclean atomic.Bool
+	caught  map[*partition]bool
 
 	mu     sync.Mutex
 	ldr    *replication.Leader
@@ -691,6 +730,9 @@ func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logSt
 	}
 	if s.r.mayFollow() != nil {
 		return
+	}
+	if s.r.unclean.Load() {
+		s.r.noteCatchUp(p, highWatermark)
 	}
 	raiseHW(p, highWatermark, p.log.DurableEnd())
 	if logStart > p.log.StartOffset() && logStart <= p.log.EndOffset() {

@@ -3,8 +3,11 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
 
 // Failover mode (Replication.Enabled and Failover.Enabled): the replicas
@@ -77,7 +81,65 @@ func (r *replica) peerAddress(id int32) (string, bool) {
 	return "", false
 }
 
+// uncleanRestart consumes the clean-shutdown marker and reports whether
+// this start follows an unclean stop of a replica that had run in a
+// failover group before (a fresh DataDir has no Raft state and nothing to
+// have lost).
+func (r *replica) uncleanRestart() (bool, error) {
+	clean, err := r.b.ConsumeCleanShutdown()
+	if err != nil {
+		return false, fmt.Errorf("clean-shutdown marker: %w", err)
+	}
+	_, err = vfs.ReadFile(r.b.fs, filepath.Join(r.b.cfg.DataDir, raftgroup.FileName))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return !clean, nil
+}
+
+// noteCatchUp records that p's durable end has (or has not) reached hw,
+// the leader's high watermark, and once every partition has, lets this
+// replica stand for election again.
+func (r *replica) noteCatchUp(p *partition, hw int64) {
+	now := p.log.DurableEnd() >= hw
+	r.mu.Lock()
+	if r.caught == nil {
+		r.caught = map[*partition]bool{}
+	}
+	was := r.caught[p]
+	r.caught[p] = now
+	r.mu.Unlock()
+	if !now || was {
+		return // only a partition that just caught up can complete the set
+	}
+	for _, t := range r.b.sortedTopics() {
+		for _, q := range t.partitions {
+			r.mu.Lock()
+			ok := r.caught[q]
+			r.mu.Unlock()
+			if !ok {
+				return
+			}
+		}
+	}
+	if r.unclean.CompareAndSwap(true, false) {
+		r.b.log.Info("failover replication: caught up with the leader after an unclean restart", "leader", r.leaderID())
+		r.node.ClearUnclean()
+	}
+}
+
 func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *slog.Logger) error {
+	unclean, err := r.uncleanRestart()
+	if err != nil {
+		return err
+	}
+	if unclean {
+		log.Warn("failover replication: restarted without a clean shutdown; not standing for election until caught up with a leader")
+	}
+	r.unclean.Store(unclean)
 	peers := map[int32]string{}
 	for _, p := range r.cfg.Peers {
 		peers[int32(p.Id)] = p.Address
@@ -86,7 +148,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	node, err := raftgroup.NewNode(raftgroup.Config{
 		ID: r.self, Members: r.ids, Role: replication.ParseRole(r.cfg.Role),
 		DataDir: r.b.cfg.DataDir, FS: r.b.fs, Transport: r.tr, Token: r.cfg.Token,
-		Logger: log.With("component", "raft"),
+		Logger: log.With("component", "raft"), UncleanRestart: unclean,
 	})
 	if err != nil {
 		r.tr.Close()
@@ -147,6 +209,10 @@ func (r *replica) drive(ctx context.Context) {
 }
 
 func (r *replica) apply(ctx context.Context, st raftgroup.Status, log *slog.Logger) {
+	if !st.Unclean {
+		// Cleared by the node (its wait ran out) or never set.
+		r.unclean.Store(false)
+	}
 	if st.Serving && st.Epoch > 0 {
 		r.mu.Lock()
 		ldr := r.ldr

@@ -178,6 +178,7 @@ type partState struct {
 type followerState struct {
 	seen  bool // fetched in this epoch
 	heard bool // reported alive by the consensus layer in this epoch
+	lost  bool // in the ISR, fetched below the high watermark it had reached
 	pos   map[TopicPartition]*replicaPos
 }
 
@@ -285,10 +286,15 @@ func (l *Leader) AppendLocal(tp TopicPartition, logEnd, durableEnd int64) {
 
 // FollowerFetch records that replica fetched tp at fetchOffset, its durable
 // log end, at now. Within an epoch a follower's position only moves
-// forward (its truncation happens before its first fetch of the epoch), so
-// an older, reordered fetch is harmless. It returns false if the fetch was
-// ignored: unknown replica, the leader itself, or a partition the leader
-// has not reported with AppendLocal.
+// forward (its truncation happens before its first fetch of the epoch;
+// its fetches are sequential), unless it lost records it had reported
+// durable: a fetch below the previous one is therefore taken as its true
+// position, and an ISR member whose position falls below the high
+// watermark is proposed out of the ISR at once (it no longer holds every
+// committed record; it returns by the expand rule once it has caught up,
+// which is the KIP-966 rule for a replica that restarted uncleanly). It
+// returns false if the fetch was ignored: unknown replica, the leader
+// itself, or a partition the leader has not reported with AppendLocal.
 func (l *Leader) FollowerFetch(replica int32, tp TopicPartition, fetchOffset int64, now time.Time) bool {
 	if !l.configured {
 		return false
@@ -317,7 +323,22 @@ func (l *Leader) FollowerFetch(replica int32, tp TopicPartition, fetchOffset int
 	rp.lastFetchLeaderEnd = p.logEnd
 	// A position past the leader's log end says nothing about offsets the
 	// leader has not written yet.
-	rp.offset = max(rp.offset, min(fetchOffset, p.logEnd))
+	at := min(fetchOffset, p.logEnd)
+	if at < rp.offset {
+		// Went backwards: the follower lost records it had reported
+		// durable (an unclean restart on a disk that did not keep what
+		// it synced, or a replaced disk). Its old position would count
+		// records it no longer holds.
+		rp.offset = at
+		rp.hasCaughtUp = false
+		if at < p.hw && slices.Contains(l.isr, replica) {
+			// It lacks committed records: it must leave the ISR (and
+			// with it eligibility and the min.insync.replicas count)
+			// until it has caught up again.
+			f.lost = true
+		}
+	}
+	rp.offset = max(rp.offset, at)
 	l.recompute(tp, p)
 	l.maybePropose()
 	return true
@@ -343,6 +364,11 @@ func (l *Leader) ISRCommitted(isr []int32, epoch int32) bool {
 	l.isr = sortedSet(isr)
 	l.pending = nil
 	l.handedOut = false
+	for r, f := range l.followers {
+		if !slices.Contains(l.isr, r) {
+			f.lost = false // out: it comes back by the expand rule
+		}
+	}
 	l.recomputeAll()
 	l.maybePropose()
 	return true
@@ -598,7 +624,7 @@ func (l *Leader) maybePropose() {
 		return
 	}
 	for _, r := range l.isr {
-		if f := l.followers[r]; f != nil && l.silent(f) {
+		if f := l.followers[r]; f != nil && (f.lost || l.silent(f)) {
 			l.setPending(r, false)
 			return
 		}

@@ -47,7 +47,7 @@ func TestHighWatermarkRules(t *testing.T) {
 		{"fetch past log end is clamped", []int32{1, 2}, 10, 10, nil, []fetch{{2, 50}}, 10, false, 2},
 		{"unknown ISR member holds", []int32{1, 2, 3}, 10, 10, nil, []fetch{{2, 10}}, 0, false, 3},
 		{"follower at HW expands and counts at once", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {3, 1}}, 1, false, 3},
-		{"older fetch does not lower", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {2, 3}}, 8, false, 2},
+		{"a lower fetch is the position (lost records)", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {2, 3}}, 3, false, 2},
 		{"leader alone, minISR 1", []int32{1}, 10, 9, nil, nil, 9, false, 1},
 		{"leader alone, minISR 2 holds", []int32{1}, 10, 10, []Option{WithMinISR(2)}, nil, 0, true, 1},
 		{"two of three, minISR 2", []int32{1, 2}, 10, 10, []Option{WithMinISR(2)}, []fetch{{2, 6}}, 6, false, 2},
@@ -406,5 +406,46 @@ func TestSilentRemovalSparesLiveAndMinimum(t *testing.T) {
 				t.Fatalf("pending %+v (%v), want removal of %d", c, ok, tc.want)
 			}
 		})
+	}
+}
+
+// TestLostRecordsLeaveISR: a follower whose fetch position goes backwards
+// below the high watermark (it restarted uncleanly and its disk lost what
+// it had synced) no longer holds every committed record: it is proposed
+// out of the ISR at once, its old position stops counting, and it comes
+// back by the ordinary expand once it reached the high watermark again.
+func TestLostRecordsLeaveISR(t *testing.T) {
+	l := newGroup(t, []int32{1, 2, 3}, 10, WithMinISR(2), WithIsrLag(10*time.Second))
+	l.FollowerFetch(2, tp0, 10, at(0.1))
+	l.FollowerFetch(3, tp0, 10, at(0.1))
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d, want 10", hw)
+	}
+	l.AppendLocal(tp0, 14, 14)
+	l.FollowerFetch(3, tp0, 14, at(0.2))
+	// 3 restarts having lost everything from 6 on.
+	l.FollowerFetch(3, tp0, 6, at(0.3))
+	ps := l.Proposals()
+	if len(ps) != 1 || ps[0].Expand || ps[0].Replica != 3 {
+		t.Fatalf("proposals = %+v, want removal of 3", ps)
+	}
+	// Its old position (14) no longer counts: 2 at 14 does not make 14
+	// committed while 3 (still in the acks=all set) is at 6.
+	l.FollowerFetch(2, tp0, 14, at(0.4))
+	if hw := l.HighWatermark(tp0); hw != 10 {
+		t.Fatalf("HW = %d, want 10 (3 is at 6 and still counts until removed)", hw)
+	}
+	l.ISRCommitted([]int32{1, 2}, 5)
+	if hw := l.HighWatermark(tp0); hw != 14 {
+		t.Fatalf("HW = %d after the removal, want 14", hw)
+	}
+	// Not back until it reached the high watermark.
+	l.FollowerFetch(3, tp0, 12, at(0.5))
+	if c, ok := l.Pending(); ok {
+		t.Fatalf("pending %+v before 3 caught up", c)
+	}
+	l.FollowerFetch(3, tp0, 14, at(0.6))
+	if c, ok := l.Pending(); !ok || !c.Expand || c.Replica != 3 {
+		t.Fatalf("pending %+v (%v), want expand of 3", c, ok)
 	}
 }

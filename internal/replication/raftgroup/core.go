@@ -47,6 +47,13 @@ type core struct {
 	handOffTicks int
 	handOffTries int
 
+	// unclean keeps this replica from standing for election after an
+	// unclean restart (replication.Candidacy.UncleanRestart) until it is
+	// cleared or uncleanTicks run out.
+	unclean      bool
+	uncleanTicks int
+	logger       interface{ Warn(string, ...any) }
+
 	failed error // a storage write failed: the core is inert
 
 	// onApply, if set, sees the state after each applied index (tests).
@@ -83,6 +90,9 @@ func newCore(cfg *Config) (*core, error) {
 		applied:       snap.GetMetadata().GetIndex(),
 		lead:          raft.None,
 		heard:         map[int32]uint64{},
+		unclean:       cfg.UncleanRestart,
+		uncleanTicks:  int(cfg.UncleanWait / cfg.TickInterval),
+		logger:        cfg.Logger,
 	}
 	rc := &raft.Config{
 		ID:                        uint64(cfg.ID),
@@ -114,6 +124,12 @@ func (c *core) tick() {
 		return
 	}
 	c.rn.Tick()
+	if c.unclean {
+		if c.uncleanTicks--; c.uncleanTicks <= 0 {
+			c.logger.Warn("replication raft: no catch-up with a leader since the unclean restart; standing for election on this replica's own data")
+			c.unclean = false
+		}
+	}
 	if c.handOff && c.raftState == raft.StateLeader {
 		c.handOffTicks++
 		if c.handOffTicks >= c.electionTicks {
@@ -153,6 +169,18 @@ func (c *core) proposeISR(ch replication.ISRChange) error {
 	}
 	c.process()
 	return nil
+}
+
+// clearUnclean ends the unclean-restart restriction.
+func (c *core) clearUnclean() {
+	c.unclean = false
+	c.process()
+}
+
+// candidacy is what this replica knows for the eligibility rules, judged
+// against the ISR isr (hasISR false before any exists).
+func (c *core) candidacy(isr []int32, hasISR bool) replication.Candidacy {
+	return replication.Candidacy{Self: c.self, ISR: isr, HasISR: hasISR, Role: c.role, UncleanRestart: c.unclean}
 }
 
 // serving reports whether this replica is the serving leader: Raft leader
@@ -299,8 +327,7 @@ func (c *core) leaderDuties() {
 	}
 	if c.ledTerm != c.term {
 		c.ledTerm, c.claimTerm, c.handOff, c.handOffTries = c.term, 0, false, 0
-		isr, has := c.logISR()
-		if !replication.Eligible(c.self, isr, c.role, has) {
+		if !c.candidacy(c.logISR()).Eligible() {
 			c.startHandOff()
 		}
 	}
@@ -308,7 +335,7 @@ func (c *core) leaderDuties() {
 		return
 	}
 	if uint64(c.state.Epoch) == c.term && c.state.Leader == c.self &&
-		replication.MustHandOff(c.self, c.state.ISR, c.role, c.state.HasISR) {
+		c.candidacy(c.state.ISR, c.state.HasISR).MustHandOff() {
 		c.startHandOff()
 		return
 	}
@@ -406,6 +433,7 @@ func (c *core) status() Status {
 		ISR:         slices.Clone(c.state.ISR),
 		HasISR:      c.state.HasISR,
 		Serving:     c.serving(),
+		Unclean:     c.unclean,
 		HandingOff:  c.handOff && c.raftState == raft.StateLeader,
 		RaftTerm:    c.term,
 		CommitIndex: c.rn.BasicStatus().HardState.GetCommit(),

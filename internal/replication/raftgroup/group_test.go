@@ -445,3 +445,57 @@ func TestHeardAfterKill(t *testing.T) {
 		t.Fatalf("new leader %d heard %v, want only the live %d (not the dead %d)", l2, got, live, l)
 	}
 }
+
+// TestUncleanRestartMayNotLead: a replica that restarted without its
+// clean-shutdown marker never serves, even if it wins an election, until
+// it is told it caught up (ClearUnclean); then it may lead again. If no
+// catch-up comes, the restriction ends after UncleanWait.
+func TestUncleanRestartMayNotLead(t *testing.T) {
+	s := newSim(t, 3, 8, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	var u int32
+	for _, id := range s.ids {
+		if id != l {
+			u = id
+			break
+		}
+	}
+	s.unclean = map[int32]bool{u: true}
+	s.restart(u)
+	s.tick(5)
+	if st := s.cores[u].status(); !st.Unclean {
+		t.Fatalf("restarted replica %d does not report the unclean restart: %+v", u, st)
+	}
+	s.claimed = map[int32]bool{}
+	s.forceCampaign(u, l)
+	s.tick(30)
+	if s.claimed[u] || s.cores[u].serving() {
+		t.Fatalf("replica %d claimed or serves right after an unclean restart: %+v", u, s.dump())
+	}
+	if got := s.serving(); len(got) != 1 || got[0] == u {
+		t.Fatalf("serving %v, want one replica other than %d", got, u)
+	}
+	// Caught up: it may lead again.
+	s.cores[u].clearUnclean()
+	s.forceCampaign(u, s.serving()[0])
+	if got := s.waitServing(200); got != u {
+		t.Fatalf("serving %d after the catch-up and a forced campaign, want %d", got, u)
+	}
+
+	// Without a catch-up the restriction runs out.
+	s.restart(u)
+	c := s.cores[u]
+	if !c.unclean {
+		t.Fatal("restart without the marker not unclean")
+	}
+	for i := c.uncleanTicks; i > 0; i-- {
+		c.tick()
+	}
+	if c.unclean {
+		t.Fatal("unclean restriction did not run out")
+	}
+}

@@ -80,9 +80,24 @@ type Config struct {
 	// InboxSize bounds the queue of received messages; more are dropped
 	// (DefaultInboxSize).
 	InboxSize int
+	// UncleanRestart is set when this replica restarted without its
+	// clean-shutdown marker: it may not stand for election
+	// (replication.Candidacy.UncleanRestart) until ClearUnclean says it
+	// caught up with a leader, or until UncleanWait has passed.
+	UncleanRestart bool
+	// UncleanWait bounds how long an unclean restart keeps the replica
+	// from standing (DefaultUncleanWait). Without a bound, a group whose
+	// every ISR member restarted uncleanly (a power cut) would never elect
+	// anyone. When it runs out the replica stands on its own data, which
+	// holds every record it reported durable unless its disk lost synced
+	// writes.
+	UncleanWait time.Duration
 	// Logger receives Raft's warnings and errors (slog.Default if nil).
 	Logger *slog.Logger
 }
+
+// DefaultUncleanWait is Config.UncleanWait's default.
+const DefaultUncleanWait = 30 * time.Second
 
 func (cfg *Config) setDefaults() error {
 	if cfg.ID <= 0 {
@@ -121,6 +136,9 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.UncleanWait <= 0 {
+		cfg.UncleanWait = DefaultUncleanWait
 	}
 	return nil
 }
@@ -161,6 +179,9 @@ type Status struct {
 	Applied uint64 `json:"applied_index"`
 	// State is the applied group state.
 	State GroupState `json:"-"`
+	// Unclean is set while this replica may not stand for election
+	// because it restarted uncleanly and has not caught up since.
+	Unclean bool `json:"unclean_restart,omitempty"`
 	// Err is set when a storage write failed and the node stopped.
 	Err string `json:"error,omitempty"`
 }
@@ -181,6 +202,7 @@ type Node struct {
 
 	inbox   chan *pb.Message
 	props   chan proposal
+	clean   chan struct{}
 	changes chan Status
 
 	mu     sync.Mutex
@@ -216,6 +238,7 @@ func NewNode(cfg Config) (*Node, error) {
 		core:    c,
 		inbox:   make(chan *pb.Message, cfg.InboxSize),
 		props:   make(chan proposal),
+		clean:   make(chan struct{}, 1),
 		changes: make(chan Status, 1),
 	}
 	n.status = c.status()
@@ -278,6 +301,11 @@ func (n *Node) run(ctx context.Context) {
 			n.core.step(m)
 		case p := <-n.props:
 			p.reply <- n.core.proposeISR(p.change)
+		case <-n.clean:
+			if n.core.unclean {
+				n.cfg.Logger.Info("replication raft: caught up with the leader after an unclean restart; may stand for election again")
+			}
+			n.core.clearUnclean()
 		}
 		n.publish()
 		if err := n.core.failed; err != nil {
@@ -295,7 +323,7 @@ func (n *Node) publish() {
 	old := n.status
 	n.status = st
 	n.mu.Unlock()
-	if old.Serving != st.Serving || old.Role != st.Role || old.Epoch != st.Epoch || old.Leader != st.Leader ||
+	if old.Serving != st.Serving || old.Role != st.Role || old.Unclean != st.Unclean || old.Epoch != st.Epoch || old.Leader != st.Leader ||
 		old.RaftLeader != st.RaftLeader || old.HasISR != st.HasISR || !slices.Equal(old.ISR, st.ISR) || old.Err != st.Err {
 		n.notify(st)
 	}
@@ -366,6 +394,16 @@ func (n *Node) ProposeISR(ctx context.Context, change replication.ISRChange) err
 		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// ClearUnclean tells the node that this replica, which restarted
+// uncleanly, has caught up with a leader (fetched up to its high
+// watermark on every partition): it may stand for election again.
+func (n *Node) ClearUnclean() {
+	select {
+	case n.clean <- struct{}{}:
+	default:
 	}
 }
 

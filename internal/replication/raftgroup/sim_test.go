@@ -32,6 +32,8 @@ type sim struct {
 	dropRate float64
 	shuffle  bool
 
+	unclean        map[int32]bool // started with Config.UncleanRestart
+
 	servingByEpoch map[int32]int32
 	appliedAt      map[uint64]GroupState
 	claimed        map[int32]bool // replicas whose claim was ever applied
@@ -66,7 +68,7 @@ func (s *sim) start(id int32) {
 	s.t.Helper()
 	cfg := Config{ID: id, Members: s.ids, Role: s.role(id), Roles: s.roles, DataDir: "/data", FS: s.fss[id],
 		ElectionTicks: simElection, HeartbeatTicks: 1, CompactEvery: 4, Transport: nopTransport{},
-		Logger: slog.New(slog.DiscardHandler)}
+		Logger: slog.New(slog.DiscardHandler), UncleanRestart: s.unclean[id]}
 	if err := cfg.setDefaults(); err != nil {
 		s.t.Fatal(err)
 	}
