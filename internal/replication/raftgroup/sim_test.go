@@ -32,7 +32,7 @@ type sim struct {
 	dropRate float64
 	shuffle  bool
 
-	unclean        map[int32]bool // started with Config.UncleanRestart
+	unclean map[int32]bool // started with Config.UncleanRestart
 
 	servingByEpoch map[int32]int32
 	appliedAt      map[uint64]GroupState
