@@ -106,6 +106,11 @@ type replica struct {
 
 	started time.Time // static leader: when it started leading
 
+	// epochs maintains EpochsFile; its writer runs from start to stop.
+	epochs  *epochsFile
+	ecancel context.CancelFunc
+	edone   chan struct{}
+
 	fol  *shipping.Follower
 	srv  *http.Server
 	ln   net.Listener
@@ -122,6 +127,7 @@ func newReplica(b *Broker) *replica {
 	r := &replica{b: b, cfg: b.cfg.Replication, self: b.nodeID, leader: -1, started: time.Now(),
 		pos: map[*partition]map[int32]int64{}, seen: map[int32]time.Time{}, done: make(chan struct{})}
 	r.failover = r.cfg.Failover.Enabled
+	r.epochs = newEpochsFile(b)
 	r.ids = []int32{r.self}
 	for _, p := range r.cfg.Peers {
 		r.ids = append(r.ids, int32(p.Id))
@@ -143,8 +149,9 @@ func lkey(p *partition) replication.TopicPartition {
 	return replication.TopicPartition{Topic: p.topic + "/" + formatUUID(p.topicID), Partition: p.index}
 }
 
-// track reports a partition the leader opened.
+// track reports a partition the broker opened.
 func (r *replica) track(p *partition) {
+	r.epochs.track(p)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ldr == nil {
@@ -155,6 +162,7 @@ func (r *replica) track(p *partition) {
 
 // forget drops a deleted partition's follower positions.
 func (r *replica) forget(p *partition) {
+	r.epochs.forget(p)
 	r.mu.Lock()
 	delete(r.pos, p)
 	if r.ldr != nil {
@@ -362,7 +370,22 @@ func (r *replica) endpoint(id int32) (string, int32, bool) {
 
 // start listens on the replication port and, on a follower, starts
 // finding the leader and copying its logs.
-func (r *replica) start(ctx context.Context) error {
+func (r *replica) start(ctx context.Context) (err error) {
+	// The histories as storage recovered them: a crash may have left the
+	// file behind its partitions' own.
+	if err := r.epochs.write(); err != nil {
+		return fmt.Errorf("write %s: %w", EpochsFile, err)
+	}
+	ectx, ecancel := context.WithCancel(context.Background())
+	r.ecancel, r.edone = ecancel, make(chan struct{})
+	go r.epochs.run(ectx, r.edone)
+	defer func() {
+		if err != nil {
+			ecancel()
+			<-r.edone
+			r.ecancel = nil
+		}
+	}()
 	addr := net.JoinHostPort(r.cfg.ReplicateHost, strconv.Itoa(r.cfg.ReplicatePort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -415,6 +438,12 @@ func (r *replica) stop() {
 	r.stopFailover()
 	if r.ln != nil {
 		<-r.done
+	}
+	if r.ecancel != nil {
+		// Nothing truncates or appends under a new epoch any more: the
+		// final write is the histories the logs close with.
+		r.ecancel()
+		<-r.edone
 	}
 }
 

@@ -86,8 +86,10 @@ type Log struct {
 
 	segs   []*segment
 	epochs []EpochEntry
-	closed bool
-	failed error // sticky: after a failed fsync the page cache state is unknown
+	// epochObs, if set, sees every epoch history written (SetEpochObserver).
+	epochObs atomic.Pointer[func([]EpochEntry)]
+	closed   bool
+	failed   error // sticky: after a failed fsync the page cache state is unknown
 
 	start   atomic.Int64
 	end     atomic.Int64
@@ -386,7 +388,26 @@ func (l *Log) readEpochs() error {
 
 func (l *Log) writeEpochs(entries []EpochEntry) error {
 	b, _ := json.Marshal(epochFile{Version: 1, Entries: entries})
-	return vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochFileName), b)
+	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochFileName), b); err != nil {
+		return err
+	}
+	if fn := l.epochObs.Load(); fn != nil {
+		(*fn)(slices.Clone(entries))
+	}
+	return nil
+}
+
+// SetEpochObserver registers fn to be called with a copy of the epoch
+// history each time a changed history has been written durably (an epoch
+// added, the history truncated, trimmed from the start or emptied). fn
+// runs with the log locked: it must be quick and must not call the log.
+// nil unregisters.
+func (l *Log) SetEpochObserver(fn func([]EpochEntry)) {
+	if fn == nil {
+		l.epochObs.Store(nil)
+		return
+	}
+	l.epochObs.Store(&fn)
 }
 
 // Append assigns the next offset to batch, rewriting its baseOffset and

@@ -1,0 +1,144 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+// EpochsFile is the replica's leader-epoch history of every partition, in
+// DataDir (seed 000: "<DataDir>/replication-epochs.json").
+//
+// Each partition's own history (storage's leader-epoch-checkpoint.json,
+// beside its segments) stays authoritative: it is written atomically
+// together with the change that needs it, and truncation (KIP-101/279) and
+// the "records but no epoch history: discard and recopy" rule read it. This
+// file is the same histories gathered in one place, for operators and
+// tools: it is rewritten atomically (vfs.WriteFileAtomic) whenever a
+// partition's history changes (an epoch added, truncated, trimmed or reset)
+// or a partition appears or goes, coalescing bursts, and at every start and
+// clean stop. After a crash it may lag the partitions' files by the last
+// few milliseconds of changes until the next start rewrites it.
+const EpochsFile = "replication-epochs.json"
+
+// epochsDoc is the JSON form of EpochsFile.
+type epochsDoc struct {
+	Version    int               `json:"version"`
+	Partitions []epochsPartition `json:"partitions"`
+}
+
+type epochsPartition struct {
+	Topic     string               `json:"topic"`
+	TopicID   string               `json:"topicId"`
+	Partition int32                `json:"partition"`
+	Epochs    []storage.EpochEntry `json:"epochs"`
+}
+
+// epochsFile gathers the partitions' epoch histories and writes EpochsFile.
+type epochsFile struct {
+	b     *Broker
+	path  string
+	dirty chan struct{}
+
+	mu   sync.Mutex
+	hist map[*partition][]storage.EpochEntry
+
+	wmu  sync.Mutex // serializes writes
+	last []byte     // what was last written
+}
+
+func newEpochsFile(b *Broker) *epochsFile {
+	return &epochsFile{b: b, path: filepath.Join(b.cfg.DataDir, EpochsFile), dirty: make(chan struct{}, 1),
+		hist: map[*partition][]storage.EpochEntry{}}
+}
+
+// track starts following p's history.
+func (e *epochsFile) track(p *partition) {
+	e.set(p, p.log.EpochHistory())
+	p.log.SetEpochObserver(func(h []storage.EpochEntry) { e.set(p, h) })
+}
+
+// forget drops a deleted partition.
+func (e *epochsFile) forget(p *partition) {
+	p.log.SetEpochObserver(nil)
+	e.mu.Lock()
+	delete(e.hist, p)
+	e.mu.Unlock()
+	e.markDirty()
+}
+
+// set records p's history. It runs under p's log lock (the observer), so
+// it only copies and signals.
+func (e *epochsFile) set(p *partition, h []storage.EpochEntry) {
+	e.mu.Lock()
+	e.hist[p] = h
+	e.mu.Unlock()
+	e.markDirty()
+}
+
+func (e *epochsFile) markDirty() {
+	select {
+	case e.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// write writes the file if its content changed.
+func (e *epochsFile) write() error {
+	e.mu.Lock()
+	doc := epochsDoc{Version: 1, Partitions: make([]epochsPartition, 0, len(e.hist))}
+	for p, h := range e.hist {
+		if h == nil {
+			h = []storage.EpochEntry{}
+		}
+		doc.Partitions = append(doc.Partitions, epochsPartition{Topic: p.topic, TopicID: formatUUID(p.topicID), Partition: p.index, Epochs: h})
+	}
+	e.mu.Unlock()
+	sort.Slice(doc.Partitions, func(i, j int) bool {
+		a, b := doc.Partitions[i], doc.Partitions[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	data, err := json.MarshalIndent(doc, "", " ")
+	if err != nil {
+		return err
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if bytes.Equal(data, e.last) {
+		return nil
+	}
+	if err := vfs.WriteFileAtomic(e.b.fs, e.path, data); err != nil {
+		return err
+	}
+	e.last = data
+	return nil
+}
+
+// run rewrites the file after changes until ctx ends, then once more.
+func (e *epochsFile) run(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-ctx.Done():
+			if err := e.write(); err != nil {
+				e.b.log.Warn("writing "+EpochsFile+" failed", "err", err)
+			}
+			return
+		case <-e.dirty:
+			if err := e.write(); err != nil {
+				// The partitions' own histories are intact; retry on
+				// the next change or at stop.
+				e.b.log.Warn("writing "+EpochsFile+" failed", "err", err)
+			}
+		}
+	}
+}
