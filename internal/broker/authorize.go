@@ -13,8 +13,16 @@ const (
 
 // secretTopic reports whether clients may not read a topic at all, whoever
 // they are: the users topic holds credential hashes, which are as good as
-// a password for impersonating the broker.
-func secretTopic(name string) bool { return name == usersTopic }
+// a password for impersonating the broker, and reading the ACL topic would
+// bypass DescribeAcls' check.
+func secretTopic(name string) bool { return name == usersTopic || name == aclsTopic }
+
+// topicByID returns the topic with an id, or nil.
+func (b *Broker) topicByID(id [16]byte) *topic {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.byID[id]
+}
 
 // fetchTopicName is the name of a fetch request's topic ("" if its id is
 // unknown: handleFetch answers that).
@@ -22,9 +30,7 @@ func (b *Broker) fetchTopicName(r *kmsg.FetchRequest, rt *kmsg.FetchRequestTopic
 	if r.Version < 13 {
 		return rt.Topic
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if t := b.byID[rt.TopicID]; t != nil {
+	if t := b.topicByID(rt.TopicID); t != nil {
 		return t.name
 	}
 	return ""

@@ -470,7 +470,7 @@ func (b *Broker) lookup(name string) *topic {
 // internalTopic reports whether clients may not write or delete the topic
 // directly: the broker owns its contents.
 func internalTopic(name string) bool {
-	return name == offsetsTopic || name == producerIDsTopic || name == txnStateTopic || name == usersTopic
+	return name == offsetsTopic || name == producerIDsTopic || name == txnStateTopic || name == usersTopic || name == aclsTopic
 }
 
 // lookupOrCreate returns the topic, auto-creating it when allowed.

@@ -44,6 +44,15 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 			return resp, nil
 		}
 	}
+	if resp, wait, handled := b.authorizeRequest(cn, req); handled {
+		return resp, wait
+	}
+	return b.serve(cn, req)
+}
+
+// serve runs a request's handler; the request has passed the follower
+// and ACL checks (authorizeRequest calls it with the allowed part).
+func (b *Broker) serve(cn *conn, req protocol.Request) (kmsg.Response, func(context.Context) kmsg.Response) {
 	switch r := req.Body.(type) {
 	case *kmsg.ApiVersionsRequest:
 		return b.handleApiVersions(cn, r), nil
@@ -121,8 +130,16 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(con
 	case *kmsg.DescribeUserSCRAMCredentialsRequest:
 		return b.handleDescribeUserScramCredentials(r), nil
 	case *kmsg.AlterUserSCRAMCredentialsRequest:
-		who := cn.principal()
+		who := cn.aclPrincipal()
 		return nil, func(ctx context.Context) kmsg.Response { return b.handleAlterUserScramCredentials(ctx, r, who) }
+	case *kmsg.DescribeACLsRequest:
+		return b.handleDescribeAcls(r), nil
+	case *kmsg.CreateACLsRequest:
+		who := cn.aclPrincipal()
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleCreateAcls(ctx, r, who) }
+	case *kmsg.DeleteACLsRequest:
+		who := cn.aclPrincipal()
+		return nil, func(ctx context.Context) kmsg.Response { return b.handleDeleteAcls(ctx, r, who) }
 	}
 	// ParseRequest only lets through keys in the versions table, and every
 	// key there has a case above.

@@ -173,13 +173,17 @@ func (cn *conn) loginFailed(err error) {
 	}
 }
 
-// principal names the connection's user for logs and ACLs, in Kafka's
-// "User:name" form; ANONYMOUS when it has not logged in.
-func (cn *conn) principal() string {
-	if cn.user == "" {
-		return "User:ANONYMOUS"
+// aclPrincipal names the connection's user for logs and ACLs, in Kafka's
+// "User:name" form: the SASL user, else the subject of a verified client
+// certificate (as Kafka's SSL listeners do), else ANONYMOUS.
+func (cn *conn) aclPrincipal() string {
+	switch {
+	case cn.user != "":
+		return "User:" + cn.user
+	case cn.certSubject != "":
+		return "User:" + cn.certSubject
 	}
-	return "User:" + cn.user
+	return "User:ANONYMOUS"
 }
 
 // ip is the peer's address without the port.

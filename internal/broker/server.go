@@ -167,6 +167,7 @@ type conn struct {
 	// certSubject is the subject of the client's verified TLS
 	// certificate, "" without one.
 	certSubject string
+	deniedLog
 }
 
 func (s *Server) serveConn(c net.Conn) {

@@ -30,6 +30,10 @@ type security struct {
 	failures loginFailures
 	// tls is the client port's TLS configuration, nil for plaintext.
 	tls *tls.Config
+
+	acls       *aclSet
+	aclLog     *stateLog
+	superUsers map[string]struct{}
 }
 
 // newSecurity derives the configured users' credentials. It clears the
@@ -52,6 +56,12 @@ func newSecurity(b *Broker) (*security, error) {
 	}
 	b.cfg.Users = nil
 	s.usersLog = newStateLog(b, usersTopic, s.users.ResetOverrides, s.applyUserRecord)
+	s.acls = newACLSet()
+	s.aclLog = newStateLog(b, aclsTopic, s.acls.reset, s.acls.apply)
+	s.superUsers = map[string]struct{}{}
+	for _, p := range b.cfg.SuperUsers {
+		s.superUsers[p] = struct{}{}
+	}
 	if s.tls != nil {
 		b.log.Info("client port serves TLS", "mutual_tls", b.cfg.TLS.RequireClientCert, "client_ca", b.cfg.TLS.ClientCAFile)
 	}

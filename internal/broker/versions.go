@@ -47,4 +47,7 @@ var versions = protocol.Table{
 	36: {Min: 0, Max: 2},  // SaslAuthenticate
 	50: {Min: 0, Max: 0},  // DescribeUserScramCredentials
 	51: {Min: 0, Max: 0},  // AlterUserScramCredentials
+	29: {Min: 0, Max: 3},  // DescribeAcls
+	30: {Min: 0, Max: 3},  // CreateAcls
+	31: {Min: 0, Max: 3},  // DeleteAcls
 }

@@ -78,6 +78,13 @@ type Server struct {
 	Users []User
 	// TLS serves the client port over TLS; nil serves plaintext.
 	TLS *TLS
+	// SuperUsers are principals ("User:name") that every ACL check lets
+	// through.
+	SuperUsers []string
+	// AllowEveryoneIfNoAclFound decides for a resource that no ACL names:
+	// true (the default) lets everyone through, false nobody but super
+	// users, as Kafka's allow.everyone.if.no.acl.found.
+	AllowEveryoneIfNoAclFound *bool
 }
 
 // Replication is the Replication block of seed 000.
@@ -249,6 +256,10 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
+	}
+	if s.AllowEveryoneIfNoAclFound == nil {
+		t := true
+		s.AllowEveryoneIfNoAclFound = &t
 	}
 	if r := s.Replication; r != nil {
 		if r.AckTimeout == 0 {

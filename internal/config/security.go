@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/base64"
 	"fmt"
+	"strings"
 
 	"github.com/moonmq/moonmq/internal/auth"
 )
@@ -111,6 +112,11 @@ func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 		case "", "1.2", "1.3":
 		default:
 			bad("TLS.MinVersion", "%q must be 1.2 or 1.3", t.MinVersion)
+		}
+	}
+	for i, p := range s.SuperUsers {
+		if name, ok := strings.CutPrefix(p, "User:"); !ok || name == "" {
+			bad(fmt.Sprintf("SuperUsers[%d]", i), "%q must be a principal such as \"User:admin\"", p)
 		}
 	}
 }

@@ -52,3 +52,21 @@ func TestTLSRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestACLKeys(t *testing.T) {
+	s, err := Parse([]byte(`{"Server": {"SuperUsers": ["User:admin"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.AllowEveryoneIfNoAclFound == nil || !*s.AllowEveryoneIfNoAclFound {
+		t.Fatal("AllowEveryoneIfNoAclFound does not default to true")
+	}
+	if s, err = Parse([]byte(`{"Server": {"AllowEveryoneIfNoAclFound": false}}`)); err != nil || *s.AllowEveryoneIfNoAclFound {
+		t.Fatalf("AllowEveryoneIfNoAclFound false: %v", err)
+	}
+	for _, p := range []string{"admin", "User:", "Group:x"} {
+		if _, err := Parse([]byte(`{"Server": {"SuperUsers": ["` + p + `"]}}`)); err == nil || !strings.Contains(err.Error(), "SuperUsers[0]") {
+			t.Errorf("SuperUsers %q: %v", p, err)
+		}
+	}
+}

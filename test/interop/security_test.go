@@ -322,3 +322,26 @@ func TestLibrdkafkaSASLOverTLS(t *testing.T) {
 	})
 	checkRdkafkaRoundTrip(t, out, 20)
 }
+
+// TestKcatACLDenied: librdkafka reports the authorization error a denied
+// principal gets.
+func TestKcatACLDenied(t *testing.T) {
+	kcat := kcatPath(t)
+	in := startSecureBroker(t, func(s *config.Server) {
+		s.Users = append(s.Users, config.User{Username: "admin", Password: "admin-pw"})
+		s.SuperUsers = []string{"User:admin"}
+		f := false
+		s.AllowEveryoneIfNoAclFound = &f
+	})
+	admin := []string{"-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+		"-X", "sasl.username=admin", "-X", "sasl.password=admin-pw"}
+	app := []string{"-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+		"-X", "sasl.username=" + secUser, "-X", "sasl.password=" + secPass}
+	if _, stderr, err := runKcat(t, kcat, "x\n", append([]string{"-b", in.Addr(), "-P", "-t", "guarded", "-p", "0"}, admin...)...); err != nil {
+		t.Fatalf("admin produces: %v\n%s", err, stderr)
+	}
+	_, stderr, err := runKcat(t, kcat, "", append([]string{"-b", in.Addr(), "-C", "-t", "guarded", "-p", "0", "-o", "beginning", "-e", "-q"}, app...)...)
+	if err == nil || !strings.Contains(strings.ToLower(stderr), "authorization failed") {
+		t.Fatalf("kcat as %s on a topic without an ACL: err %v\n%s", secUser, err, stderr)
+	}
+}
