@@ -47,6 +47,10 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 				continue
 			}
 			hw := p.hw.Load()
+			// KIP-207: a new leader whose high watermark has not yet
+			// reached its log end as of its promotion would answer a
+			// "latest" below what the previous leader answered.
+			lagging := b.hwBehindEpochStart(p)
 			if r.IsolationLevel == 1 {
 				// read_committed sees up to the last stable offset.
 				hw = p.lso(hw)
@@ -54,6 +58,9 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 			switch ts := rp.Timestamp; ts {
 			case -1: // latest
 				op.Offset = hw
+				if lagging {
+					op.ErrorCode, op.Offset = errOffsetNotAvailable, -1
+				}
 			case -2: // earliest
 				op.Offset = p.log.StartOffset()
 			case -3: // the record with the largest timestamp (KIP-734)
@@ -71,6 +78,9 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 				case err != nil:
 					b.log.Error("timestamp lookup failed", "topic", rt.Topic, "partition", rp.Partition, "err", err)
 					op.ErrorCode = errKafkaStorageError
+				case (!ok || off >= hw) && lagging:
+					// The answer may lie in what is not yet visible.
+					op.ErrorCode, op.Offset, op.Timestamp = errOffsetNotAvailable, -1, -1
 				case !ok || off >= hw:
 					op.Offset, op.Timestamp = -1, -1
 				default:

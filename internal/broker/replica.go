@@ -96,6 +96,9 @@ type replica struct {
 	// whether its durable end has reached the leader's high watermark.
 	unclean atomic.Bool
 	caught  map[*partition]bool
+	// epochStart is, per partition, the log end when this replica's
+	// current leadership began (KIP-207; failover leader only).
+	epochStart map[*partition]int64
 
 	mu     sync.Mutex
 	ldr    *replication.Leader
@@ -165,6 +168,7 @@ func (r *replica) forget(p *partition) {
 	r.epochs.forget(p)
 	r.mu.Lock()
 	delete(r.pos, p)
+	delete(r.epochStart, p)
 	if r.ldr != nil {
 		r.ldr.SetMinISR(lkey(p), 0)
 	}
@@ -220,6 +224,25 @@ func (r *replica) acked(p *partition, end int64) bool {
 		}
 	}
 	return true
+}
+
+// errOffsetNotAvailable answers ListOffsets for "latest" on a new leader
+// whose high watermark is still below its log end as of the promotion.
+const errOffsetNotAvailable int16 = 78
+
+// hwBehindEpochStart reports whether p's high watermark is below its log
+// end as of this leader's promotion (KIP-207): until it catches up, the
+// latest offset this leader could name may be below one the previous
+// leader already named, so ListOffsets answers OFFSET_NOT_AVAILABLE.
+func (b *Broker) hwBehindEpochStart(p *partition) bool {
+	r := b.repl
+	if r == nil || !r.failover {
+		return false
+	}
+	r.mu.Lock()
+	start, ok := r.epochStart[p]
+	r.mu.Unlock()
+	return ok && p.hw.Load() < start
 }
 
 // isrLag is Replication.IsrLagSeconds, or the default.

@@ -296,9 +296,11 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 		ldr.Heard(id)
 	}
 	r.mu.Lock()
+	r.epochStart = map[*partition]int64{}
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
 			k := lkey(p)
+			r.epochStart[p] = p.log.EndOffset()
 			ldr.SetMinISR(k, t.settings.minISR)
 			ldr.AppendLocal(k, p.log.EndOffset(), p.log.DurableEnd())
 			ldr.SeedHighWatermark(k, p.hw.Load())
@@ -359,6 +361,7 @@ func (r *replica) stepDown() {
 	wasLeader := r.ldr != nil
 	r.ldr = nil
 	r.leader = raftgroup.NoLeader
+	r.epochStart = nil
 	r.mu.Unlock()
 	r.barrier() // no append of the old leadership is still running
 	if wasLeader {
