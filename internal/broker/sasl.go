@@ -187,13 +187,4 @@ func (cn *conn) aclPrincipal() string {
 }
 
 // ip is the peer's address without the port.
-func (cn *conn) ip() string {
-	if a, ok := cn.c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	host, _, err := net.SplitHostPort(cn.c.RemoteAddr().String())
-	if err != nil {
-		return cn.c.RemoteAddr().String()
-	}
-	return host
-}
+func (cn *conn) ip() string { return remoteIP(cn.c) }

@@ -78,9 +78,13 @@ func (s *Server) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		if !s.b.admitConn(c) {
+			continue
+		}
 		s.mu.Lock()
 		if s.ctx.Err() != nil {
 			s.mu.Unlock()
+			s.b.sec.limits.release(remoteIP(c))
 			c.Close()
 			return
 		}
@@ -95,6 +99,7 @@ func (s *Server) acceptLoop() {
 			delete(s.conns, c)
 			s.mu.Unlock()
 			s.b.stats.connections.Add(-1)
+			s.b.sec.limits.release(remoteIP(c))
 		}()
 	}
 }

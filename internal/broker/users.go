@@ -34,6 +34,8 @@ type security struct {
 	acls       *aclSet
 	aclLog     *stateLog
 	superUsers map[string]struct{}
+
+	limits connLimits
 }
 
 // newSecurity derives the configured users' credentials. It clears the
@@ -41,6 +43,7 @@ type security struct {
 // hashes are kept.
 func newSecurity(b *Broker) (*security, error) {
 	s := &security{users: auth.NewStore()}
+	s.limits.max, s.limits.perIP = b.cfg.MaxConnections, b.cfg.MaxConnectionsPerIP
 	var err error
 	if s.tls, err = loadTLS(b.cfg.TLS); err != nil {
 		return nil, err

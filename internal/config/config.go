@@ -85,6 +85,12 @@ type Server struct {
 	// true (the default) lets everyone through, false nobody but super
 	// users, as Kafka's allow.everyone.if.no.acl.found.
 	AllowEveryoneIfNoAclFound *bool
+	// MaxConnections caps the client connections open at once; 0 (the
+	// default) is unlimited.
+	MaxConnections int
+	// MaxConnectionsPerIP caps the client connections from one address;
+	// 0 (the default) is unlimited.
+	MaxConnectionsPerIP int
 }
 
 // Replication is the Replication block of seed 000.

@@ -119,4 +119,10 @@ func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 			bad(fmt.Sprintf("SuperUsers[%d]", i), "%q must be a principal such as \"User:admin\"", p)
 		}
 	}
+	if s.MaxConnections < 0 {
+		bad("MaxConnections", "%d must not be negative (0 is unlimited)", s.MaxConnections)
+	}
+	if s.MaxConnectionsPerIP < 0 {
+		bad("MaxConnectionsPerIP", "%d must not be negative (0 is unlimited)", s.MaxConnectionsPerIP)
+	}
 }

@@ -70,3 +70,18 @@ func TestACLKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestConnectionLimitKeys(t *testing.T) {
+	for _, c := range []struct{ json, want string }{
+		{`{"Server": {"MaxConnections": -1}}`, `key "MaxConnections"`},
+		{`{"Server": {"MaxConnectionsPerIP": -5}}`, `key "MaxConnectionsPerIP"`},
+	} {
+		if _, err := Parse([]byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want error containing %q", c.json, err, c.want)
+		}
+	}
+	s, err := Parse([]byte(`{"Server": {"MaxConnections": 1000, "MaxConnectionsPerIP": 50}}`))
+	if err != nil || s.MaxConnections != 1000 || s.MaxConnectionsPerIP != 50 {
+		t.Fatalf("%+v %v", s, err)
+	}
+}
