@@ -7,8 +7,10 @@
 //     partitions. It tracks every follower's durable position from its
 //     fetches, computes each partition's high watermark, the set acks=all
 //     waits for (AckSet), and decides which ISR changes to propose to Raft
-//     (shrink a lagging follower, expand a caught-up one; KIP-497 and
-//     KIP-966 rules).
+//     (shrink a lagging follower, one silent since the epoch began
+//     (WithSilentRemoval) or one that lost committed records; expand a
+//     caught-up one; KIP-497 and KIP-966 rules), with a minimum ISR per
+//     partition (SetMinISR: the topic's min.insync.replicas).
 //   - The follower's log-truncation decision (KIP-101, KIP-279):
 //     StartTruncation and DecideTruncation, including the "no epoch
 //     history, discard and recopy" and "below the leader's log start,
