@@ -97,10 +97,7 @@ func (b *Broker) handleOffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response,
 	return nil, func(ctx context.Context) kmsg.Response {
 		if err := b.writeOffsets(ctx, writes); err != nil {
 			b.log.Error("offset commit failed", "group", r.Group, "err", err)
-			code := errKafkaStorageError
-			if err == errCommitTimeout {
-				code = errRequestTimedOut
-			}
+			code := coordinatorCode(err)
 			for _, s := range slots {
 				resp.Topics[s.t].Partitions[s.p].ErrorCode = code
 			}

@@ -183,8 +183,8 @@ func (b *Broker) nextProducerID() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !b.waitHW(b.ctx, p, end, 10*time.Second) {
-		return 0, errCommitTimeout
+	if err := b.waitOwn(b.ctx, p, end); err != nil {
+		return 0, err
 	}
 	b.pidNext, b.pidLimit = start+1, limit
 	return start, nil
@@ -215,7 +215,7 @@ func (b *Broker) handleInitProducerID(r *kmsg.InitProducerIDRequest) kmsg.Respon
 	id, err := b.nextProducerID()
 	if err != nil {
 		b.log.Error("allocating a producer id failed", "err", err)
-		resp.ErrorCode = errKafkaStorageError
+		resp.ErrorCode = coordinatorCode(err)
 		return resp
 	}
 	resp.ProducerID, resp.ProducerEpoch = id, 0

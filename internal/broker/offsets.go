@@ -296,13 +296,42 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 		writes[i].value.logOffset = base + int64(i)
 	}
 	b.offsets.addPending(pid, writes)
-	if !b.waitHW(ctx, p, end, 10*time.Second) {
-		return errCommitTimeout
-	}
-	return nil
+	return b.waitOwn(ctx, p, end)
 }
 
 var errCommitTimeout = errors.New("commit not durable before the timeout")
+
+// errBelowMinISR fails an internal write whose partition's ISR is (or fell)
+// below min.insync.replicas: it would otherwise be acknowledged on too few
+// replicas.
+var errBelowMinISR = errors.New("fewer in-sync replicas than min.insync.replicas")
+
+// coordinatorCode is the error a coordinator (group or transaction)
+// answers when writing its state failed with err: COORDINATOR_NOT_AVAILABLE
+// (retriable) below min.insync.replicas, as Kafka's coordinators answer for
+// NOT_ENOUGH_REPLICAS; REQUEST_TIMED_OUT when durability did not come in
+// time; KAFKA_STORAGE_ERROR otherwise.
+func coordinatorCode(err error) int16 {
+	switch {
+	case errors.Is(err, errBelowMinISR):
+		return errCoordinatorNotAvailable
+	case errors.Is(err, errCommitTimeout):
+		return errRequestTimedOut
+	}
+	return errKafkaStorageError
+}
+
+// waitOwn waits until the broker's own write to p ending at end is durable
+// (in failover mode: on the ISR).
+func (b *Broker) waitOwn(ctx context.Context, p *partition, end int64) error {
+	if b.waitHW(ctx, p, end, 10*time.Second) {
+		return nil
+	}
+	if b.heldUnderMinISR(p) {
+		return errBelowMinISR
+	}
+	return errCommitTimeout
+}
 
 // writeOffsets appends commits to __consumer_offsets, waits until they are
 // durable, then applies them to memory.
@@ -327,8 +356,8 @@ func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 	if err != nil {
 		return err
 	}
-	if !b.waitHW(ctx, p, end, 10*time.Second) {
-		return errCommitTimeout
+	if err := b.waitOwn(ctx, p, end); err != nil {
+		return err
 	}
 	base := end - int64(len(writes))
 	for i, w := range writes {
@@ -343,6 +372,11 @@ func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 // in step with it, and schedules it for the next group commit. It returns
 // the offset after the batch: what durability must reach.
 func (b *Broker) appendOwn(p *partition, batch []byte) (int64, error) {
+	// Internal writes are acks=all writes: refused before the append while
+	// p's ISR is below min.insync.replicas, as Kafka's coordinators are.
+	if b.notEnoughReplicas(p, b.minISROf(p)) {
+		return 0, errBelowMinISR
+	}
 	p.appendMu.Lock()
 	if b.fenced() {
 		p.appendMu.Unlock()

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -146,6 +147,9 @@ func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*
 		return nil, 0, code
 	}
 	p, end, err := c.appendState(e, next)
+	if errors.Is(err, errBelowMinISR) {
+		return nil, 0, errNotEnoughReplicas
+	}
 	if err != nil {
 		return nil, 0, errKafkaStorageError
 	}
@@ -208,10 +212,7 @@ func (c *txnCoordinator) writeState(ctx context.Context, e *txnEntry, m *txn.Met
 	if err != nil {
 		return err
 	}
-	if !c.b.waitHW(ctx, p, end, 10*time.Second) {
-		return errCommitTimeout
-	}
-	return nil
+	return c.b.waitOwn(ctx, p, end)
 }
 
 // appendState appends e's next state m to __transaction_state without
@@ -344,7 +345,7 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 			return errKafkaStorageError
 		}
 		if err := c.transition(ctx, e, next); err != nil {
-			return errKafkaStorageError
+			return coordinatorCode(err)
 		}
 		return 0
 	}
@@ -379,7 +380,7 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 		p, end, err := c.appendState(e, prepared)
 		if err != nil {
 			c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
-			return errKafkaStorageError
+			return coordinatorCode(err)
 		}
 		// Decided: from here on this process completes it, whatever the
 		// request's fate (finish is idempotent and retried).
@@ -387,13 +388,13 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 		also = append(also, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
 	} else if err := c.transition(ctx, e, prepared); err != nil {
 		c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
-		return errKafkaStorageError
+		return coordinatorCode(err)
 	}
 	if err := c.finish(ctx, e, also...); err != nil {
 		// The decision is durable; recovery or the next request will
 		// finish it.
 		c.b.log.Error("completing transaction failed", "transactional_id", m.ID, "err", err)
-		return errKafkaStorageError
+		return coordinatorCode(err)
 	}
 	return 0
 }
@@ -419,13 +420,13 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 	if m == nil {
 		pid, err := b.nextProducerID()
 		if err != nil {
-			resp.ErrorCode = errKafkaStorageError
+			resp.ErrorCode = coordinatorCode(err)
 			return resp
 		}
 		m = &txn.Metadata{ID: id, ProducerID: pid, TimeoutMs: r.TransactionTimeoutMillis,
 			State: kmsg.TransactionStateEmpty, Partitions: map[txn.TP]struct{}{}, StartMs: now, UpdateMs: now}
 		if err := c.transition(ctx, e, m); err != nil {
-			resp.ErrorCode = errKafkaStorageError
+			resp.ErrorCode = coordinatorCode(err)
 			return resp
 		}
 		resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
@@ -442,7 +443,7 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 	}
 	if m.Preparing() {
 		if err := c.finish(ctx, e); err != nil {
-			resp.ErrorCode = errKafkaStorageError
+			resp.ErrorCode = coordinatorCode(err)
 			return resp
 		}
 	}
@@ -461,7 +462,7 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 	if next.Epoch >= math.MaxInt16-1 {
 		pid, err := b.nextProducerID()
 		if err != nil {
-			resp.ErrorCode = errKafkaStorageError
+			resp.ErrorCode = coordinatorCode(err)
 			return resp
 		}
 		next.ProducerID, next.Epoch = pid, 0
@@ -471,7 +472,7 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 	next.TimeoutMs = r.TransactionTimeoutMillis
 	next.UpdateMs = now
 	if err := c.transition(ctx, e, next); err != nil {
-		resp.ErrorCode = errKafkaStorageError
+		resp.ErrorCode = coordinatorCode(err)
 		return resp
 	}
 	b.log.Info("initialized transactional producer", "transactional_id", id, "producer_id", next.ProducerID, "epoch", next.Epoch)
@@ -522,7 +523,7 @@ func (b *Broker) handleAddPartitionsToTxn(ctx context.Context, r *kmsg.AddPartit
 			code = c
 			if code == 0 {
 				if err := b.txc.transition(ctx, e, next); err != nil {
-					code = errKafkaStorageError
+					code = coordinatorCode(err)
 				}
 			}
 			e.mu.Unlock()
@@ -564,7 +565,7 @@ func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, r *kmsg.AddOffsetsTo
 	next, code := e.meta.Load().AddPartitions([]txn.TP{{Topic: offsetsTopic, Partition: 0}}, time.Now().UnixMilli())
 	if code == 0 {
 		if err := b.txc.transition(ctx, e, next); err != nil {
-			code = errKafkaStorageError
+			code = coordinatorCode(err)
 		}
 	}
 	resp.ErrorCode = code
@@ -589,7 +590,7 @@ func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.R
 			handled = true
 			if err := b.txc.finish(ctx, e); err != nil {
 				b.log.Error("completing transaction failed", "transactional_id", m.ID, "err", err)
-				resp.ErrorCode = errKafkaStorageError
+				resp.ErrorCode = coordinatorCode(err)
 			}
 		case sameEpoch && v2 && r.ProducerEpoch == m.Epoch-1 &&
 			(r.Commit && m.State == kmsg.TransactionStateCompleteCommit || !r.Commit && m.State == kmsg.TransactionStateCompleteAbort):
@@ -648,8 +649,10 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 			return resp
 		}
 		next, code := m.AddPartitions([]txn.TP{offsetsTP}, time.Now().UnixMilli())
-		if code == 0 && b.txc.transition(ctx, e, next) != nil {
-			code = errKafkaStorageError
+		if code == 0 {
+			if err := b.txc.transition(ctx, e, next); err != nil {
+				code = coordinatorCode(err)
+			}
 		}
 		if code != 0 {
 			fill(code)
@@ -682,7 +685,7 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 	}
 	if err := b.writeTxnOffsets(ctx, m.ProducerID, m.Epoch, writes); err != nil {
 		b.log.Error("transactional offset commit failed", "group", r.Group, "err", err)
-		fill(errKafkaStorageError)
+		fill(coordinatorCode(err))
 		return resp
 	}
 	fill(0)
