@@ -48,6 +48,9 @@ func createACLs(t *testing.T, cl *kgo.Client, acls ...acl) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(resp.Results) != len(acls) {
+		t.Fatalf("create ACLs: %d results for %d ACLs", len(resp.Results), len(acls))
+	}
 	for i, r := range resp.Results {
 		if r.ErrorCode != 0 {
 			t.Fatalf("create ACL %+v: error %d %v", acls[i], r.ErrorCode, r.ErrorMessage)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/protocol"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
@@ -384,4 +386,65 @@ func (b *Broker) handleDeleteAcls(ctx context.Context, r *kmsg.DeleteACLsRequest
 		b.log.Info("ACL deleted", "acl", a.String(), "by", who)
 	}
 	return resp
+}
+
+// readsSecurityState reports whether a request only reads ACLs or
+// credentials, which a follower answers from its replicated copy.
+func readsSecurityState(req protocol.Request) bool {
+	switch req.Body.(type) {
+	case *kmsg.DescribeACLsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
+		return true
+	}
+	return false
+}
+
+// securityOnFollower refuses ACL and credential changes on a follower,
+// one NOT_CONTROLLER per entry naming the leader: clients send these
+// requests to any broker, and a follower cannot write.
+func (b *Broker) securityOnFollower(req protocol.Request) (kmsg.Response, bool) {
+	msg := "this replica is a follower: send ACL and user changes to the leader"
+	if host, port, ok := b.repl.endpoint(b.repl.leaderID()); ok {
+		msg += fmt.Sprintf(" (%s)", net.JoinHostPort(host, fmt.Sprint(port)))
+	}
+	switch r := req.Body.(type) {
+	case *kmsg.CreateACLsRequest:
+		resp := r.ResponseKind().(*kmsg.CreateACLsResponse)
+		for range r.Creations {
+			resp.Results = append(resp.Results, kmsg.CreateACLsResponseResult{ErrorCode: errNotController, ErrorMessage: kmsg.StringPtr(msg)})
+		}
+		return resp, true
+	case *kmsg.DeleteACLsRequest:
+		resp := r.ResponseKind().(*kmsg.DeleteACLsResponse)
+		for range r.Filters {
+			resp.Results = append(resp.Results, kmsg.DeleteACLsResponseResult{ErrorCode: errNotController, ErrorMessage: kmsg.StringPtr(msg)})
+		}
+		return resp, true
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		resp := r.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+		seen := map[string]bool{}
+		for _, u := range append(userNames(r.Deletions), userNamesUp(r.Upsertions)...) {
+			if !seen[u] {
+				seen[u] = true
+				resp.Results = append(resp.Results, kmsg.AlterUserSCRAMCredentialsResponseResult{User: u, ErrorCode: errNotController, ErrorMessage: kmsg.StringPtr(msg)})
+			}
+		}
+		return resp, true
+	}
+	return nil, false
+}
+
+func userNames(ds []kmsg.AlterUserSCRAMCredentialsRequestDeletion) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Name
+	}
+	return out
+}
+
+func userNamesUp(us []kmsg.AlterUserSCRAMCredentialsRequestUpsertion) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.Name
+	}
+	return out
 }

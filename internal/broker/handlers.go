@@ -39,7 +39,10 @@ const (
 // long-poll fetch) returns a wait function instead of a response; the
 // connection runs it on its own goroutine.
 func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(context.Context) kmsg.Response) {
-	if b.following() {
+	if b.following() && !readsSecurityState(req) {
+		if resp, refused := b.securityOnFollower(req); refused {
+			return resp, nil
+		}
 		if resp, refused := b.refuseOnFollower(req); refused {
 			return resp, nil
 		}
