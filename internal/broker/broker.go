@@ -182,6 +182,9 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		// The epoch comes from the group's Raft log once a leader serves.
 		b.repl = newReplica(b)
 	}
+	if b.repl != nil {
+		b.stats.reg.MustRegister(newReplicationCollector(b.repl))
+	}
 	var err error
 	if b.acks, err = config.ParseAcks(cfg.Acks); err != nil {
 		return nil, err

@@ -486,6 +486,10 @@ type statusDoc struct {
 type followerPosition struct {
 	LastFetch  time.Time        `json:"lastFetch"`
 	Partitions map[string]int64 `json:"partitions"`
+	// Lag is how many records the follower lacks, summed over the
+	// leader's partitions (a partition it has not fetched counts from the
+	// log start).
+	Lag int64 `json:"lag"`
 }
 
 func (r *replica) status() statusDoc {
@@ -505,6 +509,10 @@ func (r *replica) status() statusDoc {
 	}
 	d.Role = "leader"
 	d.Followers = map[string]followerPosition{}
+	var parts []*partition
+	for _, t := range r.b.sortedTopics() {
+		parts = append(parts, t.partitions...)
+	}
 	r.mu.Lock()
 	for _, id := range r.ids {
 		if id == r.self {
@@ -515,6 +523,14 @@ func (r *replica) status() statusDoc {
 			if off, ok := pos[id]; ok && !p.deleted.Load() {
 				fp.Partitions[fmt.Sprintf("%s-%d", p.topic, p.index)] = off
 			}
+		}
+		for _, p := range parts {
+			start, end := p.log.StartOffset(), p.log.EndOffset()
+			pos, ok := r.pos[p][id]
+			if !ok || pos < start {
+				pos = start
+			}
+			fp.Lag += max(0, end-pos)
 		}
 		d.Followers[strconv.Itoa(int(id))] = fp
 	}

@@ -141,6 +141,8 @@ type StatsSnapshot struct {
 	FsyncAvgMicros  int64            `json:"fsync_avg_us"`
 	Topics          int              `json:"topics"`
 	Partitions      []PartitionStats `json:"partitions"`
+	// Replication is GET /replication/status's object (replicas only).
+	Replication any `json:"replication,omitempty"`
 }
 
 // Snapshot returns the current /stats document.
@@ -154,6 +156,10 @@ func (b *Broker) Snapshot() StatsSnapshot {
 	}
 	if n := snap.Fsyncs; n > 0 {
 		snap.FsyncAvgMicros = s.fsyncNanos.Load() / n / 1000
+	}
+	if b.repl != nil {
+		st := b.repl.status()
+		snap.Role, snap.Replication = st.Role, st
 	}
 	ts := b.sortedTopics()
 	snap.Topics = len(ts)
