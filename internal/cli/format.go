@@ -90,9 +90,16 @@ func formatFollowers(w io.Writer, v StatusView) {
 	}
 	fmt.Fprintln(w, "followers:")
 	tw := newTable(w)
-	if v.Logs != nil {
+	reported := false // the leader gave each follower's lag itself
+	for _, fp := range d.Followers {
+		reported = reported || fp.Lag != nil
+	}
+	switch {
+	case v.Logs != nil:
 		fmt.Fprintln(tw, "  REPLICA\tIN ISR\tLAST FETCH\tLAG (RECORDS)\tBEHIND ON")
-	} else {
+	case reported:
+		fmt.Fprintln(tw, "  REPLICA\tIN ISR\tLAST FETCH\tLAG (RECORDS)\tPOSITIONS")
+	default:
 		fmt.Fprintln(tw, "  REPLICA\tIN ISR\tLAST FETCH\tPOSITIONS")
 	}
 	for _, id := range sortedIDs(d.Followers) {
@@ -106,6 +113,14 @@ func formatFollowers(w io.Writer, v StatusView) {
 		if !fp.LastFetch.IsZero() {
 			fetched = age(v.Now.Sub(fp.LastFetch)) + " ago"
 		}
+		if v.Logs == nil && reported {
+			lagText := "-"
+			if fp.Lag != nil {
+				lagText = strconv.FormatInt(*fp.Lag, 10)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", id, in, fetched, lagText, positions(fp.Partitions))
+			continue
+		}
 		if v.Logs == nil {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", id, in, fetched, positions(fp.Partitions))
 			continue
@@ -118,7 +133,7 @@ func formatFollowers(w io.Writer, v StatusView) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", id, in, fetched, lagText, behind)
 	}
 	_ = tw.Flush()
-	if v.Logs == nil {
+	if v.Logs == nil && !reported {
 		fmt.Fprintln(w, "           (lag needs the leader's log ends from its metrics port: pass --metrics HOST:PORT or --config FILE)")
 	}
 }

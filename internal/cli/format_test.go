@@ -267,3 +267,22 @@ func TestExplainDialNamesWhatToDo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFormatStatusLagFromLeader: a leader that reports each follower's lag
+// needs no metrics port for the lag column.
+func TestFormatStatusLagFromLeader(t *testing.T) {
+	lag := int64(7)
+	d := StatusDoc{Role: "leader", ReplicaID: 1, Leader: 1, Epoch: 2, ISR: []int32{1, 2},
+		Followers: map[string]FollowerPosition{
+			"2": {LastFetch: now.Add(-time.Second), Partitions: map[string]int64{"events-0": 3}, Lag: &lag},
+		}}
+	got := render(func(b *bytes.Buffer) { FormatStatus(b, StatusView{Doc: d, Now: now}) })
+	for _, want := range []string{"LAG (RECORDS)", "  2        yes     1s ago      7              events-0@3\n"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("missing %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "pass --metrics") {
+		t.Fatalf("asks for the metrics port although the leader reported the lag:\n%s", got)
+	}
+}

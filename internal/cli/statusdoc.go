@@ -31,6 +31,9 @@ type FollowerPosition struct {
 	LastFetch time.Time `json:"lastFetch"`
 	// Partitions is the follower's durable log end by "topic-partition".
 	Partitions map[string]int64 `json:"partitions"`
+	// Lag is the records the follower lacks over all partitions, as the
+	// leader computes it; nil from brokers that do not report it.
+	Lag *int64 `json:"lag,omitempty"`
 }
 
 // FollowerState is a follower's log-shipping state.
