@@ -121,7 +121,12 @@ func (p *loadProducer) halt() {
 	default:
 		close(p.stop)
 	}
-	<-p.done
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		// Stuck in a send that never ends; closing the client ends it.
+		p.t.Errorf("producer %s: a send did not end within 2 minutes of the stop", p.prefix)
+	}
 }
 
 // Stop ends the load and returns what was acknowledged, in send order.
@@ -180,17 +185,35 @@ func readPartition(t *testing.T, c *testcluster.Cluster, topic string, partition
 // not acknowledged.
 func produceN(t *testing.T, cl *kgo.Client, topic string, partition int32, prefix string, n int) []ack {
 	t.Helper()
-	ctx := testcluster.Context(t, readWithin)
 	var out []ack
 	for i := range n {
 		v := fmt.Sprintf("%s-%06d", prefix, i)
-		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}).First()
+		r, err := produceSync(t, cl, readWithin, &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}).First()
 		if err != nil {
 			t.Fatalf("produce %s: %v", v, err)
 		}
 		out = append(out, ack{seq: i, offset: r.Offset, value: v})
 	}
 	return out
+}
+
+// produceSync is ProduceSync bounded by within. An idempotent producer
+// does not give up on a batch that may have been sent, whatever its
+// context says; a broker that never answers must fail the test, not hang
+// it.
+func produceSync(t *testing.T, cl *kgo.Client, within time.Duration, recs ...*kgo.Record) kgo.ProduceResults {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	done := make(chan kgo.ProduceResults, 1)
+	go func() { done <- cl.ProduceSync(ctx, recs...) }()
+	select {
+	case res := <-done:
+		return res
+	case <-time.After(within + 30*time.Second):
+		t.Fatalf("a produce of %d records neither succeeded nor failed within %v", len(recs), within+30*time.Second)
+		return nil
+	}
 }
 
 // endOffset is the largest acknowledged offset plus one.

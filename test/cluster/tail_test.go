@@ -33,9 +33,7 @@ func divergentTail(t *testing.T, c *testcluster.Cluster, old *testcluster.Replic
 	for i := range recs {
 		recs[i] = &kgo.Record{Topic: topic, Partition: 0, Value: []byte(fmt.Sprintf("%s-%06d", prefix, i))}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	res := one.ProduceSync(ctx, recs...)
-	cancel()
+	res := produceSync(t, one, 10*time.Second, recs...)
 	var tail []ack
 	for i, r := range res {
 		if r.Err == nil {
