@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -173,6 +174,12 @@ type conn struct {
 	// certificate, "" without one.
 	certSubject string
 	deniedLog
+
+	// mutedUntil (Unix nanoseconds) pauses the reader of a connection
+	// over its byte-rate quota; throttled remembers which kinds were
+	// logged.
+	mutedUntil atomic.Int64
+	throttled  [2]atomic.Bool
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -219,6 +226,9 @@ func (cn *conn) readLoop() error {
 	br := bufio.NewReaderSize(cn.c, 64<<10)
 	b := cn.s.b
 	for {
+		if !cn.waitMuted() {
+			return nil
+		}
 		if cn.rawSASL {
 			if more, err := cn.rawSASLStep(br); !more {
 				return err
@@ -304,6 +314,7 @@ func (cn *conn) dispatch(req protocol.Request, p *pending) {
 	start := time.Now()
 	resp, wait := cn.s.b.handle(cn, req)
 	finish := func(resp kmsg.Response) {
+		cn.throttle(req.Body, resp)
 		p.resp = resp
 		cn.s.b.stats.finished(req.Key, resp, time.Since(start))
 		close(p.done)

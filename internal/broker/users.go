@@ -36,6 +36,7 @@ type security struct {
 	superUsers map[string]struct{}
 
 	limits connLimits
+	quotas *quotas
 }
 
 // newSecurity derives the configured users' credentials. It clears the
@@ -44,6 +45,7 @@ type security struct {
 func newSecurity(b *Broker) (*security, error) {
 	s := &security{users: auth.NewStore()}
 	s.limits.max, s.limits.perIP = b.cfg.MaxConnections, b.cfg.MaxConnectionsPerIP
+	s.quotas = newQuotas(b.cfg.Quotas)
 	var err error
 	if s.tls, err = loadTLS(b.cfg.TLS); err != nil {
 		return nil, err

@@ -91,6 +91,9 @@ type Server struct {
 	// MaxConnectionsPerIP caps the client connections from one address;
 	// 0 (the default) is unlimited.
 	MaxConnectionsPerIP int
+	// Quotas caps produce and fetch byte rates per principal; nil (the
+	// default) is unlimited.
+	Quotas *Quotas
 }
 
 // Replication is the Replication block of seed 000.

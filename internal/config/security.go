@@ -67,6 +67,26 @@ type TLS struct {
 	MinVersion string
 }
 
+// Quotas are KIP-13 byte-rate quotas: a principal over its rate gets
+// answers with a throttle time and its connection is paused for that long.
+type Quotas struct {
+	// ProducerByteRate is every principal's produce rate in bytes per
+	// second, unless Principals says otherwise; 0 is unlimited.
+	ProducerByteRate int64
+	// ConsumerByteRate is every principal's fetch rate in bytes per
+	// second, unless Principals says otherwise; 0 is unlimited.
+	ConsumerByteRate int64
+	// Principals overrides both rates for principals ("User:app",
+	// "User:ANONYMOUS").
+	Principals map[string]Quota
+}
+
+// Quota is one principal's byte rates; 0 is unlimited.
+type Quota struct {
+	ProducerByteRate int64
+	ConsumerByteRate int64
+}
+
 // validateSecurity checks the users, TLS, authorization and connection
 // limit keys.
 func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
@@ -124,5 +144,22 @@ func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 	}
 	if s.MaxConnectionsPerIP < 0 {
 		bad("MaxConnectionsPerIP", "%d must not be negative (0 is unlimited)", s.MaxConnectionsPerIP)
+	}
+	if q := s.Quotas; q != nil {
+		if q.ProducerByteRate < 0 {
+			bad("Quotas.ProducerByteRate", "%d must not be negative (0 is unlimited)", q.ProducerByteRate)
+		}
+		if q.ConsumerByteRate < 0 {
+			bad("Quotas.ConsumerByteRate", "%d must not be negative (0 is unlimited)", q.ConsumerByteRate)
+		}
+		for p, pq := range q.Principals {
+			key := fmt.Sprintf("Quotas.Principals[%q]", p)
+			if name, ok := strings.CutPrefix(p, "User:"); !ok || name == "" {
+				bad(key, "must be a principal such as \"User:app\"")
+			}
+			if pq.ProducerByteRate < 0 || pq.ConsumerByteRate < 0 {
+				bad(key, "rates must not be negative (0 is unlimited)")
+			}
+		}
 	}
 }

@@ -85,3 +85,20 @@ func TestConnectionLimitKeys(t *testing.T) {
 		t.Fatalf("%+v %v", s, err)
 	}
 }
+
+func TestQuotaKeys(t *testing.T) {
+	for _, c := range []struct{ json, want string }{
+		{`{"Server": {"Quotas": {"ProducerByteRate": -1}}}`, `key "Quotas.ProducerByteRate"`},
+		{`{"Server": {"Quotas": {"ConsumerByteRate": -1}}}`, `key "Quotas.ConsumerByteRate"`},
+		{`{"Server": {"Quotas": {"Principals": {"app": {}}}}}`, `Quotas.Principals[\"app\"]`},
+		{`{"Server": {"Quotas": {"Principals": {"User:app": {"ConsumerByteRate": -5}}}}}`, `must not be negative`},
+	} {
+		if _, err := Parse([]byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want error containing %q", c.json, err, c.want)
+		}
+	}
+	s, err := Parse([]byte(`{"Server": {"Quotas": {"ProducerByteRate": 1048576, "Principals": {"User:etl": {"ProducerByteRate": 0, "ConsumerByteRate": 10485760}}}}}`))
+	if err != nil || s.Quotas.Principals["User:etl"].ConsumerByteRate != 10485760 {
+		t.Fatalf("%+v %v", s.Quotas, err)
+	}
+}
