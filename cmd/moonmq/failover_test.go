@@ -11,9 +11,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
-// replicaProc is one failover-mode replica process.
+// replicaProc is one failover-mode replica process started by hand
+// (status_test.go); new process tests use internal/testcluster.
 type replicaProc struct {
 	id                     int
 	port, mport, replicate int
@@ -39,63 +42,19 @@ func (r *replicaProc) status(t *testing.T) map[string]any {
 // TestFailoverKill9 runs three replica processes in failover mode, kills the
 // serving leader with SIGKILL while a client produces with acks=all, and
 // checks that a new leader takes over, that every acknowledged record is on
-// it exactly once, in order, and that the old leader rejoins as a follower.
+// it exactly once, in order, and that the old leader rejoins as a follower
+// and comes back into the ISR. test/cluster has the longer scenarios.
 func TestFailoverKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three broker processes and a kill -9")
 	}
-	rs := make([]*replicaProc, 3)
-	for i := range rs {
-		rs[i] = &replicaProc{id: i + 1, port: freePort(t), mport: freePort(t), replicate: freePort(t), dataDir: t.TempDir()}
-	}
-	for _, r := range rs {
-		peers := ""
-		for _, o := range rs {
-			if o != r {
-				if peers != "" {
-					peers += ","
-				}
-				peers += fmt.Sprintf(`{"Id": %d, "Address": "127.0.0.1:%d", "ClientAddress": "127.0.0.1:%d"}`, o.id, o.replicate, o.port)
-			}
-		}
-		role := "follower"
-		if r.id == 1 {
-			role = "leader"
-		}
-		extra := fmt.Sprintf(`, "Replication": {"Enabled": true, "ReplicaId": %d, "Role": %q, "ReplicateHost": "127.0.0.1",
-			"ReplicatePort": %d, "ClientAddress": "127.0.0.1:%d", "Token": "tok", "AckTimeout": 2, "IsrLagSeconds": 1,
-			"Peers": [%s], "Failover": {"Enabled": true}}`, r.id, role, r.replicate, r.port, peers)
-		r.config = writeConfig(t, r.dataDir, r.port, r.mport, extra)
-	}
-	for _, r := range rs {
-		r.p = startProc(t, r.config, r.port, r.mport)
-	}
-	serving := func(not int, within time.Duration) *replicaProc {
-		t.Helper()
-		deadline := time.Now().Add(within)
-		for time.Now().Before(deadline) {
-			for _, r := range rs {
-				if r.id == not {
-					continue
-				}
-				st := r.status(t)
-				raft, _ := st["raft"].(map[string]any)
-				if st["role"] == "leader" && raft["serving"] == true && raft["has_isr"] == true {
-					return r
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("no serving leader within %v", within)
-		return nil
-	}
-	first := serving(0, 60*time.Second)
+	// The binary TestMain built: one build per package.
+	c := testcluster.Start(t, testcluster.WithBinary(binary), testcluster.WithAckTimeout(2))
+	first := c.Leader(60 * time.Second)
 
 	const topic = "kill9"
-	cl := newClient(t, fmt.Sprintf("127.0.0.1:%d", rs[0].port),
-		kgo.SeedBrokers(fmt.Sprintf("127.0.0.1:%d", rs[0].port), fmt.Sprintf("127.0.0.1:%d", rs[1].port), fmt.Sprintf("127.0.0.1:%d", rs[2].port)),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.MetadataMinAge(100*time.Millisecond), kgo.RetryTimeout(30*time.Second))
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RetryTimeout(30*time.Second))
 	ctx := context.Background()
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 3, nil, topic); err != nil {
 		t.Fatal(err)
@@ -132,19 +91,15 @@ func TestFailoverKill9(t *testing.T) {
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	waitCount := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for count() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d records acknowledged, want %d", count(), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		c.WaitFor(60*time.Second, fmt.Sprintf("%d acknowledged records", n), func() (bool, string) {
+			return count() >= n, fmt.Sprintf("%d acknowledged", count())
+		})
 	}
 	waitCount(100)
 	killedAt := time.Now()
-	first.p.kill9(t)
-	second := serving(first.id, 60*time.Second)
-	t.Logf("replica %d serves %v after the kill", second.id, time.Since(killedAt))
+	first.Kill()
+	second := c.Leader(60*time.Second, first)
+	t.Logf("%v serves %v after the kill", second, time.Since(killedAt))
 	waitCount(count() + 100)
 	close(stop)
 	<-done
@@ -156,15 +111,8 @@ func TestFailoverKill9(t *testing.T) {
 	for off := range acked {
 		maxAcked = max(maxAcked, off)
 	}
-	var running []string
-	for _, r := range rs {
-		if r != first {
-			running = append(running, fmt.Sprintf("127.0.0.1:%d", r.port))
-		}
-	}
-	// Seeded with the running replicas: it reads from whichever leads.
-	cons := newClient(t, running[0], kgo.SeedBrokers(running...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	// Seeded with every replica: it reads from whichever leads.
+	cons := c.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	got := map[int64]string{}
 	seen := map[string]int{}
 	last := int64(-1)
@@ -191,18 +139,15 @@ func TestFailoverKill9(t *testing.T) {
 	}
 
 	// The killed leader restarts with its data and follows the new one.
-	first.p = startProc(t, first.config, first.port, first.mport)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		second = serving(first.id, 10*time.Second) // the current leader
-		st := first.status(t)
-		fol, _ := st["follower"].(map[string]any)
-		if st["role"] == "follower" && st["leader"] == float64(second.id) && fol != nil {
-			break
+	first.Start()
+	c.WaitFor(60*time.Second, "the old leader following the new one", func() (bool, string) {
+		l, _ := c.ServingLeader()
+		st, err := first.Status()
+		if l == nil || err != nil {
+			return false, fmt.Sprintf("leader %v, old leader's status error %v", l, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old leader did not rejoin as a follower: %v", st)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return st.Role == "follower" && st.Leader == int32(l.ID) && st.Follower != nil,
+			fmt.Sprintf("old leader: role %s, following %d; serving leader %v", st.Role, st.Leader, l)
+	})
+	c.WaitISR(60*time.Second, 1, 2, 3)
 }
