@@ -186,10 +186,7 @@ func (b *Broker) writeStateRecords(ctx context.Context, name string, recs []reco
 	if err != nil {
 		return err
 	}
-	if !b.waitHW(ctx, p, end, 10*time.Second) {
-		return errCommitTimeout
-	}
-	return nil
+	return b.waitOwn(ctx, p, end)
 }
 
 // stateWriteError is the Kafka error for a failed writeStateRecords.
@@ -199,6 +196,8 @@ func stateWriteError(err error) int16 {
 		return errNotLeaderOrFollower
 	case errors.Is(err, errCommitTimeout):
 		return errRequestTimedOut
+	case errors.Is(err, errBelowMinISR):
+		return errNotEnoughReplicas
 	}
 	return errKafkaStorageError
 }
