@@ -100,3 +100,19 @@ func TestLastOffset(t *testing.T) {
 		t.Fatalf("lastOffset(nil) = %d", got)
 	}
 }
+
+// TestStaticModeLeadsWithRoleLeader checks the static-mode configuration:
+// the replica given Role leader serves and acks=all reaches the others.
+func TestStaticModeLeadsWithRoleLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three broker processes")
+	}
+	c := Start(t, WithFailover(false), WithLeaderRole(2))
+	if l := c.Leader(60 * time.Second); l.ID != 2 {
+		t.Fatalf("%v leads, want replica 2", l)
+	}
+	cl := c.Client(kgo.DefaultProduceTopic("s"), kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err := cl.ProduceSync(Context(t, 60*time.Second), &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
