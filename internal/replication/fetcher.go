@@ -231,15 +231,19 @@ func (f *Fetcher) OffsetOutOfRange(epoch int32, tp TopicPartition, followerEnd, 
 }
 
 // Failed reports that the current step under epoch failed with err.
-// Transient errors and ErrUnknownLeaderEpoch retry the step after a
-// backoff; ErrNotLeader and ErrFencedLeaderEpoch mean this leader is no
-// longer the leader of a current epoch, so the fetcher waits for NewLeader.
+// Transient errors, ErrUnknownLeaderEpoch and ErrNotLeader retry the step
+// after a backoff: the replica named by the group's latest claim answers
+// NOT_LEADER until its broker has promoted itself, a moment after Raft
+// applied the claim everywhere, and a replica that is no longer the leader
+// is replaced by NewLeader when the group elects another.
+// ErrFencedLeaderEpoch means a newer epoch exists, so the fetcher waits
+// for NewLeader.
 func (f *Fetcher) Failed(epoch int32, err FetchError) Action {
 	if epoch != f.epoch || f.state == StateIdle {
 		return f.current()
 	}
 	switch err {
-	case ErrNotLeader, ErrFencedLeaderEpoch:
+	case ErrFencedLeaderEpoch:
 		f.state = StateIdle
 		return f.act(ActWait)
 	}

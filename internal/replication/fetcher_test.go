@@ -32,8 +32,8 @@ func TestFetcherLoop(t *testing.T) {
 		{"new epoch: manifest", func(f *Fetcher) Action { return f.NewLeader(2, 4) }, Action{Kind: ActFetchManifest, Leader: 2, Epoch: 4}, StateManifest},
 		{"late truncation from old epoch ignored", func(f *Fetcher) Action { return f.TruncationDone(3) }, Action{Kind: ActFetchManifest, Leader: 2, Epoch: 4}, StateManifest},
 		{"new epoch truncates again", func(f *Fetcher) Action { return f.ManifestApplied(4, "d2") }, Action{Kind: ActTruncate, Leader: 2, Epoch: 4}, StateTruncation},
-		{"not leader: wait", func(f *Fetcher) Action { return f.Failed(4, ErrNotLeader) }, Action{Kind: ActWait, Leader: 2, Epoch: 4}, StateIdle},
-		{"same leader re-announced: manifest", func(f *Fetcher) Action { return f.NewLeader(2, 4) }, Action{Kind: ActFetchManifest, Leader: 2, Epoch: 4}, StateManifest},
+		{"not leader (yet): retry", func(f *Fetcher) Action { return f.Failed(4, ErrNotLeader) }, Action{Kind: ActTruncate, Leader: 2, Epoch: 4, Backoff: true}, StateTruncation},
+		{"same leader re-announced: no restart", func(f *Fetcher) Action { return f.NewLeader(2, 4) }, Action{Kind: ActTruncate, Leader: 2, Epoch: 4}, StateTruncation},
 		{"truncation not done yet in epoch 4", func(f *Fetcher) Action { return f.ManifestApplied(4, "d2") }, Action{Kind: ActTruncate, Leader: 2, Epoch: 4}, StateTruncation},
 		{"leader lost", func(f *Fetcher) Action { return f.LeaderLost() }, Action{Kind: ActWait, Leader: 2, Epoch: 4}, StateIdle},
 	}

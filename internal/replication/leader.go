@@ -171,6 +171,12 @@ type partState struct {
 	logEnd     int64
 	durableEnd int64
 	hw         int64
+	// epochStart is the leader's log end when the partition was first
+	// reported in this epoch. Every record committed before the epoch is
+	// below it, while the high watermark may still be lower (it starts
+	// from what this replica knew, the log start after a restart), so a
+	// follower is not in sync before it has reached it (KAFKA-7128).
+	epochStart int64
 	appeared   time.Time
 	hasAppear  bool
 }
@@ -272,7 +278,7 @@ func (l *Leader) AppendLocal(tp TopicPartition, logEnd, durableEnd int64) {
 	}
 	p := l.parts[tp]
 	if p == nil {
-		p = &partState{}
+		p = &partState{epochStart: logEnd}
 		if l.haveNow {
 			p.appeared, p.hasAppear = l.now, true
 		}
@@ -594,15 +600,16 @@ func (l *Leader) lagging(f *followerState) bool {
 }
 
 // inSyncForExpand reports whether a follower outside the ISR may be
-// proposed in: it has fetched this epoch, reached the high watermark on
-// every partition, and is not lagging (so it is not shrunk at once).
+// proposed in: it has fetched this epoch, reached the high watermark and
+// the leader's log end at the start of the epoch on every partition, and
+// is not lagging (so it is not shrunk at once).
 func (l *Leader) inSyncForExpand(f *followerState) bool {
 	if !f.seen || l.lagging(f) {
 		return false
 	}
 	for tp, p := range l.parts {
 		rp := f.pos[tp]
-		if rp == nil || rp.offset < p.hw {
+		if rp == nil || rp.offset < max(p.hw, p.epochStart) {
 			return false
 		}
 	}

@@ -46,7 +46,8 @@ func TestHighWatermarkRules(t *testing.T) {
 		{"leader durable end caps", []int32{1, 2, 3}, 10, 4, nil, []fetch{{2, 10}, {3, 10}}, 4, false, 3},
 		{"fetch past log end is clamped", []int32{1, 2}, 10, 10, nil, []fetch{{2, 50}}, 10, false, 2},
 		{"unknown ISR member holds", []int32{1, 2, 3}, 10, 10, nil, []fetch{{2, 10}}, 0, false, 3},
-		{"follower at HW expands and counts at once", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {3, 1}}, 1, false, 3},
+		{"follower at the epoch start expands and counts at once", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {3, 10}}, 8, false, 3},
+		{"follower at HW but below the epoch start stays out", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {3, 1}}, 8, false, 2},
 		{"a lower fetch is the position (lost records)", []int32{1, 2}, 10, 10, nil, []fetch{{2, 8}, {2, 3}}, 3, false, 2},
 		{"leader alone, minISR 1", []int32{1}, 10, 9, nil, nil, 9, false, 1},
 		{"leader alone, minISR 2 holds", []int32{1}, 10, 10, []Option{WithMinISR(2)}, nil, 0, true, 1},
@@ -194,6 +195,9 @@ func TestShrinkUnderMinISRStopsHW(t *testing.T) {
 func TestExpandNeedsEveryPartitionAtHW(t *testing.T) {
 	l := NewLeader()
 	l.Configure([]int32{1, 2, 3}, 1, []int32{1, 2}, 5)
+	// Empty at the start of the epoch, then written.
+	l.AppendLocal(tp0, 0, 0)
+	l.AppendLocal(tp1, 0, 0)
 	l.AppendLocal(tp0, 10, 10)
 	l.AppendLocal(tp1, 10, 10)
 	l.FollowerFetch(2, tp0, 10, t0)
@@ -218,7 +222,7 @@ func TestExpandNeedsEveryPartitionAtHW(t *testing.T) {
 
 func TestProposalFailedAllowsRetry(t *testing.T) {
 	l := newGroup(t, []int32{1, 2}, 10)
-	l.FollowerFetch(3, tp0, 0, t0)
+	l.FollowerFetch(3, tp0, 10, t0)
 	ps := l.Proposals()
 	if len(ps) != 1 || !ps[0].Expand {
 		t.Fatalf("proposals = %+v", ps)

@@ -3,6 +3,7 @@ package raftgroup
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 
@@ -76,6 +77,26 @@ func newCore(cfg *Config) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Apply what the disk says is committed before anyone reads the
+	// state. Raft would only hand these entries over in its first Ready;
+	// meanwhile the Node publishes the snapshot's state, possibly epochs
+	// old, and the broker follows the leader it names, whose answer to
+	// the truncation question can remove records committed since.
+	applied := snap.GetMetadata().GetIndex()
+	hs, _, err := ms.InitialState()
+	if err != nil {
+		return nil, err
+	}
+	if commit := hs.GetCommit(); commit > applied {
+		ents, err := ms.Entries(applied+1, commit+1, math.MaxUint64)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			st = st.apply(e)
+		}
+		applied = commit
+	}
 	c := &core{
 		self:          cfg.ID,
 		members:       members,
@@ -87,7 +108,7 @@ func newCore(cfg *Config) (*core, error) {
 		electionTicks: cfg.ElectionTicks,
 		ms:            ms,
 		state:         st,
-		applied:       snap.GetMetadata().GetIndex(),
+		applied:       applied,
 		lead:          raft.None,
 		heard:         map[int32]uint64{},
 		unclean:       cfg.UncleanRestart,
@@ -127,7 +148,7 @@ func (c *core) tick() {
 	if c.unclean {
 		if c.uncleanTicks--; c.uncleanTicks <= 0 {
 			c.logger.Warn("replication raft: no catch-up with a leader since the unclean restart; standing for election on this replica's own data")
-			c.unclean = false
+			c.endUnclean()
 		}
 	}
 	if c.handOff && c.raftState == raft.StateLeader {
@@ -173,8 +194,20 @@ func (c *core) proposeISR(ch replication.ISRChange) error {
 
 // clearUnclean ends the unclean-restart restriction.
 func (c *core) clearUnclean() {
-	c.unclean = false
+	c.endUnclean()
 	c.process()
+}
+
+// endUnclean lifts the unclean-restart restriction. A Raft leader that
+// started handing leadership off because of it judges its eligibility
+// again: otherwise it would go on handing off for the rest of its term,
+// to nobody when no other member is eligible, and the group would never
+// serve.
+func (c *core) endUnclean() {
+	if c.unclean {
+		c.unclean = false
+		c.ledTerm = 0
+	}
 }
 
 // candidacy is what this replica knows for the eligibility rules, judged

@@ -45,18 +45,18 @@ var (
 const (
 	// sysFixExpandBelowEpochStart: replication.Leader may propose a
 	// follower into the ISR below the leader's epoch start (KAFKA-7128).
-	sysFixExpandBelowEpochStart = true
+	sysFixExpandBelowEpochStart = false
 	// sysFixStaleStateOnStart: a restarted core publishes its snapshot's
 	// group state before re-applying its committed entries, and the broker
 	// follows a leader of an older epoch meanwhile.
-	sysFixStaleStateOnStart = true
+	sysFixStaleStateOnStart = false
 	// sysFixIdleAfterNotLeader: a follower answered NOT_LEADER by the
 	// leader of its epoch before that leader has promoted itself stays
 	// idle for the rest of the epoch.
-	sysFixIdleAfterNotLeader = true
+	sysFixIdleAfterNotLeader = false
 	// sysFixUncleanHandOff: a Raft leader handing off because it
 	// restarted uncleanly keeps handing off after the restriction ends.
-	sysFixUncleanHandOff = true
+	sysFixUncleanHandOff = false
 )
 
 func sysEnvInt(name string, def int64) int64 {

@@ -138,8 +138,9 @@ type Status struct {
 	LastError string `json:"lastError,omitempty"`
 	// Unauthorized is set while the leader rejects the token (401).
 	Unauthorized bool `json:"unauthorized,omitempty"`
-	// Fenced is set when the leader answered FENCED_LEADER_EPOCH or
-	// NOT_LEADER: the follower waits for SetLeader.
+	// Fenced is set when the leader answered FENCED_LEADER_EPOCH: the
+	// follower waits for SetLeader. (NOT_LEADER is retried: the replica
+	// the group names may not have promoted itself yet.)
 	Fenced bool `json:"fenced,omitempty"`
 	// Fetches counts successful fetches.
 	Fetches int64 `json:"fetches"`
@@ -408,7 +409,7 @@ func (f *Follower) failed(ctx context.Context, epoch int32, what string, err err
 	f.setStatus(func(s *Status) {
 		s.LastError = what + ": " + err.Error()
 		s.Unauthorized = he != nil && he.status == http.StatusUnauthorized
-		s.Fenced = kind == replication.ErrFencedLeaderEpoch || kind == replication.ErrNotLeader
+		s.Fenced = kind == replication.ErrFencedLeaderEpoch
 	})
 	return f.fetcher.Failed(epoch, kind)
 }
