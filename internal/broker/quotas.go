@@ -172,8 +172,10 @@ func (cn *conn) throttle(req kmsg.Request, resp kmsg.Response) {
 // see who is throttled without a line per request.
 func (cn *conn) throttleLog(kind quotaKind, d time.Duration) {
 	if cn.throttled[kind].CompareAndSwap(false, true) {
+		// No client id here: this may run on a handler's goroutine
+		// while the reader still sets it.
 		cn.log.Info("client throttled by its byte-rate quota", "principal", cn.aclPrincipal(), "kind", kind.String(),
-			"throttle", d, "quota_bytes_per_second", cn.s.b.sec.quotas.limit(cn.aclPrincipal(), kind), "client_id", cn.client)
+			"throttle", d, "quota_bytes_per_second", cn.s.b.sec.quotas.limit(cn.aclPrincipal(), kind))
 	}
 }
 

@@ -150,7 +150,6 @@ func (cn *conn) rawSASLStep(br *bufio.Reader) (more bool, err error) {
 func (cn *conn) loggedIn() {
 	cn.user = cn.session.User()
 	cn.log.Info("client logged in", "user", cn.user, "mechanism", cn.session.Mechanism(), "client_id", cn.client)
-	cn.log = cn.log.With("user", cn.user)
 	cn.session = nil
 }
 

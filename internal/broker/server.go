@@ -215,7 +215,7 @@ func (s *Server) serveConn(c net.Conn) {
 	// (and Server.Close does not return) until they have.
 	cn.waits.Wait()
 	if reason != nil {
-		cn.log.Warn("closed client connection", "reason", reason.Error(), "client_id", cn.client)
+		cn.log.Warn("closed client connection", "reason", reason.Error(), "client_id", cn.client, "principal", cn.aclPrincipal())
 	} else {
 		cn.log.Debug("client disconnected")
 	}
