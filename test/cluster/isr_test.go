@@ -47,6 +47,45 @@ func TestPausedFollowerLeavesISRAndReturns(t *testing.T) {
 	checkAcked(t, readPartition(t, c, topic, 0, end), acks)
 }
 
+// TestPausedLeaderIsReplacedAndStepsDown pauses the serving leader with
+// SIGSTOP under acks=all load (a hung machine whose sockets stay open):
+// the others elect a leader that serves; after SIGCONT the old leader
+// must step down, follow the new one and rejoin the ISR, and every
+// acknowledged record must be there exactly once, in order.
+func TestPausedLeaderIsReplacedAndStepsDown(t *testing.T) {
+	skipShort(t)
+	c := testcluster.Start(t)
+	const topic = "hung"
+	l := c.WaitISR(isrWithin, 1, 2, 3)
+	createTopic(t, c, topic, 1, nil)
+	// A paused broker keeps its connections open and answers nothing:
+	// only the client's request timeout ends a request in flight to it.
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(3*time.Second), kgo.RequestTimeoutOverhead(2*time.Second))
+	load := startLoad(t, cl, topic, 0, "v", 30*time.Second)
+	load.waitMore(50, readWithin)
+
+	l.Pause()
+	paused := time.Now()
+	l2 := c.Leader(electWithin, l)
+	t.Logf("%v serves %v after %v was paused", l2, time.Since(paused).Round(time.Millisecond), l)
+	load.waitMore(50, readWithin)
+
+	l.Resume()
+	c.WaitFor(electWithin, "the old leader following the new one", func() (bool, string) {
+		st, err := l.Status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.Role == "follower" && st.Leader == int32(l2.ID), fmt.Sprintf("old leader: role %s, leader %d", st.Role, st.Leader)
+	})
+	c.WaitISR(isrWithin, 1, 2, 3)
+	load.waitMore(20, readWithin)
+	acks := load.Stop()
+	end := listEnd(t, c.Admin(), topic, 0)
+	waitCaughtUp(t, c, topic, 1, end)
+	checkAcked(t, readPartition(t, c, topic, 0, end), acks)
+}
+
 func mustStatus(t *testing.T, r *testcluster.Replica) testcluster.Status {
 	t.Helper()
 	st, err := r.Status()
