@@ -1,5 +1,6 @@
 // Package metrics owns the operator HTTP endpoints on the metrics port:
-// /stats (JSON), /metrics (Prometheus), /health/live, /health/ready and
+// the status page at / (with /stats/history behind its charts), /stats
+// (JSON), /metrics (Prometheus), /health/live, /health/ready and
 // /debug/pprof.
 //
 // It only reads what its Source hands it; it may not reach into the broker
@@ -28,6 +29,9 @@ type Source struct {
 	Registry *prometheus.Registry
 	// Ready reports whether the broker serves clients.
 	Ready func() bool
+	// HistoryEvery is how often the status page's throughput history is
+	// sampled; 0 means every 5 s.
+	HistoryEvery time.Duration
 }
 
 // Server is a running metrics endpoint.
@@ -35,11 +39,19 @@ type Server struct {
 	srv  *http.Server
 	ln   net.Listener
 	done chan struct{}
+	// stop ends the history sampler; sampled is closed when it has.
+	stop    context.CancelFunc
+	sampled chan struct{}
 }
 
-// Handler returns the endpoints as an http.Handler.
-func Handler(src Source) http.Handler {
+// Handler returns the endpoints as an http.Handler. Its /stats/history is
+// empty: Serve keeps the history.
+func Handler(src Source) http.Handler { return handler(src, nil) }
+
+func handler(src Source, hist *history) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", serveStatusPage)
+	mux.HandleFunc("GET /stats/history", serveHistory(hist))
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -68,11 +80,20 @@ func Handler(src Source) http.Handler {
 
 // Serve starts the endpoints on ln. Close stops them.
 func Serve(ln net.Listener, src Source, log *slog.Logger) *Server {
-	s := &Server{
-		srv:  &http.Server{Handler: Handler(src), ReadHeaderTimeout: 10 * time.Second},
-		ln:   ln,
-		done: make(chan struct{}),
+	hist := newHistory()
+	every := src.HistoryEvery
+	if every <= 0 {
+		every = historyEvery
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Server{
+		srv:     &http.Server{Handler: handler(src, hist), ReadHeaderTimeout: 10 * time.Second},
+		ln:      ln,
+		done:    make(chan struct{}),
+		stop:    stop,
+		sampled: make(chan struct{}),
+	}
+	go func() { defer close(s.sampled); hist.run(ctx, src, every) }()
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -87,6 +108,9 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Close stops the server and waits for it.
 func (s *Server) Close() error {
+	// The sampler reads the broker: it stops before Close returns.
+	s.stop()
+	<-s.sampled
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
