@@ -112,6 +112,8 @@ type options struct {
 	logTail      int
 	server       map[string]any
 	replication  map[string]any
+	mapAddr      func(Link) string
+	env          func(id int) []string
 }
 
 // WithReplicas sets the group size (default 3). One replica runs a single
@@ -163,6 +165,40 @@ func WithServer(key string, value any) Option {
 func WithReplication(key string, value any) Option {
 	return func(o *options) { o.replication[key] = value }
 }
+
+// LinkKind tells the two kinds of connection a configuration names apart.
+type LinkKind int
+
+const (
+	// ReplicationLink is replica From's connections to replica To's
+	// replication port (Raft, shipping, status polls).
+	ReplicationLink LinkKind = iota
+	// ClientLink is Kafka clients' connections to replica To's client
+	// port; From is 0, because every replica advertises one address for
+	// each member, whoever asks.
+	ClientLink
+)
+
+// Link is one directed connection that a configuration names an address
+// for.
+type Link struct {
+	Kind     LinkKind
+	From, To int
+}
+
+// WithAddressMapper makes the configurations name f(link) instead of the
+// replica's own port wherever one replica addresses another
+// (Peers[].Address for a ReplicationLink) or advertises a client address
+// (ClientAddress and Peers[].ClientAddress for a ClientLink). A fault
+// harness returns the address of a proxy it controls; an empty answer keeps
+// the real address. f is called by New, after every replica's ports are
+// chosen and before any process starts.
+func WithAddressMapper(f func(Link) string) Option { return func(o *options) { o.mapAddr = f } }
+
+// WithEnv adds f(id) to the environment of replica id's process, asked
+// again at every start, so a harness can run one start of a replica in a
+// test-only mode and the next one without it.
+func WithEnv(f func(id int) []string) Option { return func(o *options) { o.env = f } }
 
 // Cluster is a group of broker processes owned by one test.
 type Cluster struct {
@@ -260,7 +296,9 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 		var peers []map[string]any
 		for _, p := range c.Replicas {
 			if p != r {
-				peers = append(peers, map[string]any{"Id": p.ID, "Address": p.ReplicateAddr(), "ClientAddress": p.ClientAddr()})
+				peers = append(peers, map[string]any{"Id": p.ID,
+					"Address":       c.linkAddr(Link{ReplicationLink, r.ID, p.ID}, p.ReplicateAddr()),
+					"ClientAddress": c.linkAddr(Link{ClientLink, 0, p.ID}, p.ClientAddr())})
 			}
 		}
 		role := "follower"
@@ -269,7 +307,7 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 		}
 		repl := map[string]any{
 			"Enabled": true, "ReplicaId": r.ID, "Role": role,
-			"ReplicateHost": "127.0.0.1", "ReplicatePort": r.ReplicatePort, "ClientAddress": r.ClientAddr(),
+			"ReplicateHost": "127.0.0.1", "ReplicatePort": r.ReplicatePort, "ClientAddress": c.linkAddr(Link{ClientLink, 0, r.ID}, r.ClientAddr()),
 			"Token": o.token, "AckTimeout": o.ackTimeout, "IsrLagSeconds": o.isrLag,
 			"Peers": peers, "Failover": map[string]any{"Enabled": o.failover},
 		}
@@ -285,6 +323,17 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 		s[k] = v
 	}
 	return s
+}
+
+// linkAddr is the address the configurations name for l: the mapper's
+// answer, or real when there is no mapper or it has none.
+func (c *Cluster) linkAddr(l Link, real string) string {
+	if c.opts.mapAddr != nil {
+		if a := c.opts.mapAddr(l); a != "" {
+			return a
+		}
+	}
+	return real
 }
 
 func freePort(t testing.TB) int {
@@ -454,6 +503,12 @@ func (r *Replica) spawn() {
 	w := &readyWriter{f: f, ready: make(chan struct{})}
 	cmd := exec.Command(r.c.binary, "serve", "--config", r.ConfigPath)
 	cmd.Stdout, cmd.Stderr = w, w
+	if r.c.opts.env != nil {
+		if extra := r.c.opts.env(r.ID); len(extra) > 0 {
+			cmd.Env = append(os.Environ(), extra...)
+			fmt.Fprintf(f, "=== testcluster: environment %s ===\n", strings.Join(extra, " "))
+		}
+	}
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()
