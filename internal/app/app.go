@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 
 	"github.com/moonmq/moonmq/internal/broker"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/metrics"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
 
 // Instance is a running broker with its listeners.
@@ -30,6 +32,15 @@ type Instance struct {
 // Start opens the data directory, recovers it, and starts listening.
 func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instance, error) {
 	opts = append([]broker.Option{broker.WithLogger(log)}, opts...)
+	// The fault harness's power-loss mode (internal/chaos); a caller's own
+	// WithFS, later in opts, still wins.
+	if lossy, err := vfs.FromTestEnv(os.Getenv(vfs.LoseUnsyncedEnv)); err != nil {
+		return nil, err
+	} else if lossy != nil {
+		log.Warn("TEST MODE: unsynced writes are kept in process memory and lost when the process dies; never use this in production",
+			"env", vfs.LoseUnsyncedEnv, "value", os.Getenv(vfs.LoseUnsyncedEnv))
+		opts = append([]broker.Option{broker.WithFS(lossy)}, opts...)
+	}
 	b, err := broker.New(cfg, opts...)
 	if err != nil {
 		return nil, err
