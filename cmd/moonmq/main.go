@@ -102,6 +102,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	log := slog.New(h)
 	slog.SetDefault(log)
 	in, err := app.Start(cfg, log)
+	// The broker keeps salted credentials only; drop this copy's plain
+	// passwords so they do not sit in memory for the life of the process.
+	for i := range cfg.Users {
+		cfg.Users[i].Password = ""
+	}
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1

@@ -70,7 +70,7 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 		in.metrics = metrics.Serve(mln, metrics.Source{
 			Stats:    func() any { return b.Snapshot() },
 			Registry: b.Registry(),
-			Ready:    func() bool { return true },
+			Ready:    b.Ready,
 		}, log)
 	}
 	host, port := b.Advertised()

@@ -479,7 +479,10 @@ func (r *replica) tickLeader(ctx context.Context, now time.Time, log *slog.Logge
 // watermark of each internal topic covers its log end, so nothing the
 // previous leader acknowledged is missed.
 func (b *Broker) rebuildLeaderState(ctx context.Context) error {
-	for _, name := range []string{offsetsTopic, producerIDsTopic, txnStateTopic} {
+	// Users and ACLs apply themselves as their high watermarks move
+	// (statelog.go); waiting for them here means no request is judged
+	// with credentials or ACLs older than the group committed.
+	for _, name := range []string{offsetsTopic, producerIDsTopic, txnStateTopic, usersTopic, aclsTopic} {
 		t := b.lookup(name)
 		if t == nil {
 			continue

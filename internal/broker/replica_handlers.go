@@ -132,6 +132,14 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 // the request has under the same name (topics, partitions, groups,
 // resources...) gets one entry per request entry, carrying the entry's
 // identifying fields (those with the same name and type).
+// mirrorAliases names, for a response field, the request fields that may
+// list its entries when the request's own field of that name is absent or
+// empty.
+var mirrorAliases = map[string][]string{
+	"Topics":            {"TopicNames"},
+	"TransactionStates": {"TransactionalIDs"},
+}
+
 func mirror(req, resp reflect.Value, code int16) {
 	rt := resp.Type()
 	for i := 0; i < rt.NumField(); i++ {
@@ -146,9 +154,18 @@ func mirror(req, resp reflect.Value, code int16) {
 		}
 		var rq reflect.Value
 		if req.Kind() == reflect.Struct {
-			rq = req.FieldByName(f.Name)
-			if !rq.IsValid() && f.Name == "Topics" {
-				rq = req.FieldByName("TopicNames")
+			// The request's list may go by another name (DeleteTopics
+			// v0-5 sends TopicNames, v6+ Topics; DescribeTransactions
+			// asks for TransactionalIDs and answers TransactionStates):
+			// take the first candidate that holds entries.
+			for _, name := range append([]string{f.Name}, mirrorAliases[f.Name]...) {
+				c := req.FieldByName(name)
+				if !c.IsValid() {
+					continue
+				}
+				if !rq.IsValid() || rq.Kind() == reflect.Slice && rq.Len() == 0 {
+					rq = c
+				}
 			}
 		}
 		if !rq.IsValid() {

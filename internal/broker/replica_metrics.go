@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -64,4 +65,19 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.lagSeconds, prometheus.GaugeValue, now.Sub(f.LastFetch).Seconds(), id)
 		}
 	}
+}
+
+// Ready reports what /health/ready answers: a single node is ready once
+// started; a replica is ready while it serves clients as the leader, or
+// as a follower while it is in the in-sync set (so a rolling restart waits
+// for each replica to catch up before taking down the next one).
+func (b *Broker) Ready() bool {
+	r := b.repl
+	if r == nil {
+		return true
+	}
+	if r.lead.Load() {
+		return true
+	}
+	return slices.Contains(r.groupISR(), r.self)
 }

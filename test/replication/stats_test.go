@@ -94,4 +94,49 @@ func TestStatsAndMetricsShowReplication(t *testing.T) {
 			t.Fatalf("replica %d /metrics lacks moonmq_replication_leader 0", n.id)
 		}
 	}
+
+	// /health/ready: the serving leader and followers in the ISR are
+	// ready, and stay so when another follower leaves the ISR.
+	ready := func(n *node) int {
+		resp, err := http.Get("http://" + n.in.MetricsAddr() + "/health/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, n := range ns {
+		if code := ready(n); code != http.StatusOK {
+			t.Fatalf("replica %d /health/ready %d while serving or in the ISR", n.id, code)
+		}
+	}
+	var out *node
+	for _, n := range ns {
+		if n != leader {
+			out = n
+			break
+		}
+	}
+	out.stop()
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var st struct {
+			Replication struct {
+				ISR []int32 `json:"isr"`
+			} `json:"replication"`
+		}
+		_ = json.Unmarshal([]byte(get(leader, "/stats")), &st)
+		if len(st.Replication.ISR) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d never left the ISR: %v", out.id, st.Replication.ISR)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range ns {
+		if n != out && ready(n) != http.StatusOK {
+			t.Fatalf("replica %d not ready after replica %d left the ISR", n.id, out.id)
+		}
+	}
 }
