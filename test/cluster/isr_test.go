@@ -263,7 +263,7 @@ func TestFiveReplicasSurviveLeaderAndFollowerKill(t *testing.T) {
 	l := c.WaitISR(isrWithin, 1, 2, 3, 4, 5)
 	createTopic(t, c, topic, 1, nil)
 	load := startLoad(t, c.Client(kgo.RequiredAcks(kgo.AllISRAcks())), topic, 0, "v", 30*time.Second)
-	load.waitMore(100, readWithin)
+	load.waitMore(50, readWithin)
 
 	f := c.Others(l)[0]
 	killed := time.Now()
@@ -271,7 +271,7 @@ func TestFiveReplicasSurviveLeaderAndFollowerKill(t *testing.T) {
 	f.Kill()
 	l2 := c.Leader(electWithin, l, f)
 	t.Logf("%v serves %v after the kill of %v (leader) and %v", l2, time.Since(killed).Round(time.Millisecond), l, f)
-	load.waitMore(100, readWithin)
+	load.waitMore(50, readWithin)
 	var rest []int
 	for _, r := range c.Others(l, f) {
 		rest = append(rest, r.ID)
