@@ -47,8 +47,10 @@ type sysStats struct {
 	// asked (KIP-279's case: the leader never had the follower's latest
 	// epoch).
 	olderEpochAnswers int
-	// How often each workaround for a known bug changed the run.
-	withheld, staleStarts, notLeaderRetries, handOffsRedone int
+	// notLeaderAnswers counts NOT_LEADER answers to followers (the
+	// replica named by the latest claim had not promoted itself yet, or
+	// no longer leads).
+	notLeaderAnswers int
 }
 
 func (c *sysChecker) init(w *sysWorld) {

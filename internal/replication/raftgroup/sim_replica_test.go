@@ -133,11 +133,6 @@ type sysReplica struct {
 	leader  int32 // r.leader
 	fepoch  int32 // r.fepoch
 	parked  []*sysParked
-	// epochStart and fetched serve the workaround for the known bug of
-	// replication.Leader (sysWorkaround7128): the log ends at promotion,
-	// and each follower's latest fetch position per partition.
-	epochStart []int64
-	fetched    map[int32][]int64
 
 	// Follower state (shipping.Follower).
 	fetcher *replication.Fetcher
@@ -323,15 +318,6 @@ func (r *sysReplica) start() {
 	}
 	c.onApply = func(index uint64, st GroupState) { w.ck.onApply(id, index, st) }
 	r.core = c
-	if sysFixStaleStateOnStart && !w.cfg.Strict {
-		// The fix: apply what the disk says is committed before the
-		// state is published (Node.run publishes first).
-		before := c.state.Epoch
-		c.process()
-		if c.state.Epoch != before {
-			w.ck.stats.staleStarts++
-		}
-	}
 	// NewNode publishes the status the core was loaded with; the Node's
 	// first tick and the drive loop's first tick come one interval later,
 	// in either order.
@@ -353,32 +339,11 @@ func (r *sysReplica) start() {
 func (r *sysReplica) scheduleTick(d time.Duration) {
 	r.after(d, func() {
 		if !r.noTick {
-			unclean := r.core.unclean
 			r.core.tick()
-			if unclean && !r.core.unclean {
-				r.uncleanEnded()
-			}
 			r.notice()
 		}
 		r.scheduleTick(sysTick)
 	})
-}
-
-// uncleanEnded stands in for the fix of a bug in the core
-// (sysFixUncleanHandOff): a Raft leader that started handing leadership
-// off because it had restarted uncleanly keeps handing off for the rest of
-// its term once the restriction ends, to nobody if no other member is
-// eligible, and the group never serves. The fix has it judge its
-// eligibility again.
-func (r *sysReplica) uncleanEnded() {
-	if !sysFixUncleanHandOff || r.w.cfg.Strict {
-		return
-	}
-	if r.core.handOff {
-		r.w.ck.stats.handOffsRedone++
-	}
-	r.core.ledTerm = 0
-	r.core.process()
 }
 
 func (r *sysReplica) scheduleDrive(d time.Duration) {
@@ -428,7 +393,6 @@ func (r *sysReplica) noteCatchUp(p int, hw int64) {
 	r.unclean = false
 	r.w.tracef("r%d caught up after its unclean restart", r.id)
 	r.core.clearUnclean()
-	r.uncleanEnded()
 	r.notice()
 }
 
@@ -614,11 +578,6 @@ func (r *sysReplica) promote(st Status) {
 	}
 	r.ldr, r.leader, r.fepoch = ldr, r.id, 0
 	r.isrSeen = isr
-	r.epochStart = make([]int64, len(r.logs))
-	for p, l := range r.logs {
-		r.epochStart[p] = l.EndOffset()
-	}
-	r.fetched = map[int32][]int64{}
 	r.w.tracef("r%d leads epoch %d, isr %v, hw %v", r.id, st.Epoch, isr, r.hw)
 }
 
@@ -658,9 +617,6 @@ func (r *sysReplica) tickLeader() {
 		props = append(props, replication.ISRChange{Epoch: r.ldr.Epoch(), ISR: slices.Clone(r.isrSeen), Replica: r.id, Expand: true})
 	}
 	for _, c := range props {
-		if r.prematureExpand(c) {
-			continue
-		}
 		err := r.core.proposeISR(c)
 		r.notice()
 		r.w.tracef("r%d proposes ISR %v (replica %d expand %v): %v", r.id, c.ISR, c.Replica, c.Expand, err)
@@ -679,32 +635,6 @@ func (r *sysReplica) tickLeader() {
 	}
 	r.raiseAll()
 	r.w.cl.sweep(r)
-}
-
-// prematureExpand is the simulation's stand-in for the fix of a bug it
-// found in replication.Leader (sysFixExpandBelowEpochStart): the
-// Leader proposes a follower into the ISR once it has reached the high
-// watermark, but a new leader's high watermark can be below records
-// acknowledged in an earlier epoch (it restarts from what this replica
-// knew: the log start after a restart), so the follower may lack them and
-// could then be elected (KAFKA-7128). Until the Leader also requires the
-// leader's log end at the start of its epoch, the simulation withholds such
-// a proposal as a fixed Leader would not make it (ProposalFailed: it was
-// never proposed). With -sim.strict it does not, and the bug shows.
-func (r *sysReplica) prematureExpand(c replication.ISRChange) bool {
-	if !sysFixExpandBelowEpochStart || r.w.cfg.Strict || !c.Expand || c.Replica == r.id {
-		return false
-	}
-	pos := r.fetched[c.Replica]
-	for p := range r.logs {
-		if pos == nil || pos[p] < r.epochStart[p] {
-			r.w.ck.stats.withheld++
-			r.w.tracef("r%d withholds the expand of r%d: below the epoch start %v (workaround)", r.id, c.Replica, r.epochStart)
-			r.ldr.ProposalFailed(c)
-			return true
-		}
-	}
-	return false
 }
 
 func (r *sysReplica) raiseAll() {

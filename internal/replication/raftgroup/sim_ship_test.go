@@ -62,10 +62,6 @@ func (r *sysReplica) serveFetch(m *sysMsg) {
 	for _, pos := range m.pos {
 		l := r.logs[pos.part]
 		if pos.off >= l.StartOffset() && pos.off <= l.EndOffset() && r.ldr != nil {
-			if r.fetched[m.from] == nil {
-				r.fetched[m.from] = make([]int64, len(r.logs))
-			}
-			r.fetched[m.from][pos.part] = max(r.fetched[m.from][pos.part], pos.off)
 			r.ldr.FollowerFetch(m.from, r.tp(pos.part), pos.off, r.wall())
 			r.raiseHW(pos.part, r.ldr.HighWatermark(r.tp(pos.part)), l.DurableEnd())
 		}
@@ -331,14 +327,10 @@ func (r *sysReplica) onAnswer(m *sysMsg) {
 	a := r.act
 	if m.err != 0 {
 		r.trunc = nil
-		e := m.err
-		if e == replication.ErrNotLeader && sysFixIdleAfterNotLeader && !r.w.cfg.Strict {
-			// The fix: the replica named by the latest claim may not have
-			// promoted itself yet; retry as for UNKNOWN_LEADER_EPOCH.
-			e = replication.ErrUnknownLeaderEpoch
-			r.w.ck.stats.notLeaderRetries++
+		if m.err == replication.ErrNotLeader {
+			r.w.ck.stats.notLeaderAnswers++
 		}
-		r.next(r.fetcher.Failed(a.Epoch, e))
+		r.next(r.fetcher.Failed(a.Epoch, m.err))
 		return
 	}
 	switch m.kind {

@@ -98,9 +98,6 @@ type sysConfig struct {
 	// history checker). It shows that what the invariants flag turns
 	// into lost acknowledged records.
 	EndToEnd bool
-	// Strict turns off the workarounds for known bugs (see
-	// sysFixExpandBelowEpochStart and its siblings).
-	Strict bool
 	// CompactEvery overrides how many applied Raft entries a core keeps
 	// before compacting them into its snapshot (default 8).
 	CompactEvery int

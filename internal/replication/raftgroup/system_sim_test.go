@@ -6,7 +6,7 @@ package raftgroup
 //	go test ./internal/replication/raftgroup -run 'TestSystemSim$'                 # the default seeds
 //	go test ./internal/replication/raftgroup -run 'TestSystemSim$' -sim.seeds=2000 -sim.first=1000
 //	go test ./internal/replication/raftgroup -run 'TestSystemSim$' -sim.seed=417 -v   # replay one, with its trace
-//	go test ./internal/replication/raftgroup -run 'TestSystemSim' -sim.strict -v      # without the bug stand-ins
+//	go test ./internal/replication/raftgroup -run 'TestSystemSimKnownBugs' -v         # regressions of the bugs it found
 //
 // The environment variables MOONMQ_SIM_SEED, MOONMQ_SIM_SEEDS and
 // MOONMQ_SIM_FIRST do the same as the flags.
@@ -31,32 +31,8 @@ var (
 	sysFlagFirst   = flag.Int64("sim.first", 1, "first seed TestSystemSim runs")
 	sysFlagSteps   = flag.Int("sim.steps", 0, "events in each seed's chaos phase (default 3000)")
 	sysFlagTrace   = flag.Int("sim.trace", 120, "trace lines printed for a failing seed")
-	sysFlagStrict  = flag.Bool("sim.strict", false, "random seeds and known-bug scripts without the stand-ins for unfixed bugs' fixes")
 	sysFlagMaxFail = flag.Int("sim.maxfail", 3, "stop TestSystemSim after this many failed seeds")
 	sysFlagShow    = flag.Bool("sim.show", false, "log the trace of every scripted scenario, passed or not")
-)
-
-// Workarounds for bugs the simulation found in the code it drives, each
-// reported with a fix in docs/RELIABILITY.md. They keep the random runs
-// useful (and the default run green) until the fixes land; -sim.strict
-// turns them off, and the scripted scenario of each bug runs without them.
-// Each one stands in, in the simulation's glue, for its proposed fix;
-// remove it once the fix is in.
-const (
-	// sysFixExpandBelowEpochStart: replication.Leader may propose a
-	// follower into the ISR below the leader's epoch start (KAFKA-7128).
-	sysFixExpandBelowEpochStart = false
-	// sysFixStaleStateOnStart: a restarted core publishes its snapshot's
-	// group state before re-applying its committed entries, and the broker
-	// follows a leader of an older epoch meanwhile.
-	sysFixStaleStateOnStart = false
-	// sysFixIdleAfterNotLeader: a follower answered NOT_LEADER by the
-	// leader of its epoch before that leader has promoted itself stays
-	// idle for the rest of the epoch.
-	sysFixIdleAfterNotLeader = false
-	// sysFixUncleanHandOff: a Raft leader handing off because it
-	// restarted uncleanly keeps handing off after the restriction ends.
-	sysFixUncleanHandOff = false
 )
 
 func sysEnvInt(name string, def int64) int64 {
@@ -70,8 +46,7 @@ func sysEnvInt(name string, def int64) int64 {
 // min.insync.replicas 1 or a majority, configured roles, silent removal.
 func sysConfigFor(seed int64, steps int) sysConfig {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x636f6e66))
-	cfg := sysConfig{Replicas: 3, Partitions: 2, Steps: steps, Faults: true, Clients: true, Silent: rng.IntN(4) != 0,
-		Strict: *sysFlagStrict}
+	cfg := sysConfig{Replicas: 3, Partitions: 2, Steps: steps, Faults: true, Clients: true, Silent: rng.IntN(4) != 0}
 	if rng.IntN(4) == 0 {
 		cfg.Replicas = 5
 	}
@@ -135,11 +110,7 @@ func sysReport(t *testing.T, seed int64, cfg sysConfig, w *sysWorld) string {
 	if r.failure != w.failure || r.failAt != w.failAt {
 		fmt.Fprintf(&b, "REPLAY DIFFERS (the run is not deterministic): step %d: %s\n", r.failAt, r.failure)
 	}
-	strict := ""
-	if cfg.Strict {
-		strict = " -sim.strict"
-	}
-	fmt.Fprintf(&b, "replay: go test ./internal/replication/raftgroup -run 'TestSystemSim$' -sim.seed=%d -sim.steps=%d%s -v\n", seed, cfg.Steps, strict)
+	fmt.Fprintf(&b, "replay: go test ./internal/replication/raftgroup -run 'TestSystemSim$' -sim.seed=%d -sim.steps=%d -v\n", seed, cfg.Steps)
 	fmt.Fprintf(&b, "last %d steps:\n", len(r.trace))
 	for _, l := range r.traceLines() {
 		b.WriteString("  ")
@@ -182,10 +153,6 @@ func TestSystemSim(t *testing.T) {
 		total.reads += s.reads
 		total.epochs += s.epochs
 		total.truncations += s.truncations
-		total.withheld += s.withheld
-		total.staleStarts += s.staleStarts
-		total.notLeaderRetries += s.notLeaderRetries
-		total.handOffsRedone += s.handOffsRedone
 		if w.failure != "" {
 			failed++
 			t.Errorf("%s", sysReport(t, seed, cfg, w))
@@ -202,10 +169,6 @@ func TestSystemSim(t *testing.T) {
 	}
 	t.Logf("%d seeds from %d: %d steps, %.0fs virtual, %d epochs, %d acknowledged records, %d records read, %d truncations in %v",
 		n, first, nsteps, float64(virt)/1000, total.epochs, total.acked, total.reads, total.truncations, time.Since(start).Round(time.Millisecond))
-	if !*sysFlagStrict {
-		t.Logf("workarounds for known bugs used: %d premature ISR expands withheld, %d restarts with a stale group state caught up, %d NOT_LEADER answers retried, %d hand-offs judged again after an unclean restart ended",
-			total.withheld, total.staleStarts, total.notLeaderRetries, total.handOffsRedone)
-	}
 }
 
 // TestSystemSimCatchesInjectedBugs shows that the simulation can fail: each
