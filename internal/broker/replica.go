@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -118,6 +119,9 @@ type replica struct {
 	srv  *http.Server
 	ln   net.Listener
 	done chan struct{}
+	// tls is Replication.TLS loaded (nil: plain HTTP), for the listener
+	// and every request to a peer.
+	tls *replTLS
 }
 
 // staticReplication reports whether cfg asks for static replication.
@@ -170,7 +174,7 @@ func (r *replica) forget(p *partition) {
 	delete(r.pos, p)
 	delete(r.epochStart, p)
 	if r.ldr != nil {
-		r.ldr.SetMinISR(lkey(p), 0)
+		r.ldr.RemovePartition(lkey(p))
 	}
 	r.mu.Unlock()
 }
@@ -394,6 +398,10 @@ func (r *replica) endpoint(id int32) (string, int32, bool) {
 // start listens on the replication port and, on a follower, starts
 // finding the leader and copying its logs.
 func (r *replica) start(ctx context.Context) (err error) {
+	// Before anything runs: a wrong file stops the start naming its key.
+	if r.tls, err = loadReplicationTLS(r.cfg.TLS); err != nil {
+		return err
+	}
 	// The histories as storage recovered them: a crash may have left the
 	// file behind its partitions' own.
 	if err := r.epochs.write(); err != nil {
@@ -414,12 +422,20 @@ func (r *replica) start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("listen for replication on %s: %w (change Replication.ReplicatePort)", addr, err)
 	}
+	if r.tls != nil {
+		// The Token is still checked on every request, over TLS.
+		ln = tls.NewListener(ln, r.tls.server)
+	}
 	r.ln = ln
 	log := r.b.log.With("component", "replication")
 	mux := http.NewServeMux()
 	mux.Handle("/replication/", shipping.Handler(source{r}, r.cfg.Token, shipping.WithLogger(log)))
 	mux.HandleFunc(PathStatus, r.serveStatus)
-	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// net/http reports failed handshakes (a peer with another CA, a
+	// plain HTTP client) through ErrorLog; they go to the broker's log,
+	// at most one a minute per address, as a misconfigured peer retries
+	// many times a second.
+	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: serverErrorLog(log)}
 	if r.failover {
 		if err := r.startFailover(ctx, mux, log); err != nil {
 			_ = ln.Close()
@@ -433,7 +449,7 @@ func (r *replica) start(ctx context.Context) (err error) {
 		log.Info("static replication: leading", "replicate", ln.Addr().String(), "replicas", r.ids, "lag_max", r.cfg.LagMax)
 		return nil
 	}
-	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, Logger: log}, sink{r})
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.clientConfig(), Logger: log}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		_ = ln.Close()
 		return err
@@ -551,9 +567,19 @@ func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
 // and keeps polling the leader's status for its ISR.
 func (r *replica) findLeader(ctx context.Context) {
 	client := &http.Client{Timeout: 2 * time.Second}
+	if tc := r.tls.clientConfig(); tc != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc.Clone()
+		client.Transport = tr
+	}
+	defer client.CloseIdleConnections()
+	scheme := r.tls.scheme() + "://"
+	// A peer's TLS failure is logged when it starts or changes: it is a
+	// misconfiguration (other failures are a peer that is down).
+	tlsLogged := map[int]string{}
 	get := func(addr string) (statusDoc, error) {
 		var d statusDoc
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+PathStatus, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+addr+PathStatus, nil)
 		if err != nil {
 			return d, err
 		}
@@ -575,6 +601,13 @@ func (r *replica) findLeader(ctx context.Context) {
 	for {
 		for _, p := range r.cfg.Peers {
 			d, err := get(p.Address)
+			if why, bad := raftgroup.TLSFailure(err); bad && why != tlsLogged[p.Id] && ctx.Err() == nil {
+				r.b.log.Warn("static replication: TLS with a peer failed; every replica needs Replication.TLS with the same CA (ClientCAFile) and a certificate it signed",
+					"peer", p.Id, "address", p.Address, "err", why)
+				tlsLogged[p.Id] = why
+			} else if err == nil {
+				delete(tlsLogged, p.Id)
+			}
 			if err != nil || d.Role != "leader" || d.ReplicaID != int32(p.Id) {
 				continue
 			}

@@ -453,6 +453,19 @@ func (l *Leader) UnderMinISR() bool {
 	return !l.cfg.static && l.settledISRSize() < l.cfg.minISR
 }
 
+// RemovePartition forgets a deleted partition: its positions no longer
+// count, and followers that stopped fetching it do not lag because of it
+// (otherwise every follower would leave the ISR after a topic deletion and
+// never come back, as the partition never catches up again).
+func (l *Leader) RemovePartition(tp TopicPartition) {
+	delete(l.parts, tp)
+	delete(l.minISR, tp)
+	for _, f := range l.followers {
+		delete(f.pos, tp)
+	}
+	l.maybePropose()
+}
+
 // SetMinISR sets tp's minimum ISR size (its topic's min.insync.replicas),
 // overriding the group default of WithMinISR; n < 1 restores the default.
 // The setting outlives Configure, so it may be given before tp is reported

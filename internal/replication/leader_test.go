@@ -453,3 +453,30 @@ func TestLostRecordsLeaveISR(t *testing.T) {
 		t.Fatalf("pending %+v (%v), want expand of 3", c, ok)
 	}
 }
+
+// TestDeletedPartitionDoesNotShrinkISR: followers stop fetching a deleted
+// partition; it must not make them lag (found by test/cluster: the ISR
+// shrank to the leader alone after every topic deletion).
+func TestDeletedPartitionDoesNotShrinkISR(t *testing.T) {
+	l := NewLeader(WithIsrLag(time.Second))
+	l.Configure([]int32{1, 2, 3}, 1, []int32{1, 2, 3}, 1)
+	a, b := TopicPartition{Topic: "a/1"}, TopicPartition{Topic: "b/2"}
+	t0 := time.Unix(1000, 0)
+	l.Tick(t0)
+	l.AppendLocal(a, 5, 5)
+	l.AppendLocal(b, 5, 5)
+	for _, f := range []int32{2, 3} {
+		l.FollowerFetch(f, a, 5, t0)
+		l.FollowerFetch(f, b, 5, t0)
+	}
+	l.RemovePartition(a)
+	for now := t0; now.Before(t0.Add(3 * time.Second)); now = now.Add(100 * time.Millisecond) {
+		l.Tick(now)
+		for _, f := range []int32{2, 3} {
+			l.FollowerFetch(f, b, 5, now)
+		}
+		if ps := l.Proposals(); len(ps) > 0 {
+			t.Fatalf("at +%v: %+v", now.Sub(t0), ps)
+		}
+	}
+}
