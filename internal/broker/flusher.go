@@ -40,15 +40,35 @@ func (f *flusher) markDirty(p *partition) {
 	}
 }
 
+// markDirtyLazy schedules p for the next sync without starting one: the
+// write rides along with the next pass another write starts, or the idle
+// tick's.
+func (f *flusher) markDirtyLazy(p *partition) {
+	f.mu.Lock()
+	f.dirty[p] = struct{}{}
+	f.mu.Unlock()
+	if f.b.repl != nil {
+		p.wake()
+	}
+}
+
+// lazyFlushEvery bounds how long a lazily marked write stays unsynced when
+// nothing else is written.
+const lazyFlushEvery = 50 * time.Millisecond
+
 // maxParallelSyncs bounds the fsyncs one pass runs at once.
 const maxParallelSyncs = 16
 
 func (f *flusher) run(ctx context.Context) {
+	tick := time.NewTicker(lazyFlushEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-f.kick:
+			f.syncAll()
+		case <-tick.C:
 			f.syncAll()
 		}
 	}

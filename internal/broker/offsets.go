@@ -372,6 +372,18 @@ func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 // in step with it, and schedules it for the next group commit. It returns
 // the offset after the batch: what durability must reach.
 func (b *Broker) appendOwn(p *partition, batch []byte) (int64, error) {
+	return b.appendOwnSync(p, batch, true)
+}
+
+// appendOwnLazy is appendOwn for a write nobody waits for and whose loss
+// recovery repairs (a transaction's Complete* record): it is synced with
+// the next write that is waited for, or by the flusher's idle tick, rather
+// than in a pass of its own that the next produce would queue behind.
+func (b *Broker) appendOwnLazy(p *partition, batch []byte) (int64, error) {
+	return b.appendOwnSync(p, batch, false)
+}
+
+func (b *Broker) appendOwnSync(p *partition, batch []byte, kick bool) (int64, error) {
 	// Internal writes are acks=all writes: refused before the append while
 	// p's ISR is below min.insync.replicas, as Kafka's coordinators are.
 	if b.notEnoughReplicas(p, b.minISROf(p)) {
@@ -395,7 +407,11 @@ func (b *Broker) appendOwn(p *partition, batch []byte) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	b.flush.markDirty(p)
+	if kick {
+		b.flush.markDirty(p)
+	} else {
+		b.flush.markDirtyLazy(p)
+	}
 	return h.LastOffset() + 1, nil
 }
 

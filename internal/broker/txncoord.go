@@ -219,6 +219,10 @@ func (c *txnCoordinator) writeState(ctx context.Context, e *txnEntry, m *txn.Met
 // waiting, returning the offset durability must reach. The caller holds
 // e.mu.
 func (c *txnCoordinator) appendState(e *txnEntry, m *txn.Metadata) (*partition, int64, error) {
+	return c.appendStateWith(e, m, c.b.appendOwn)
+}
+
+func (c *txnCoordinator) appendStateWith(e *txnEntry, m *txn.Metadata, appendOwn func(*partition, []byte) (int64, error)) (*partition, int64, error) {
 	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
 	if err != nil {
 		return nil, 0, err
@@ -229,12 +233,18 @@ func (c *txnCoordinator) appendState(e *txnEntry, m *txn.Metadata) (*partition, 
 	if err != nil {
 		return nil, 0, err
 	}
-	end, err := c.b.appendOwn(p, batch)
+	end, err := appendOwn(p, batch)
 	if err != nil {
 		return nil, 0, err
 	}
 	e.stateEnd = end
 	return p, end, nil
+}
+
+// appendStateLazy is appendState for a record nobody waits for (see
+// appendOwnLazy).
+func (c *txnCoordinator) appendStateLazy(e *txnEntry, m *txn.Metadata) (*partition, int64, error) {
+	return c.appendStateWith(e, m, c.b.appendOwnLazy)
 }
 
 // transition writes m and then publishes it.
@@ -307,7 +317,7 @@ func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry, also ...produc
 	// The outcome is already durable (Prepare* state and markers), so the
 	// Complete* record need not be waited for: if it is lost, recovery
 	// finds the Prepare* state and completes again, which is idempotent.
-	if _, _, err := c.appendState(e, done); err != nil {
+	if _, _, err := c.appendStateLazy(e, done); err != nil {
 		return err
 	}
 	c.install(e, done)
