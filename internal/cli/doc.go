@@ -4,7 +4,8 @@
 // view of seed 002).
 //
 // It touches nothing but HTTP and Kafka clients: it reads a config file to
-// learn addresses and the token, asks a running broker, and prints. The
+// learn addresses, the token and the replication port's TLS, asks a running
+// broker, and prints. The
 // formatting is pure functions over decoded structs (FormatStatus,
 // FormatStats, FormatTopics) so it is tested without sockets; Status and
 // Topic do the asking.

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,7 +12,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,14 +28,17 @@ const PathStatus = "/replication/status"
 const PathStats = "/stats"
 
 // StatusUsage is the usage text of `moonmq status`.
-const StatusUsage = `usage: moonmq status [--config FILE] [--addr HOST:PORT] [--token T] [--metrics HOST:PORT] [--json] [--timeout D]
+const StatusUsage = `usage: moonmq status [--config FILE] [--addr HOST:PORT] [--token T] [--cacert FILE [--cert FILE --key FILE]] [--metrics HOST:PORT] [--json] [--timeout D]
 
 Prints a broker's replication status (GET /replication/status on its
 replication port): role, leader, epoch, ISR, Raft term and commit index,
 per-follower lag on a leader, log-shipping state on a follower. With
---config the addresses and the token come from the broker's config file;
-flags override. On a broker without replication it prints the metrics
-port's /stats instead.
+--config the addresses, the token and the replication port's TLS
+(Replication.TLS) come from the broker's config file; flags override.
+Without a config, --cacert asks a TLS replication port (https), and
+--cert/--key give the client certificate a port with RequireClientCert
+wants. On a broker without replication it prints the metrics port's
+/stats instead.
 `
 
 // Status runs `moonmq status` and returns the process exit code: 0 when
@@ -44,6 +51,9 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "", "the replication port, HOST:PORT (default: Replication.ReplicateHost:ReplicatePort of --config)")
 	token := fs.String("token", "", "the replication token (default: Replication.Token of --config)")
 	metrics := fs.String("metrics", "", "the metrics port, HOST:PORT, for follower lag and single-node stats (default: from --config, else 127.0.0.1:9100)")
+	cacert := fs.String("cacert", "", "PEM CA that signed the replication port's certificate; asks it over TLS (default: Replication.TLS.ClientCAFile of --config)")
+	certFile := fs.String("cert", "", "PEM client certificate, for a replication port with RequireClientCert (default: Replication.TLS.CertFile of --config when it requires one)")
+	keyFile := fs.String("key", "", "PEM private key of --cert")
 	raw := fs.Bool("json", false, "print the status object as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the broker")
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +69,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tokenSet := false
 	fs.Visit(func(f *flag.Flag) { tokenSet = tokenSet || f.Name == "token" })
 
-	t := statusTarget{addr: *addr, token: *token, metrics: *metrics}
+	t := statusTarget{addr: *addr, token: *token, metrics: *metrics, scheme: "http"}
 	cfg := config.Default()
 	if *path != "" {
 		var err error
@@ -68,6 +78,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	tc := tlsFiles{ca: *cacert, cert: *certFile, key: *keyFile, caFrom: "--cacert", certFrom: "--cert/--key"}
 	if r := cfg.Replication; r != nil && r.Enabled {
 		if t.addr == "" {
 			t.addr = dialAddr(r.ReplicateHost, r.ReplicatePort)
@@ -75,6 +86,26 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !tokenSet {
 			t.token = r.Token
 		}
+		if rt := r.TLS; rt != nil {
+			if tc.ca == "" {
+				tc.ca, tc.caFrom = rt.ClientCAFile, "Replication.TLS.ClientCAFile of "+*path
+			}
+			// The broker's own certificate is its client certificate
+			// towards its peers; it is loaded only where the port
+			// requires one, as its key may not be readable by whoever
+			// runs this.
+			if rt.RequireClientCert && tc.cert == "" && tc.key == "" {
+				tc.cert, tc.key, tc.certFrom = rt.CertFile, rt.KeyFile, "Replication.TLS.CertFile/KeyFile of "+*path
+			}
+		}
+	}
+	clientTLS, err := tc.load()
+	if err != nil {
+		fmt.Fprintln(stderr, "moonmq status:", err)
+		return 2
+	}
+	if clientTLS != nil {
+		t.scheme = "https"
 	}
 	if t.metrics == "" && cfg.MetricsPort != 0 {
 		t.metrics = dialAddr(cfg.MetricsHost, cfg.MetricsPort)
@@ -83,6 +114,12 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c := &http.Client{}
+	if clientTLS != nil {
+		// Used for https URLs only: the metrics port stays plain HTTP.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = clientTLS
+		c.Transport = tr
+	}
 	if t.addr == "" {
 		why := "the default configuration has none; pass --config FILE, or --addr HOST:PORT --token T, to ask a replication group"
 		if *path != "" {
@@ -91,7 +128,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return singleNode(ctx, c, t, why, *raw, stdout, stderr)
 	}
 
-	body, err := get(ctx, c, t.addr, PathStatus, t.token, replicationPort)
+	body, err := get(ctx, c, t.scheme, t.addr, PathStatus, t.token, replicationPort)
 	if err != nil {
 		fmt.Fprintln(stderr, "moonmq status:", err)
 		return 1
@@ -109,7 +146,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if d.Role == "leader" && t.metrics != "" {
 		// Best effort: without the leader's log ends the followers'
 		// positions still print, only the lag is missing.
-		if sb, err := get(ctx, c, t.metrics, PathStats, "", metricsPort); err == nil {
+		if sb, err := get(ctx, c, "http", t.metrics, PathStats, "", metricsPort); err == nil {
 			var s Stats
 			if json.Unmarshal(sb, &s) == nil {
 				v.Logs = s.LogRanges()
@@ -132,6 +169,45 @@ var (
 
 type statusTarget struct {
 	addr, token, metrics string
+	// scheme of the replication port: https when it is asked over TLS.
+	scheme string
+}
+
+// tlsFiles are the PEM files for asking a TLS replication port, with where
+// each came from (a flag or the config) for error messages.
+type tlsFiles struct {
+	ca, cert, key    string
+	caFrom, certFrom string
+}
+
+// load builds the client TLS configuration, nil when no file is given
+// (plain HTTP).
+func (f tlsFiles) load() (*tls.Config, error) {
+	if f.ca == "" && f.cert == "" && f.key == "" {
+		return nil, nil
+	}
+	if (f.cert == "") != (f.key == "") {
+		return nil, errors.New("--cert and --key go together: the client certificate and its private key")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, fmt.Errorf("the CA (%s): %w", f.caFrom, err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the CA (%s): %s holds no PEM certificate", f.caFrom, f.ca)
+		}
+	}
+	if f.cert != "" {
+		cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("the client certificate (%s): %w", f.certFrom, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // singleNode reports a broker that runs without replication: what its
@@ -141,7 +217,7 @@ func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string,
 		fmt.Fprintf(stderr, "moonmq status: replication is off (%s), and the metrics port is off (Server.MetricsPort 0): nothing to ask; pass --metrics HOST:PORT, or see partitions with `moonmq topic describe`\n", why)
 		return 1
 	}
-	body, err := get(ctx, c, t.metrics, PathStats, "", metricsPort)
+	body, err := get(ctx, c, "http", t.metrics, PathStats, "", metricsPort)
 	if err != nil {
 		fmt.Fprintf(stderr, "moonmq status: replication is off (%s); asking the metrics port instead: %v\n", why, err)
 		return 1
@@ -167,10 +243,10 @@ func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string,
 	return 0
 }
 
-// get fetches http://addr+path and turns every failure into a sentence
+// get fetches scheme://addr+path and turns every failure into a sentence
 // that says what to do.
-func get(ctx context.Context, c *http.Client, addr, path, token string, what port) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+func get(ctx context.Context, c *http.Client, scheme, addr, path, token string, what port) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("bad address %q: %w (want HOST:PORT)", addr, err)
 	}
@@ -193,13 +269,28 @@ func get(ctx context.Context, c *http.Client, addr, path, token string, what por
 		return nil, fmt.Errorf("%s%s: wrong or missing token: pass --token or --config (the broker's Replication.Token)", addr, path)
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("%s has no %s: is it the %s? (%s)", addr, path, what.name, what.from)
+	case http.StatusBadRequest:
+		if bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+			return nil, fmt.Errorf("the %s at %s serves TLS: pass --cacert FILE (the CA of its certificate, the broker's Replication.TLS.ClientCAFile), or --config with the broker's Replication.TLS", what.name, addr)
+		}
 	}
 	return nil, fmt.Errorf("%s%s answered %s: %s", addr, path, resp.Status, bytes.TrimSpace(body))
 }
 
 func explainDial(err error, addr string, what port) error {
-	var ne net.Error
+	var (
+		ne   net.Error
+		verr *tls.CertificateVerificationError
+	)
 	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("the certificate of %s is not trusted: %v (--cacert, or Replication.TLS.ClientCAFile of --config, must be the CA that signed it, and the address must be a name or IP it carries)", addr, verr.Err)
+	// The server's alert reaches a TCP client as a "remote error" with
+	// no exported type to match.
+	case strings.Contains(err.Error(), "remote error: tls: certificate required"), strings.Contains(err.Error(), "remote error: tls: bad certificate"):
+		return fmt.Errorf("%s refused the TLS handshake: it requires a client certificate signed by its CA (Replication.TLS.RequireClientCert): pass --cert FILE --key FILE (%v)", addr, err)
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("the %s at %s serves plain HTTP, not TLS: leave out --cacert/--cert, or check Replication.TLS in the config (%s)", what.name, addr, what.from)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("nothing listens on %s: is the broker running? (or check its %s: %s)", addr, what.name, what.from)
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

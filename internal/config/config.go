@@ -115,6 +115,11 @@ type Replication struct {
 	// IsrLagSeconds is how long a follower may stay behind the log end
 	// before it is proposed out of the ISR.
 	IsrLagSeconds float64
+	// TLS serves the replication port over HTTPS and makes this replica
+	// dial its peers over HTTPS; nil is plain HTTP. Every replica of a
+	// group must have it, or none (see TLS for how the keys are used).
+	// The Token still applies.
+	TLS *TLS
 }
 
 // Peer is another member of the replication group.
@@ -392,6 +397,15 @@ func (r *Replication) validate(s *Server) []error {
 	}
 	if r.IsrLagSeconds < 0 {
 		bad("IsrLagSeconds", "%v must not be negative", r.IsrLagSeconds)
+	}
+	if t := r.TLS; t != nil {
+		t.validate("TLS", "the replication port", bad)
+		// The client side must verify the peers' certificates: without
+		// a CA it would either trust the system roots (any public
+		// certificate for the peer's name) or nothing.
+		if t.ClientCAFile == "" && !t.RequireClientCert {
+			bad("TLS.ClientCAFile", "must be set: on the replication port it is the group's CA, which verifies the peers' certificates")
+		}
 	}
 	ids := map[int]bool{r.ReplicaId: true}
 	addrs := map[string]bool{r.ClientAddress: true}

@@ -50,7 +50,16 @@ func (c ScramCredential) Credential() (auth.Credential, error) {
 	return out, out.Validate()
 }
 
-// TLS is the client port's TLS configuration. Files are PEM.
+// TLS is the TLS configuration of the client port (Server.TLS) or of the
+// replication port (Replication.TLS). Files are PEM.
+//
+// On the replication port every replica is both a server and a client of
+// its peers, so the one block serves both sides: CertFile/KeyFile are the
+// listener's certificate and, when a peer requires one, the client
+// certificate; ClientCAFile is the group's CA, which verifies the peers'
+// server certificates and (with RequireClientCert) their client
+// certificates. One CA for the group keeps the replicas' blocks identical
+// apart from their own certificate, which is what makes them agree.
 type TLS struct {
 	// CertFile is the broker's certificate chain, leaf first.
 	CertFile string
@@ -65,6 +74,26 @@ type TLS struct {
 	// MinVersion is the oldest TLS version accepted: "1.2" (default) or
 	// "1.3".
 	MinVersion string
+}
+
+// validate checks a TLS block given under key (with what names the port
+// it serves, for the messages). The replication port adds its own rules
+// (Replication.validate).
+func (t *TLS) validate(key, what string, bad func(key, format string, args ...any)) {
+	if t.CertFile == "" {
+		bad(key+".CertFile", "must be set: the PEM certificate chain %s presents", what)
+	}
+	if t.KeyFile == "" {
+		bad(key+".KeyFile", "must be set: the PEM private key of the certificate in CertFile")
+	}
+	if t.RequireClientCert && t.ClientCAFile == "" {
+		bad(key+".ClientCAFile", "must be set when RequireClientCert is true: it names the CAs client certificates must chain to")
+	}
+	switch t.MinVersion {
+	case "", "1.2", "1.3":
+	default:
+		bad(key+".MinVersion", "%q must be 1.2 or 1.3", t.MinVersion)
+	}
 }
 
 // Quotas are KIP-13 byte-rate quotas: a principal over its rate gets
@@ -119,20 +148,7 @@ func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 		}
 	}
 	if t := s.TLS; t != nil {
-		if t.CertFile == "" {
-			bad("TLS.CertFile", "must be set: the PEM certificate chain the client port presents")
-		}
-		if t.KeyFile == "" {
-			bad("TLS.KeyFile", "must be set: the PEM private key of TLS.CertFile")
-		}
-		if t.RequireClientCert && t.ClientCAFile == "" {
-			bad("TLS.ClientCAFile", "must be set when RequireClientCert is true: it names the CAs client certificates must chain to")
-		}
-		switch t.MinVersion {
-		case "", "1.2", "1.3":
-		default:
-			bad("TLS.MinVersion", "%q must be 1.2 or 1.3", t.MinVersion)
-		}
+		t.validate("TLS", "the client port", bad)
 	}
 	for i, p := range s.SuperUsers {
 		if name, ok := strings.CutPrefix(p, "User:"); !ok || name == "" {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -88,8 +91,19 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// QueueSize bounds each peer's queue; a full queue drops (default 128).
 	QueueSize int
-	// Scheme is "http" (default) or "https".
+	// Scheme is "http" (default, or "https" when TLS is set).
 	Scheme string
+	// TLS, when set, is the client side of the replication port's TLS
+	// (Replication.TLS): the CA that verifies the peers and this replica's
+	// certificate for peers that require one. It is used when Client is
+	// nil and makes Scheme default to "https".
+	TLS *tls.Config
+	// Logger, when set, gets a line when a peer link fails for a TLS
+	// reason (a certificate the CA does not sign, a peer that refuses
+	// ours, one side without TLS): a misconfiguration that would
+	// otherwise only show as a peer that never answers. Other failures
+	// stay silent: a dead peer is normal in a failover group.
+	Logger *slog.Logger
 }
 
 // HTTPTransport sends Raft messages to peers with POST MessagePath, one
@@ -113,9 +127,17 @@ func NewHTTPTransport(cfg HTTPConfig) *HTTPTransport {
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
+		if cfg.TLS != nil {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = cfg.TLS.Clone()
+			cfg.Client.Transport = tr
+		}
 	}
 	if cfg.Scheme == "" {
 		cfg.Scheme = "http"
+		if cfg.TLS != nil {
+			cfg.Scheme = "https"
+		}
 	}
 	t := &HTTPTransport{cfg: cfg, queues: map[uint64]chan *pb.Message{}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -123,7 +145,7 @@ func NewHTTPTransport(cfg HTTPConfig) *HTTPTransport {
 		q := make(chan *pb.Message, cfg.QueueSize)
 		t.queues[uint64(id)] = q
 		t.wg.Add(1)
-		go t.sender(fmt.Sprintf("%s://%s%s", cfg.Scheme, addr, MessagePath), q)
+		go t.sender(id, fmt.Sprintf("%s://%s%s", cfg.Scheme, addr, MessagePath), q)
 	}
 	return t
 }
@@ -148,29 +170,51 @@ func (t *HTTPTransport) Close() {
 	t.wg.Wait()
 }
 
-func (t *HTTPTransport) sender(url string, q chan *pb.Message) {
+// tlsRelog is how often a TLS failure that persists unchanged is logged
+// again: once is easy to miss, every heartbeat would flood the log.
+const tlsRelog = time.Minute
+
+func (t *HTTPTransport) sender(peer int32, url string, q chan *pb.Message) {
 	defer t.wg.Done()
+	// The TLS failure last logged for this peer and when: one line when
+	// it starts or changes, one when the link works again.
+	var logged string
+	var loggedAt time.Time
 	for {
 		select {
 		case <-t.ctx.Done():
 			return
 		case m := <-q:
-			t.post(url, m)
+			err := t.post(url, m)
+			if t.cfg.Logger == nil || t.ctx.Err() != nil {
+				continue
+			}
+			why, isTLS := TLSFailure(err)
+			switch {
+			case isTLS && (why != logged || time.Since(loggedAt) >= tlsRelog):
+				t.cfg.Logger.Warn("replication: TLS with a peer failed; every replica needs Replication.TLS with the same CA (ClientCAFile) and a certificate it signed",
+					"peer", peer, "url", url, "err", why)
+				logged, loggedAt = why, time.Now()
+			case err == nil && logged != "":
+				t.cfg.Logger.Info("replication: TLS with a peer works again", "peer", peer)
+				logged = ""
+			}
 		}
 	}
 }
 
-// post delivers one message; failures are dropped (Raft retries).
-func (t *HTTPTransport) post(url string, m *pb.Message) {
+// post delivers one message; failures are dropped (Raft retries) and
+// returned for the TLS log.
+func (t *HTTPTransport) post(url string, m *pb.Message) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	if err != nil {
-		return
+		return err
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
 	if t.cfg.Token != "" {
@@ -178,8 +222,54 @@ func (t *HTTPTransport) post(url string, m *pb.Message) {
 	}
 	resp, err := t.cfg.Client.Do(req)
 	if err != nil {
-		return
+		return err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte(plainToTLS)) {
+		return errPlainToTLS
+	}
+	return nil
+}
+
+// plainToTLS is what Go's HTTPS server answers a plain HTTP request with
+// (status 400).
+const plainToTLS = "Client sent an HTTP request to an HTTPS server"
+
+// errPlainToTLS is a plain HTTP request answered by a TLS port.
+var errPlainToTLS = errors.New("the peer's replication port serves TLS, this replica sent plain HTTP (it has no Replication.TLS)")
+
+// TLSFailure reports whether err, from a request to a peer's replication
+// port, failed for a TLS reason, and says which in a sentence. Such
+// failures are configuration mistakes worth a log line, unlike refused
+// connections and timeouts.
+func TLSFailure(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	var (
+		verr *tls.CertificateVerificationError
+		rec  tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, errPlainToTLS):
+		return err.Error(), true
+	case errors.As(err, &verr):
+		return "the peer's certificate does not verify against Replication.TLS.ClientCAFile: " + verr.Err.Error(), true
+	case errors.As(err, &rec):
+		return "the peer's replication port does not speak TLS (it has no Replication.TLS)", true
+	}
+	// net/http turns a plain HTTP answer to a TLS handshake into an
+	// error of its own, and the peer's alert comes as a "remote error":
+	// neither has a type to match.
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		return "the peer's replication port does not speak TLS (it has no Replication.TLS)", true
+	case strings.Contains(msg, "remote error: tls:"):
+		return "the peer refused the handshake (" + msg + "): does it trust another CA, or require a client certificate this replica's CertFile cannot be (clientAuth)?", true
+	case strings.Contains(msg, "tls: "):
+		return msg, true
+	}
+	return "", false
 }

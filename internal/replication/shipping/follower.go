@@ -3,6 +3,7 @@ package shipping
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,12 @@ type FollowerConfig struct {
 	// Client is the HTTP client; nil selects one with dial and header
 	// timeouts. Requests are bounded by contexts either way.
 	Client *http.Client
+	// TLS, when set, is the client side of the replication port's TLS
+	// (Replication.TLS): it verifies the leader's certificate and offers
+	// this replica's when the leader requires one. It is used by the
+	// client selected when Client is nil, and leader addresses given as
+	// host:port are dialled with https.
+	TLS *tls.Config
 	// MaxBytes bounds the record bytes asked for per fetch (default 8 MiB).
 	MaxBytes int32
 	// MaxWait is the long-poll the follower asks for (default 500ms).
@@ -122,6 +129,9 @@ func (c *FollowerConfig) defaults() {
 		tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 		tr.ResponseHeaderTimeout = c.MaxWait + c.RequestTimeout
 		tr.MaxIdleConnsPerHost = 4
+		if c.TLS != nil {
+			tr.TLSClientConfig = c.TLS.Clone()
+		}
 		c.Client = &http.Client{Transport: tr}
 	}
 }
@@ -223,12 +233,17 @@ func (f *Follower) Stop() {
 	<-done
 }
 
-// SetLeader starts following the leader id at addr ("host:port" or a base
-// URL) in epoch. A request in flight to the previous leader is abandoned.
-// An epoch older than the one followed is ignored.
+// SetLeader starts following the leader id at addr ("host:port", dialled
+// with https when FollowerConfig.TLS is set, else http; or a base URL) in
+// epoch. A request in flight to the previous leader is abandoned. An epoch
+// older than the one followed is ignored.
 func (f *Follower) SetLeader(id int32, addr string, epoch int32) {
 	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+		scheme := "http://"
+		if f.cfg.TLS != nil {
+			scheme = "https://"
+		}
+		addr = scheme + addr
 	}
 	f.steer(&leaderTarget{id: id, addr: strings.TrimRight(addr, "/"), epoch: epoch})
 }
@@ -462,6 +477,11 @@ func (f *Follower) call(ctx context.Context, epoch int32, method, path string, r
 	}
 	if int64(len(b)) > f.cfg.MaxResponseBytes {
 		return nil, fmt.Errorf("shipping: response larger than %d bytes", f.cfg.MaxResponseBytes)
+	}
+	if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("HTTP request to an HTTPS server")) {
+		// Go's HTTPS server answers plain HTTP so: a configuration
+		// mismatch, not a transient failure of the leader.
+		return nil, errors.New("the leader's replication port serves TLS, this replica sent plain HTTP (it has no Replication.TLS)")
 	}
 	if resp.StatusCode != http.StatusOK {
 		he := &httpError{status: resp.StatusCode, name: http.StatusText(resp.StatusCode), epoch: -1}
