@@ -1,0 +1,17 @@
+// Package chaos is the fault-injection harness of issue 5, tier 2: it
+// owns the userspace TCP proxies in front of every replication and client
+// link, the seeded fault schedules and their execution, the client
+// workloads whose every operation goes into a checker.History, the final
+// dump of every replica's logs, and the report (an HTML page with the
+// fault timeline, throughput, latency, failovers and every anomaly).
+//
+// It touches brokers only from the outside: through their processes
+// (internal/testcluster: signals, restarts), their sockets (proxies,
+// Kafka clients, GET /replication/status) and their files (segment
+// corruption and log dumps of stopped replicas). Power-loss crashes use
+// the brokers' test-only storage mode (vfs.LoseUnsyncedEnv), switched on
+// per process start through the environment.
+//
+// Run is tied to testing.TB because the processes are (testcluster); the
+// tests in test/chaos are its commands.
+package chaos

@@ -1,0 +1,65 @@
+package chaos
+
+import (
+	"fmt"
+
+	"github.com/moonmq/moonmq/internal/checker"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/testcluster"
+)
+
+// dumpReplica reads every partition of topics from a stopped replica's
+// data directory. hw is the final high watermark to report for each
+// partition (by "topic/partition"); leader marks the final leader's dumps.
+func dumpReplica(r *testcluster.Replica, topics map[string]int32, hw map[string]int64, leader bool) ([]checker.Dump, []string) {
+	var out []checker.Dump
+	var problems []string
+	for t, n := range topics {
+		for p := range n {
+			data, start, _, err := r.ReadLog(t, p)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("replica %d: read %s/%d: %v", r.ID, t, p, err))
+				continue
+			}
+			recs, err := decodeWithControl(data)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("replica %d: decode %s/%d: %v", r.ID, t, p, err))
+			}
+			h, ok := hw[fmt.Sprintf("%s/%d", t, p)]
+			if !ok {
+				h = -1
+			}
+			out = append(out, checker.Dump{Replica: fmt.Sprint(r.ID), Topic: t, Partition: p, LogStart: start,
+				Records: recs, HW: h, Leader: leader})
+		}
+	}
+	return out, problems
+}
+
+// decodeWithControl decodes stored batches into checker records, the
+// transaction markers included (marked Control), so that an acknowledged
+// record claimed at a marker's offset is seen as inconsistent.
+func decodeWithControl(data []byte) ([]checker.Record, error) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	batches, err := recordbatch.Split(data)
+	if err != nil {
+		return nil, err
+	}
+	var out []checker.Record
+	for _, b := range batches {
+		h, err := recordbatch.ParseHeader(b)
+		if err != nil {
+			return out, err
+		}
+		recs, err := recordbatch.Records(b, 64<<20)
+		if err != nil {
+			return out, fmt.Errorf("batch at %d: %w", h.BaseOffset, err)
+		}
+		for _, r := range recs {
+			out = append(out, checker.Record{Offset: r.Offset, Value: string(r.Value), Control: h.Control()})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,514 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/testcluster"
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+// Event is one fault as it happened.
+type Event struct {
+	// Step is the planned step (zero for the final heal).
+	Step Step
+	// Kind is what was injected: a planned Kill of a replica that ran in
+	// the lossy mode is a PowerLoss, and the other way round.
+	Kind Kind
+	// Targets are the replicas it hit.
+	Targets []int
+	// Start and End bound it, from the start of the run.
+	Start, End time.Duration
+	// Detail says what exactly was done.
+	Detail string
+}
+
+// String describes the event for logs.
+func (e Event) String() string {
+	return fmt.Sprintf("%8.1fs-%6.1fs %-15s %v %s", e.Start.Seconds(), e.End.Seconds(), e.Kind, e.Targets, e.Detail)
+}
+
+// injector runs the schedule. It runs on the test's goroutine, because
+// testcluster's process calls fail the test with t.Fatal.
+type injector struct {
+	c    *testcluster.Cluster
+	net  *Net
+	t0   time.Time
+	logf func(string, ...any)
+	// topics whose segment files the corruption faults may touch.
+	topics []string
+	// lossyP is the chance that a start runs in the lossy storage mode;
+	// forceEnv, if set, is the LoseUnsyncedEnv value of every start.
+	lossyP   float64
+	forceEnv string
+
+	mu     sync.Mutex
+	lossy  map[int]bool
+	// lossyStarts counts the starts of each replica given the lossy
+	// environment, to check against the brokers' own warnings.
+	lossyStarts map[int]int
+	events []Event
+	cur    string // the fault now running, for the progress line
+	rng    *rand.Rand
+}
+
+func newInjector(seed int64) *injector {
+	return &injector{lossy: map[int]bool{}, lossyStarts: map[int]int{}, rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6f7373))}
+}
+
+// env is the testcluster.WithEnv function: each start of a replica runs
+// in the lossy mode as chosen by the last decide call.
+func (in *injector) env(id int) []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.forceEnv != "" {
+		in.lossyStarts[id]++
+		return []string{vfs.LoseUnsyncedEnv + "=" + in.forceEnv}
+	}
+	if in.lossy[id] {
+		in.lossyStarts[id]++
+		return []string{vfs.LoseUnsyncedEnv + "=" + vfs.LoseUnsynced}
+	}
+	return nil
+}
+
+// decide chooses whether the next start of id runs in the lossy mode.
+func (in *injector) decide(id int) {
+	in.mu.Lock()
+	in.lossy[id] = in.forceEnv != "" || in.rng.Float64() < in.lossyP
+	in.mu.Unlock()
+}
+
+func (in *injector) isLossy(id int) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.lossy[id]
+}
+
+func (in *injector) since() time.Duration { return time.Since(in.t0) }
+
+func (in *injector) current() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cur
+}
+
+func (in *injector) record(e Event) {
+	in.mu.Lock()
+	in.events = append(in.events, e)
+	in.cur = ""
+	in.mu.Unlock()
+	in.logf("chaos: fault %s", e)
+}
+
+func (in *injector) eventsCopy() []Event {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.events)
+}
+
+// start starts r on its data directory, choosing its storage mode first.
+func (in *injector) start(r *testcluster.Replica) {
+	in.decide(r.ID)
+	r.Start()
+}
+
+// target picks the replica the role names among the running, unpaused
+// replicas, preferring those for which ok holds.
+func (in *injector) target(role Role, rng *rand.Rand, ok func(*testcluster.Replica) bool) *testcluster.Replica {
+	up := in.c.Up()
+	if len(up) == 0 {
+		return nil
+	}
+	leader, _ := in.c.ServingLeader()
+	var cands []*testcluster.Replica
+	for _, r := range up {
+		if (role == OnLeader) == (r == leader) {
+			cands = append(cands, r)
+		}
+	}
+	if len(cands) == 0 {
+		cands = up
+	}
+	if ok != nil {
+		var good []*testcluster.Replica
+		for _, r := range cands {
+			if ok(r) {
+				good = append(good, r)
+			}
+		}
+		if len(good) > 0 {
+			cands = good
+		}
+	}
+	return cands[rng.IntN(len(cands))]
+}
+
+// sleep waits d; the schedule's waits are not cut short.
+func sleep(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// run executes every step, each from its planned time or as soon as the
+// one before it has ended.
+func (in *injector) run(steps []Step) {
+	begin := time.Now()
+	for _, s := range steps {
+		if wait := time.Until(begin.Add(s.At)); wait > 0 {
+			time.Sleep(wait)
+		}
+		in.mu.Lock()
+		in.cur = string(s.Kind)
+		in.mu.Unlock()
+		in.exec(s)
+	}
+}
+
+func (in *injector) exec(s Step) {
+	rng := rand.New(rand.NewPCG(s.Pick, 0x70696b))
+	e := Event{Step: s, Kind: s.Kind, Start: in.since()}
+	defer func() {
+		e.End = in.since()
+		in.record(e)
+	}()
+	switch s.Kind {
+	case Kill, PowerLoss:
+		want := s.Kind == PowerLoss
+		r := in.target(s.Role, rng, func(r *testcluster.Replica) bool { return in.isLossy(r.ID) == want })
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		if in.isLossy(r.ID) {
+			e.Kind = PowerLoss
+		} else {
+			e.Kind = Kill
+		}
+		e.Targets = []int{r.ID}
+		r.Kill()
+		sleep(s.Hold)
+		in.start(r)
+		e.Detail = fmt.Sprintf("SIGKILL, down %v", s.Hold.Round(time.Millisecond))
+	case Pause:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		e.Targets = []int{r.ID}
+		r.Pause()
+		sleep(s.Hold)
+		r.Resume()
+		e.Detail = fmt.Sprintf("SIGSTOP for %v", s.Hold.Round(time.Millisecond))
+	case IsolateLeader:
+		r := in.target(OnLeader, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		e.Targets = []int{r.ID}
+		in.net.Isolate(r.ID)
+		e.Detail = "replication links blackholed both ways, client link open: " + in.net.Describe()
+		sleep(s.Hold)
+		in.net.Heal(s.ResetOnHeal)
+	case Partition:
+		ids := in.ids()
+		rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		minority := 1 + rng.IntN(max(1, (len(ids)-1)/2))
+		// The role decides whether the leader is in the minority.
+		if l, _ := in.c.ServingLeader(); l != nil {
+			i := slices.Index(ids, l.ID)
+			j := 0
+			if s.Role == OnFollower {
+				j = len(ids) - 1
+			}
+			ids[i], ids[j] = ids[j], ids[i]
+		}
+		small, big := ids[:minority], ids[minority:]
+		sort.Ints(small)
+		sort.Ints(big)
+		in.net.Partition(small, big)
+		cutClients := rng.IntN(2) == 0
+		if cutClients {
+			for _, id := range small {
+				in.net.Client(id).Blackhole(true, true)
+			}
+		}
+		e.Targets = small
+		e.Detail = fmt.Sprintf("%v | %v, minority's clients cut: %v", small, big, cutClients)
+		sleep(s.Hold)
+		in.net.Heal(s.ResetOnHeal)
+	case OneWay:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		others := slices.DeleteFunc(in.ids(), func(id int) bool { return id == r.ID })
+		if rng.IntN(2) == 0 {
+			to := others[rng.IntN(len(others))]
+			in.net.Cut(r.ID, to)
+			e.Detail = fmt.Sprintf("%d cannot reach %d", r.ID, to)
+		} else if rng.IntN(2) == 0 {
+			for _, to := range others {
+				in.net.Cut(r.ID, to)
+			}
+			e.Detail = fmt.Sprintf("%d reaches nobody, everybody reaches it", r.ID)
+		} else {
+			for _, from := range others {
+				in.net.Cut(from, r.ID)
+			}
+			e.Detail = fmt.Sprintf("nobody reaches %d, it reaches everybody", r.ID)
+		}
+		e.Targets = []int{r.ID}
+		sleep(s.Hold)
+		in.net.Heal(s.ResetOnHeal)
+	case Delay:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		d := time.Duration(20+rng.IntN(280)) * time.Millisecond
+		in.net.Delay(r.ID, d)
+		e.Targets = []int{r.ID}
+		e.Detail = fmt.Sprintf("+%v on every replication link", d)
+		sleep(s.Hold)
+		in.net.Heal(false)
+	case Drop:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		e.Targets = []int{r.ID}
+		n := 1 + rng.IntN(4)
+		var how []string
+		for i := range n {
+			reset := rng.IntN(2) == 0
+			in.net.DropConns(r.ID, reset)
+			if reset {
+				how = append(how, "RST")
+			} else {
+				how = append(how, "FIN")
+			}
+			if i < n-1 {
+				sleep(s.Hold / time.Duration(n))
+			}
+		}
+		e.Detail = "connections of every link ended: " + strings.Join(how, ",")
+	case RollingRestart:
+		order := slices.Clone(in.c.Replicas)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		if s.Role == OnFollower {
+			// An operator's order: followers first, the leader last.
+			if l, _ := in.c.ServingLeader(); l != nil {
+				order = append(slices.DeleteFunc(order, func(r *testcluster.Replica) bool { return r == l }), l)
+			}
+		}
+		var steps []string
+		for _, r := range order {
+			if !r.Running() {
+				continue
+			}
+			if r.Paused() {
+				r.Resume()
+			}
+			t := time.Now()
+			r.Stop(30 * time.Second)
+			sleep(s.Hold)
+			in.start(r)
+			e.Targets = append(e.Targets, r.ID)
+			ok := in.waitISR(r.ID, 30*time.Second)
+			steps = append(steps, fmt.Sprintf("%d (%.1fs, back in ISR: %v)", r.ID, time.Since(t).Seconds(), ok))
+		}
+		e.Detail = "SIGTERM and start, in turn: " + strings.Join(steps, ", ")
+	case KillAll:
+		var lossy []int
+		for _, r := range in.c.Replicas {
+			if r.Running() {
+				if in.isLossy(r.ID) {
+					lossy = append(lossy, r.ID)
+				}
+				r.Kill()
+				e.Targets = append(e.Targets, r.ID)
+			}
+		}
+		sleep(s.Hold)
+		for _, r := range in.c.Replicas {
+			in.decide(r.ID)
+		}
+		in.c.StartAll()
+		e.Detail = fmt.Sprintf("SIGKILL all, down %v; lost power (lossy mode): %v", s.Hold.Round(time.Millisecond), lossy)
+	case RestartAll:
+		var wg sync.WaitGroup
+		for _, r := range in.c.Replicas {
+			if r.Running() {
+				e.Targets = append(e.Targets, r.ID)
+				wg.Add(1)
+				go func() { defer wg.Done(); stopQuietly(r) }()
+			}
+		}
+		wg.Wait()
+		sleep(s.Hold)
+		for _, r := range in.c.Replicas {
+			in.decide(r.ID)
+		}
+		in.c.StartAll()
+		e.Detail = fmt.Sprintf("SIGTERM all at once, down %v", s.Hold.Round(time.Millisecond))
+	case BitFlip, Truncate:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		e.Targets = []int{r.ID}
+		how := "SIGKILL"
+		if rng.IntN(10) < 3 {
+			how = "SIGTERM"
+			r.Stop(30 * time.Second)
+		} else {
+			r.Kill()
+		}
+		what := in.corrupt(r, s.Kind, rng)
+		sleep(s.Hold)
+		in.start(r)
+		e.Detail = fmt.Sprintf("stopped with %s; %s", how, what)
+	default:
+		e.Detail = "unknown kind"
+	}
+}
+
+func (in *injector) ids() []int {
+	var ids []int
+	for _, r := range in.c.Replicas {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// waitISR waits until a serving leader reports id in its committed ISR.
+func (in *injector) waitISR(id int, within time.Duration) bool {
+	return testcluster.Poll(within, func() (bool, string) {
+		_, st := in.c.ServingLeader()
+		return slices.Contains(st.ISR, int32(id)), ""
+	}) == nil
+}
+
+// corrupt damages one segment file of a stopped replica's workload topics
+// and says what it did.
+func (in *injector) corrupt(r *testcluster.Replica, k Kind, rng *rand.Rand) string {
+	type seg struct {
+		path string
+		size int64
+	}
+	var segs []seg
+	for _, t := range in.topics {
+		files, _ := filepath.Glob(filepath.Join(r.DataDir, "topics", t, "*", "*.log"))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
+				segs = append(segs, seg{f, fi.Size()})
+			}
+		}
+	}
+	if len(segs) == 0 {
+		return "no non-empty segment file to corrupt"
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].path < segs[j].path })
+	// Mostly the newest segment of a partition (the one recovery
+	// scans), sometimes an older one.
+	var pick seg
+	if rng.IntN(4) == 0 {
+		pick = segs[rng.IntN(len(segs))]
+	} else {
+		last := map[string]seg{}
+		var dirs []string
+		for _, s := range segs {
+			d := filepath.Dir(s.path)
+			if _, ok := last[d]; !ok {
+				dirs = append(dirs, d)
+			}
+			last[d] = s
+		}
+		pick = last[dirs[rng.IntN(len(dirs))]]
+	}
+	rel, _ := filepath.Rel(r.DataDir, pick.path)
+	f, err := os.OpenFile(pick.path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Sprintf("open %s: %v", rel, err)
+	}
+	defer f.Close()
+	if k == Truncate {
+		cut := 1 + rng.Int64N(min(pick.size, 64<<10))
+		if err := f.Truncate(pick.size - cut); err != nil {
+			return fmt.Sprintf("truncate %s: %v", rel, err)
+		}
+		return fmt.Sprintf("cut the last %d of %d bytes of %s", cut, pick.size, rel)
+	}
+	n := 1 + rng.IntN(3)
+	var flips []string
+	for range n {
+		// Mostly near the end, where the newest records are.
+		var pos int64
+		if rng.IntN(2) == 0 {
+			pos = pick.size - 1 - rng.Int64N(min(pick.size, 4096))
+		} else {
+			pos = rng.Int64N(pick.size)
+		}
+		bit := byte(1) << rng.IntN(8)
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, pos); err != nil {
+			return fmt.Sprintf("read %s: %v", rel, err)
+		}
+		b[0] ^= bit
+		if _, err := f.WriteAt(b, pos); err != nil {
+			return fmt.Sprintf("write %s: %v", rel, err)
+		}
+		flips = append(flips, fmt.Sprintf("byte %d bit %d", pos, bitIndex(bit)))
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Sprintf("sync %s: %v", rel, err)
+	}
+	return fmt.Sprintf("flipped %s of %s (%d bytes)", strings.Join(flips, ", "), rel, pick.size)
+}
+
+func bitIndex(b byte) int {
+	for i := range 8 {
+		if b == 1<<i {
+			return i
+		}
+	}
+	return -1
+}
+
+// healAll undoes whatever is left at the end of the fault phase: every
+// link passes, paused replicas continue, stopped ones start.
+func (in *injector) healAll() {
+	e := Event{Kind: "heal", Start: in.since()}
+	in.net.Heal(false)
+	for _, r := range in.c.Replicas {
+		if r.Paused() {
+			r.Resume()
+			e.Targets = append(e.Targets, r.ID)
+		}
+	}
+	for _, r := range in.c.Replicas {
+		if !r.Running() {
+			in.decide(r.ID)
+			e.Targets = append(e.Targets, r.ID)
+		}
+	}
+	in.c.StartAll()
+	e.End = in.since()
+	e.Detail = "every link passes, every replica runs"
+	in.record(e)
+}

@@ -1,0 +1,130 @@
+package chaos
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/testcluster"
+)
+
+// sample is what the monitor saw at one moment: the serving leader
+// (0 if none) and its epoch.
+type sample struct {
+	At     time.Duration
+	Leader int
+	Epoch  int32
+}
+
+// Failover is one change of serving leader (or epoch) during a run.
+type Failover struct {
+	// At is when the new leader was first seen serving.
+	At time.Duration
+	// From and To are the old and new leaders (0: none was seen), with
+	// their epochs.
+	From, To           int
+	FromEpoch, ToEpoch int32
+	// Leaderless is how long no replica was seen serving before To.
+	Leaderless time.Duration
+	// SinceFault is how long after the start of the fault that hit the old
+	// leader (or the whole group) To began serving; 0 if no fault did.
+	SinceFault time.Duration
+	// Cause is that fault, if any.
+	Cause string
+}
+
+// monitor polls every running replica's status directly (never through
+// the proxies) a few times a second, to draw the leader timeline and time
+// failovers, and prints the progress line.
+type monitor struct {
+	c  *testcluster.Cluster
+	t0 time.Time
+
+	mu      sync.Mutex
+	samples []sample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newMonitor(c *testcluster.Cluster, t0 time.Time) *monitor {
+	return &monitor{c: c, t0: t0, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (m *monitor) run(every time.Duration, progress func(leader int, epoch int32)) {
+	defer close(m.done)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		r, st := m.c.ServingLeader()
+		s := sample{At: time.Since(m.t0)}
+		if r != nil {
+			s.Leader, s.Epoch = r.ID, st.Epoch
+		}
+		m.mu.Lock()
+		m.samples = append(m.samples, s)
+		m.mu.Unlock()
+		if every > 0 && time.Since(last) >= every {
+			last = time.Now()
+			progress(s.Leader, s.Epoch)
+		}
+	}
+}
+
+func (m *monitor) close() {
+	close(m.stop)
+	<-m.done
+}
+
+func (m *monitor) samplesCopy() []sample {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]sample(nil), m.samples...)
+}
+
+// failovers derives the leader changes from the samples, and relates each
+// to the latest fault that hit the old leader (or every replica) before
+// it.
+func failovers(samples []sample, events []Event) []Failover {
+	var out []Failover
+	var cur sample
+	var lastServing time.Duration
+	have := false
+	for _, s := range samples {
+		if s.Leader == 0 {
+			continue
+		}
+		if have && s.Leader == cur.Leader && s.Epoch == cur.Epoch {
+			lastServing = s.At
+			continue
+		}
+		if have {
+			f := Failover{At: s.At, From: cur.Leader, FromEpoch: cur.Epoch, To: s.Leader, ToEpoch: s.Epoch,
+				Leaderless: s.At - lastServing}
+			// The cause is the latest fault on the old leader (or on every
+			// replica) that was still going on when it was last seen.
+			for i := len(events) - 1; i >= 0; i-- {
+				e := events[i]
+				if e.Start > s.At || e.End < lastServing-time.Second {
+					continue
+				}
+				hit := e.Kind == KillAll || e.Kind == RestartAll || e.Kind == RollingRestart
+				for _, id := range e.Targets {
+					hit = hit || id == cur.Leader
+				}
+				if hit {
+					f.SinceFault, f.Cause = s.At-e.Start, fmt.Sprintf("%s %v at %.1fs", e.Kind, e.Targets, e.Start.Seconds())
+					break
+				}
+			}
+			out = append(out, f)
+		}
+		cur, have, lastServing = s, true, s.At
+	}
+	return out
+}

@@ -1,0 +1,238 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Kind names a fault.
+type Kind string
+
+// The faults the harness injects.
+const (
+	// Kill: SIGKILL a replica, restart it on its data after a while. The
+	// process's unsynced writes survive in the page cache unless it runs
+	// in the lossy storage mode (then it is a PowerLoss).
+	Kill Kind = "kill"
+	// PowerLoss: SIGKILL a replica running in the lossy storage mode, so
+	// everything it had not fsynced is gone; restart it later.
+	PowerLoss Kind = "power-loss"
+	// Pause: SIGSTOP a replica, SIGCONT it later.
+	Pause Kind = "pause"
+	// IsolateLeader: blackhole every replication link of the serving
+	// leader both ways while its clients still reach it.
+	IsolateLeader Kind = "isolate-leader"
+	// Partition: split the group in two sides whose replication links are
+	// blackholed both ways; sometimes the minority's clients are cut too.
+	Partition Kind = "partition"
+	// OneWay: one replica cannot reach one peer (or any peer) while they
+	// still reach it.
+	OneWay Kind = "one-way"
+	// Delay: add latency to every replication link of a replica.
+	Delay Kind = "delay"
+	// Drop: close (FIN) or reset (RST) every connection of a replica's
+	// links, a few times.
+	Drop Kind = "drop"
+	// RollingRestart: stop (SIGTERM) and start every replica in turn,
+	// waiting for each to rejoin the ISR.
+	RollingRestart Kind = "rolling-restart"
+	// KillAll: SIGKILL every replica at once and restart them all (a
+	// power cut of the whole group for those in the lossy mode).
+	KillAll Kind = "kill-all"
+	// RestartAll: stop (SIGTERM) every replica at once and start them all
+	// again, as an operator restarting the whole group.
+	RestartAll Kind = "restart-all"
+	// BitFlip: stop a replica, flip bits in one of its segment files,
+	// start it again.
+	BitFlip Kind = "bit-flip"
+	// Truncate: stop a replica, cut bytes off one of its segment files,
+	// start it again.
+	Truncate Kind = "truncate"
+)
+
+// AllKinds lists every fault kind.
+var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, Delay, Drop,
+	RollingRestart, KillAll, RestartAll, BitFlip, Truncate}
+
+// ParseKinds parses a comma-separated list of kinds ("" or "all" is
+// AllKinds); a leading "-" on every entry excludes those from AllKinds.
+func ParseKinds(s string) ([]Kind, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "all" {
+		return AllKinds, nil
+	}
+	known := map[Kind]bool{}
+	for _, k := range AllKinds {
+		known[k] = true
+	}
+	var in, out []Kind
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		neg := strings.HasPrefix(f, "-")
+		k := Kind(strings.TrimPrefix(f, "-"))
+		if !known[k] {
+			return nil, fmt.Errorf("unknown fault kind %q (known: %v)", k, AllKinds)
+		}
+		if neg {
+			out = append(out, k)
+		} else {
+			in = append(in, k)
+		}
+	}
+	if len(in) > 0 && len(out) > 0 {
+		return nil, fmt.Errorf("fault kinds %q: either list kinds or exclude them, not both", s)
+	}
+	if len(in) > 0 {
+		return in, nil
+	}
+	var res []Kind
+	for _, k := range AllKinds {
+		excluded := false
+		for _, o := range out {
+			excluded = excluded || o == k
+		}
+		if !excluded {
+			res = append(res, k)
+		}
+	}
+	return res, nil
+}
+
+// Role chooses a fault's target by what the replica is when the fault
+// starts.
+type Role int
+
+const (
+	// OnLeader targets the serving leader (any replica if none serves).
+	OnLeader Role = iota
+	// OnFollower targets a replica that is not the serving leader.
+	OnFollower
+)
+
+// String names the role.
+func (r Role) String() string {
+	if r == OnLeader {
+		return "leader"
+	}
+	return "follower"
+}
+
+// Step is one planned fault. Everything random about it is fixed here
+// or derived from Pick, so one seed always gives the same schedule; which
+// replica is "the leader" when it runs is up to the group.
+type Step struct {
+	// At is the earliest start, from the start of the fault phase; a
+	// step starts later if the one before it is still running.
+	At   time.Duration
+	Kind Kind
+	Role Role
+	// Hold is how long the fault lasts before it is undone (for Drop, the
+	// time over which connections are cut; for RollingRestart, the pause
+	// between stop and start).
+	Hold time.Duration
+	// Pick seeds the choices made when the step runs (which follower,
+	// which bytes, which side, ...).
+	Pick uint64
+	// ResetOnHeal ends a network fault by resetting every connection
+	// instead of letting the held bytes flow on.
+	ResetOnHeal bool
+}
+
+// String describes the step for logs and the report.
+func (s Step) String() string {
+	h := ""
+	if s.ResetOnHeal {
+		h = ", heal with RST"
+	}
+	return fmt.Sprintf("+%v %s on the %s for %v%s", s.At.Round(100*time.Millisecond), s.Kind, s.Role, s.Hold.Round(100*time.Millisecond), h)
+}
+
+// PlanOptions shape a generated schedule.
+type PlanOptions struct {
+	// Kinds are the faults to draw from (AllKinds if empty). The first
+	// steps run each kind once, in a seeded order, so that a short run
+	// still injects every kind.
+	Kinds []Kind
+	// Gap bounds the quiet time between one step's end and the next
+	// step's start (default 1-3 s).
+	GapMin, GapMax time.Duration
+	// HoldMax caps every hold (default 8 s).
+	HoldMax time.Duration
+}
+
+// expected is roughly how long a step takes beyond its hold (stops,
+// starts, elections), so the planned times stay near the real ones.
+func expected(k Kind, replicas int) time.Duration {
+	switch k {
+	case RollingRestart:
+		return time.Duration(replicas) * 4 * time.Second
+	case KillAll:
+		return 35 * time.Second // every replica restarted uncleanly waits for the group
+	case Kill, PowerLoss, BitFlip, Truncate, RestartAll:
+		return 2 * time.Second
+	default:
+		return 0
+	}
+}
+
+// Plan returns the schedule of a fault phase of length d for a group of
+// replicas: a pure function of its arguments. It starts with one step of
+// every kind, even past d, then draws kinds at random until d.
+func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
+	kinds := opt.Kinds
+	if len(kinds) == 0 {
+		kinds = AllKinds
+	}
+	if opt.GapMin <= 0 {
+		opt.GapMin = time.Second
+	}
+	if opt.GapMax < opt.GapMin {
+		opt.GapMax = max(opt.GapMin, 3*time.Second)
+	}
+	if opt.HoldMax <= 0 {
+		opt.HoldMax = 8 * time.Second
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x63686173))
+	dur := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	first := append([]Kind(nil), kinds...)
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	var out []Step
+	at := dur(opt.GapMin, opt.GapMax)
+	// The first cycle runs every kind, however short d is.
+	for n := 0; at < d || n < len(first); n++ {
+		k := kinds[rng.IntN(len(kinds))]
+		if n < len(first) {
+			k = first[n]
+		}
+		s := Step{At: at, Kind: k, Pick: rng.Uint64(), ResetOnHeal: rng.IntN(3) == 0}
+		if rng.IntN(2) == 0 {
+			s.Role = OnFollower
+		}
+		switch k {
+		case Kill, PowerLoss, Pause, BitFlip, Truncate:
+			s.Hold = dur(500*time.Millisecond, 6*time.Second)
+		case IsolateLeader, Partition, OneWay, Delay:
+			s.Hold = dur(2*time.Second, 8*time.Second)
+		case Drop:
+			s.Hold = dur(200*time.Millisecond, 2*time.Second)
+		case RollingRestart:
+			s.Hold = dur(200*time.Millisecond, time.Second)
+		case KillAll, RestartAll:
+			s.Hold = dur(200*time.Millisecond, 3*time.Second)
+		}
+		if k == IsolateLeader {
+			s.Role = OnLeader
+		}
+		s.Hold = min(s.Hold, opt.HoldMax)
+		out = append(out, s)
+		at += s.Hold + expected(k, replicas) + dur(opt.GapMin, opt.GapMax)
+	}
+	return out
+}

@@ -1,0 +1,518 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/internal/checker"
+	"github.com/moonmq/moonmq/internal/testcluster"
+)
+
+// Config describes one run.
+type Config struct {
+	// Seed fixes the fault schedule and every random choice the harness
+	// makes (not the timing of the processes).
+	Seed int64
+	// Duration is the length of the fault phase (default 60 s): the
+	// schedule runs one step of every kind, then random ones until
+	// Duration, and every step runs even if those before it overran.
+	// Setup, healing, the final drain and the checks come on top.
+	Duration time.Duration
+	// Replicas is the group size, 3 or 5 (default 3).
+	Replicas int
+	// Kinds are the faults to inject (default AllKinds).
+	Kinds []Kind
+	// Steps, if set, replaces the generated schedule.
+	Steps []Step
+	// Plan shapes the generated schedule.
+	Plan PlanOptions
+	// Partitions of the data topic (default 3); the transactional topic
+	// has 2.
+	Partitions int
+	// Producers is the number of acks=all idempotent producers (default 3)
+	// and Rate the records per second each sends (default 100).
+	Producers, Rate int
+	// NoTxn leaves out the transactional producer.
+	NoTxn bool
+	// LossyShare is the share of process starts that run in the lossy
+	// storage mode, where a SIGKILL is a power loss (default 0.5; negative
+	// for none).
+	LossyShare float64
+	// ForceEnv, if set, is the vfs.LoseUnsyncedEnv value of every start
+	// (the tests of the harness itself use the broken-fsync build).
+	ForceEnv string
+	// SegmentBytes is the brokers' segment size (default 256 KiB, so that
+	// segments roll and older ones can be corrupted).
+	SegmentBytes int
+	// ReportPath, if set, is where the HTML report is written.
+	ReportPath string
+	// Progress receives the one-line progress prints (default: the test
+	// log); ProgressEvery is their interval (default 10 s).
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	// Binary runs this moonmq binary instead of building one.
+	Binary string
+	// Options are added to the cluster's options (after the harness's).
+	Options []testcluster.Option
+}
+
+// Result is what a run did and found.
+type Result struct {
+	Config Config
+	// Steps is the schedule; Events what was injected.
+	Steps  []Step
+	Events []Event
+	// History is every operation and the final dumps; Report the checker's
+	// verdict on it.
+	History checker.History
+	Report  checker.Report
+	// Failovers are the leader changes the monitor saw.
+	Failovers []Failover
+	// Problems are failures of the run itself that are not history
+	// anomalies (the group never converged after healing, a dump could
+	// not be read). They fail a run as anomalies do.
+	Problems []string
+	// Errors counts the errors clients saw, by kind.
+	Errors map[string]int
+	// Took is the wall time of the whole run; FaultPhase that of the
+	// fault phase.
+	Took, FaultPhase time.Duration
+	// samples are the monitor's observations (leader timeline).
+	samples []sample
+}
+
+// OK reports whether the run found nothing wrong.
+func (r *Result) OK() bool { return r.Report.OK() && len(r.Problems) == 0 }
+
+// Summary is a few lines for a test log: the seed and how to replay it,
+// the counts, and on failure the problems and the checker's witnesses.
+func (r *Result) Summary() string {
+	var b strings.Builder
+	acked, unknown, txc, txa := 0, 0, 0, 0
+	for _, s := range r.History.Sends {
+		if s.Outcome == checker.Acked {
+			acked++
+		} else {
+			unknown++
+		}
+		if s.Txn != "" {
+			switch s.TxnOutcome {
+			case checker.TxnCommitted:
+				txc++
+			case checker.TxnAborted:
+				txa++
+			}
+		}
+	}
+	kinds := map[Kind]int{}
+	for _, e := range r.Events {
+		kinds[e.Kind]++
+	}
+	var ks []string
+	for _, k := range AllKinds {
+		if kinds[k] > 0 {
+			ks = append(ks, fmt.Sprintf("%s=%d", k, kinds[k]))
+		}
+	}
+	fmt.Fprintf(&b, "chaos seed %d: %d replicas, fault phase %v, run %v\n", r.Config.Seed, r.Config.Replicas,
+		r.FaultPhase.Round(time.Second), r.Took.Round(time.Second))
+	fmt.Fprintf(&b, "faults: %s\n", strings.Join(ks, " "))
+	fmt.Fprintf(&b, "sends: %d acknowledged, %d unknown (transactional records: %d committed, %d aborted); polls: %d; commits: %d; offset fetches: %d; failovers: %d\n",
+		acked, unknown, txc, txa, len(r.History.Polls), len(r.History.Commits), len(r.History.OffsetFetches), len(r.Failovers))
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "PROBLEM: %s\n", p)
+	}
+	b.WriteString(r.Report.String())
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "replay: go test ./test/chaos -run 'TestChaos$' -chaos.seed=%d -chaos.duration=%v -chaos.faults=%s\n",
+		r.Config.Seed, r.Config.Duration, kindList(r.Config.Kinds))
+	return b.String()
+}
+
+func kindList(ks []Kind) string {
+	if len(ks) == 0 || slices.Equal(ks, AllKinds) {
+		return "all"
+	}
+	var s []string
+	for _, k := range ks {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ",")
+}
+
+// lossyWarning is the start of what a broker logs when it runs in the
+// lossy storage mode (internal/app).
+const lossyWarning = "TEST MODE: unsynced writes are kept in process memory"
+
+const (
+	dataTopic = "chaos"
+	txnTopic  = "chaos-txn"
+	groupName = "chaos-group"
+)
+
+// Run starts a group of broker processes behind proxies, runs the workload
+// through the fault schedule, heals everything, drains, stops the
+// processes, dumps their logs and checks the history. It fails t only for
+// a broken harness (a process that cannot start); the caller judges the
+// Result.
+func Run(t testing.TB, cfg Config) *Result {
+	t.Helper()
+	if cfg.Duration <= 0 {
+		cfg.Duration = 60 * time.Second
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 3
+	}
+	if len(cfg.Kinds) == 0 {
+		cfg.Kinds = AllKinds
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 3
+	}
+	if cfg.Producers <= 0 {
+		cfg.Producers = 3
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 100
+	}
+	if cfg.LossyShare == 0 {
+		cfg.LossyShare = 0.5
+	}
+	if cfg.SegmentBytes <= 0 {
+		cfg.SegmentBytes = 256 << 10
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
+	}
+	logf := t.Logf
+	if cfg.Progress != nil {
+		w := cfg.Progress
+		var mu sync.Mutex
+		logf = func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
+	res := &Result{Config: cfg}
+	steps := cfg.Steps
+	if steps == nil {
+		opt := cfg.Plan
+		opt.Kinds = cfg.Kinds
+		steps = Plan(cfg.Seed, cfg.Duration, cfg.Replicas, opt)
+	}
+	res.Steps = steps
+	began := time.Now()
+	logf("chaos: seed %d, %d replicas, fault phase %v, %d planned steps", cfg.Seed, cfg.Replicas, cfg.Duration, len(steps))
+
+	nt, err := NewNet(cfg.Replicas)
+	if err != nil {
+		t.Fatalf("chaos: proxies: %v", err)
+	}
+	// Registered before the cluster's cleanup, so it runs after it.
+	t.Cleanup(nt.Close)
+	inj := newInjector(cfg.Seed)
+	inj.net, inj.logf, inj.forceEnv = nt, logf, cfg.ForceEnv
+	inj.lossyP = max(cfg.LossyShare, 0)
+	inj.topics = []string{dataTopic, txnTopic}
+	opts := []testcluster.Option{
+		testcluster.WithReplicas(cfg.Replicas),
+		testcluster.WithAddressMapper(nt.Mapper()),
+		testcluster.WithEnv(inj.env),
+		testcluster.WithServer("SegmentBytes", cfg.SegmentBytes),
+		testcluster.WithLogTail(60),
+	}
+	if cfg.Binary != "" {
+		opts = append(opts, testcluster.WithBinary(cfg.Binary))
+	}
+	c := testcluster.New(t, append(opts, cfg.Options...)...)
+	inj.c = c
+	nt.Attach(c)
+	for _, r := range c.Replicas {
+		inj.decide(r.ID)
+	}
+	c.StartAll()
+	c.Leader(90 * time.Second)
+
+	adm, err := kgo.NewClient(kgo.SeedBrokers(nt.ClientAddrs()...), kgo.MetadataMinAge(250*time.Millisecond))
+	if err != nil {
+		t.Fatalf("chaos: admin client: %v", err)
+	}
+	defer adm.Close()
+	admin := kadm.NewClient(adm)
+	topics := map[string]int32{dataTopic: int32(cfg.Partitions), txnTopic: 2}
+	for _, name := range []string{dataTopic, txnTopic} {
+		if err := createTopic(admin, name, topics[name], cfg.Replicas); err != nil {
+			t.Fatalf("chaos: create topic %s: %v", name, err)
+		}
+	}
+
+	t0 := time.Now()
+	inj.t0 = t0
+	rec := newRecorder(t0)
+	w := &workload{cfg: &cfg, seeds: nt.ClientAddrs(), rec: rec, data: dataTopic, txn: txnTopic,
+		dataParts: int32(cfg.Partitions), txnParts: 2, group: groupName, logf: logf}
+	if err := w.start(cfg.Seed); err != nil {
+		t.Fatalf("chaos: workload: %v", err)
+	}
+	defer w.stop()
+	// Faults start once records flow, so the first one hits a working
+	// group.
+	if err := testcluster.Poll(60*time.Second, func() (bool, string) {
+		a, _, _, _ := rec.counts()
+		return a >= 20, fmt.Sprintf("%d acknowledged, errors %v", a, rec.errCounts())
+	}); err != nil {
+		res.Problems = append(res.Problems, "the workload never got going: "+err.Error())
+	}
+
+	mon := newMonitor(c, t0)
+	phaseStart := time.Now()
+	go mon.run(cfg.ProgressEvery, func(leader int, epoch int32) {
+		acked, unknown, pending, polled := rec.counts()
+		now := inj.current()
+		if now == "" {
+			now = "-"
+		}
+		logf("chaos: %5.0fs/%v faults=%d now=%s acked=%d unknown=%d in-flight=%d polled=%d leader=%d epoch=%d",
+			time.Since(phaseStart).Seconds(), cfg.Duration, len(inj.eventsCopy()), now, acked, unknown, pending, polled, leader, epoch)
+	})
+	inj.run(steps)
+	res.FaultPhase = time.Since(phaseStart)
+	inj.healAll()
+	// Some writes after the last fault, on a whole group.
+	time.Sleep(3 * time.Second)
+	w.stopProducing(45 * time.Second)
+
+	leader, hw, why := converge(c, admin, topics, 120*time.Second)
+	if leader == nil {
+		res.Problems = append(res.Problems, "the group did not converge within 120 s after healing: "+why)
+	}
+	drain(w, admin, topics, hw, logf)
+	w.stop()
+	mon.close()
+
+	// Clean stops: a stored log is read with every process down.
+	var wg sync.WaitGroup
+	for _, r := range c.Replicas {
+		if r.Running() {
+			wg.Add(1)
+			go func() { defer wg.Done(); stopQuietly(r) }()
+		}
+	}
+	wg.Wait()
+	// The brokers must have switched to the lossy mode exactly when told
+	// to, or a "power loss" was only a kill.
+	for _, r := range c.Replicas {
+		inj.mu.Lock()
+		want := inj.lossyStarts[r.ID]
+		inj.mu.Unlock()
+		if got := strings.Count(r.Log(), lossyWarning); got != want {
+			res.Problems = append(res.Problems, fmt.Sprintf("replica %d logged the lossy-mode warning %d times for %d lossy starts", r.ID, got, want))
+		}
+	}
+	h := rec.history()
+	for _, r := range c.Replicas {
+		ds, probs := dumpReplica(r, topics, hw, r == leader)
+		h.Dumps = append(h.Dumps, ds...)
+		res.Problems = append(res.Problems, probs...)
+	}
+	res.History = h
+	res.Report = checker.Check(h, checker.Options{MinISR: cfg.Replicas/2 + 1})
+	res.Events = inj.eventsCopy()
+	res.samples = mon.samplesCopy()
+	res.Failovers = failovers(res.samples, res.Events)
+	res.Errors = rec.errCounts()
+	res.Took = time.Since(began)
+	if cfg.ReportPath != "" {
+		// The brokers' logs beside the report, for the witnesses' context.
+		dir := cfg.ReportPath + ".logs"
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			for _, r := range c.Replicas {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("replica-%d.log", r.ID)), []byte(r.Log()), 0o644)
+			}
+		}
+		if err := os.WriteFile(cfg.ReportPath, []byte(RenderHTML(res)), 0o644); err != nil {
+			res.Problems = append(res.Problems, "write report: "+err.Error())
+		} else {
+			logf("chaos: report written to %s", cfg.ReportPath)
+		}
+	}
+	logf("%s", res.Summary())
+	return res
+}
+
+// stopQuietly stops a replica cleanly; a paused one is resumed by Stop.
+func stopQuietly(r *testcluster.Replica) {
+	r.Stop(60 * time.Second)
+}
+
+func createTopic(adm *kadm.Client, name string, partitions int32, rf int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for {
+		resp, err := adm.CreateTopic(ctx, partitions, int16(rf), nil, name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// converge waits until a serving leader has every replica in its ISR and
+// every follower's durable position equals the leader's high watermark on
+// every partition of topics, twice in a row a second apart. It returns
+// the leader and the high watermarks (by "topic/partition"), or nil and
+// why not.
+func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32, within time.Duration) (*testcluster.Replica, map[string]int64, string) {
+	var leader *testcluster.Replica
+	var hw map[string]int64
+	var prev string
+	stable := 0
+	err := testcluster.Poll(within, func() (bool, string) {
+		l, st := c.ServingLeader()
+		if l == nil {
+			stable = 0
+			return false, "no serving leader"
+		}
+		if len(st.ISR) != len(c.Replicas) {
+			stable = 0
+			return false, fmt.Sprintf("leader %d, ISR %v", l.ID, st.ISR)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ends, err := adm.ListEndOffsets(ctx, dataTopic, txnTopic)
+		cancel()
+		if err != nil {
+			stable = 0
+			return false, fmt.Sprintf("list end offsets: %v", err)
+		}
+		cur := map[string]int64{}
+		var errs []string
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil {
+				errs = append(errs, fmt.Sprintf("%s/%d: %v", o.Topic, o.Partition, o.Err))
+				return
+			}
+			cur[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o.Offset
+		})
+		if len(errs) > 0 {
+			stable = 0
+			return false, "list end offsets: " + strings.Join(errs, "; ")
+		}
+		for t, n := range topics {
+			for p := range n {
+				want := cur[fmt.Sprintf("%s/%d", t, p)]
+				for id, fp := range st.Followers {
+					if got, ok := fp.Partitions[fmt.Sprintf("%s-%d", t, p)]; !ok || got != want {
+						stable = 0
+						return false, fmt.Sprintf("follower %s at %d on %s/%d, leader %d's high watermark %d", id, got, t, p, l.ID, want)
+					}
+				}
+			}
+		}
+		sig := fmt.Sprint(l.ID, st.Epoch, sortedMap(cur))
+		if sig != prev {
+			prev, stable = sig, 0
+		}
+		stable++
+		if stable < 3 {
+			time.Sleep(500 * time.Millisecond)
+			return false, "settling"
+		}
+		leader, hw = l, cur
+		return true, ""
+	})
+	if err != nil {
+		return nil, hw, err.Error()
+	}
+	return leader, hw, ""
+}
+
+func sortedMap(m map[string]int64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d ", k, m[k])
+	}
+	return b.String()
+}
+
+// drain reads every partition from the start, under both isolation
+// levels, until each has reached its final high watermark or nothing new
+// came for a few seconds; the polls go into the history like any other.
+func drain(w *workload, adm *kadm.Client, topics map[string]int32, hw map[string]int64, logf func(string, ...any)) {
+	var wg sync.WaitGroup
+	for _, rc := range []bool{false, true} {
+		name, iso := "drain-ru", kgo.ReadUncommitted()
+		if rc {
+			name, iso = "drain-rc", kgo.ReadCommitted()
+		}
+		cl, err := w.client(kgo.ConsumePartitions(w.allFromZero()), kgo.FetchIsolationLevel(iso),
+			kgo.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			logf("chaos: drain client: %v", err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cl.Close()
+			next := map[string]int64{}
+			lastNew := time.Now()
+			deadline := time.Now().Add(90 * time.Second)
+			for time.Now().Before(deadline) && time.Since(lastNew) < 5*time.Second {
+				done := hw != nil
+				for k, e := range hw {
+					if next[k] < e {
+						done = false
+					}
+				}
+				if done {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				start := w.rec.now()
+				fs := cl.PollFetches(ctx)
+				cancel()
+				end := w.rec.now()
+				fs.EachPartition(func(p kgo.FetchTopicPartition) {
+					if len(p.Records) == 0 {
+						return
+					}
+					lastNew = time.Now()
+					recs := make([]checker.Record, len(p.Records))
+					for i, r := range p.Records {
+						recs[i] = checker.Record{Offset: r.Offset, Value: string(r.Value)}
+					}
+					w.rec.addPoll(checker.Poll{Consumer: name, Mode: checker.Assign, ReadCommitted: rc, Topic: p.Topic,
+						Partition: p.Partition, Records: recs, Start: start, End: end, HW: p.HighWatermark})
+					next[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = p.Records[len(p.Records)-1].Offset + 1
+				})
+			}
+		}()
+	}
+	wg.Wait()
+}

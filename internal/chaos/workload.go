@@ -1,0 +1,399 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/checker"
+)
+
+// workload runs the clients of a run: acks=all idempotent producers,
+// a transactional producer, assign-mode consumers under both isolation
+// levels, a consumer group that commits offsets, and a reader of the
+// group's committed offsets. Every operation goes to the recorder.
+type workload struct {
+	cfg   *Config
+	seeds []string
+	rec   *recorder
+	// topics: data (plain producers) and txn (the transactional
+	// producer); consumers read both.
+	data, txn string
+	dataParts int32
+	txnParts  int32
+	group     string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	// producing ends before consuming: the final drain reads what the
+	// producers left.
+	prodCtx    context.Context
+	prodCancel context.CancelFunc
+	prodWG     sync.WaitGroup
+	consWG     sync.WaitGroup
+
+	mu      sync.Mutex
+	clients []*kgo.Client
+	logf    func(format string, args ...any)
+}
+
+func (w *workload) client(opts ...kgo.Opt) (*kgo.Client, error) {
+	base := []kgo.Opt{
+		kgo.SeedBrokers(w.seeds...),
+		kgo.MetadataMinAge(250 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
+		kgo.RequestTimeoutOverhead(5 * time.Second),
+		kgo.ConnIdleTimeout(20 * time.Second),
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.clients = append(w.clients, cl)
+	w.mu.Unlock()
+	return cl, nil
+}
+
+func (w *workload) closeAll() {
+	w.mu.Lock()
+	cls := w.clients
+	w.clients = nil
+	w.mu.Unlock()
+	for _, cl := range cls {
+		cl.Close()
+	}
+}
+
+// start launches every client.
+func (w *workload) start(seed int64) error {
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.prodCtx, w.prodCancel = context.WithCancel(w.ctx)
+	for i := range w.cfg.Producers {
+		cl, err := w.client(
+			kgo.RequiredAcks(kgo.AllISRAcks()),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.RecordDeliveryTimeout(15*time.Second),
+			kgo.ProduceRequestTimeout(6*time.Second),
+			kgo.ProducerLinger(2*time.Millisecond),
+		)
+		if err != nil {
+			return err
+		}
+		w.prodWG.Add(1)
+		go w.produce(cl, fmt.Sprintf("p%d", i+1), rand.New(rand.NewPCG(uint64(seed), uint64(i+1))))
+	}
+	if !w.cfg.NoTxn {
+		w.prodWG.Add(1)
+		go w.transact(seed)
+	}
+	for _, rc := range []bool{false, true} {
+		name := "assign-ru"
+		iso := kgo.ReadUncommitted()
+		if rc {
+			name, iso = "assign-rc", kgo.ReadCommitted()
+		}
+		cl, err := w.client(kgo.ConsumePartitions(w.allFromZero()), kgo.FetchIsolationLevel(iso),
+			kgo.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		w.consWG.Add(1)
+		go w.consume(cl, name, checker.Assign, rc, nil)
+	}
+	for i := range 2 {
+		cl, err := w.client(kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.data, w.txn),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(300*time.Millisecond),
+			kgo.SessionTimeout(10*time.Second), kgo.HeartbeatInterval(time.Second),
+			kgo.RebalanceTimeout(10*time.Second))
+		if err != nil {
+			return err
+		}
+		w.consWG.Add(1)
+		go w.consume(cl, fmt.Sprintf("group-%d", i+1), checker.Group, true, cl)
+	}
+	adm, err := w.client()
+	if err != nil {
+		return err
+	}
+	w.consWG.Add(1)
+	go w.fetchOffsets(kadm.NewClient(adm))
+	return nil
+}
+
+func (w *workload) allFromZero() map[string]map[int32]kgo.Offset {
+	m := map[string]map[int32]kgo.Offset{w.data: {}, w.txn: {}}
+	for p := range w.dataParts {
+		m[w.data][p] = kgo.NewOffset().At(0)
+	}
+	for p := range w.txnParts {
+		m[w.txn][p] = kgo.NewOffset().At(0)
+	}
+	return m
+}
+
+// produce sends unique values to random partitions at the configured
+// rate, with at most a few records in flight.
+func (w *workload) produce(cl *kgo.Client, name string, rng *rand.Rand) {
+	defer w.prodWG.Done()
+	inflight := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	gap := time.Second / time.Duration(max(w.cfg.Rate, 1))
+	next := time.Now()
+	for seq := 0; ; seq++ {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-w.prodCtx.Done():
+				return
+			}
+		}
+		next = next.Add(gap)
+		if time.Until(next) < -time.Second {
+			// Behind after a stall: do not burst to catch up.
+			next = time.Now()
+		}
+		select {
+		case inflight <- struct{}{}:
+		case <-w.prodCtx.Done():
+			return
+		}
+		part := rng.Int32N(w.dataParts)
+		v := fmt.Sprintf("%s-%07d", name, seq)
+		i := w.rec.startSend(checker.Send{Producer: name, Seq: seq, Topic: w.data, Partition: part, Value: v})
+		wg.Add(1)
+		// The client's own context, not the run's: ending the run must
+		// not turn a record that may be in flight into a failure.
+		cl.Produce(context.Background(), &kgo.Record{Topic: w.data, Partition: part, Value: []byte(v)}, func(r *kgo.Record, err error) {
+			w.rec.endSend(i, r.Offset, err)
+			<-inflight
+			wg.Done()
+		})
+	}
+}
+
+// transact runs transactions of one to five records on the txn topic,
+// committing most and aborting some. A transaction whose end is not
+// confirmed leaves its sends' fate unknown, and the client is replaced
+// (its successor's InitProducerID fences and aborts what is left).
+func (w *workload) transact(seed int64) {
+	defer w.prodWG.Done()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x7478))
+	const name = "txp"
+	newClient := func() *kgo.Client {
+		for {
+			cl, err := w.client(kgo.TransactionalID("chaos-txn"), kgo.TransactionTimeout(10*time.Second),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordDeliveryTimeout(15*time.Second),
+				kgo.ProduceRequestTimeout(6*time.Second))
+			if err == nil {
+				return cl
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-w.prodCtx.Done():
+				return nil
+			}
+		}
+	}
+	cl := newClient()
+	seq := 0
+	for n := 0; cl != nil; n++ {
+		select {
+		case <-w.prodCtx.Done():
+			return
+		case <-time.After(time.Duration(20+rng.IntN(80)) * time.Millisecond):
+		}
+		if err := cl.BeginTransaction(); err != nil {
+			w.rec.countErr("begin transaction", err)
+			cl.Close()
+			cl = newClient()
+			continue
+		}
+		txn := fmt.Sprintf("t%05d", n)
+		var idx []int
+		ok := true
+		for j := range 1 + rng.IntN(5) {
+			part := rng.Int32N(w.txnParts)
+			v := fmt.Sprintf("%s-%s-%d", name, txn, j)
+			i := w.rec.startSend(checker.Send{Producer: name, Seq: seq, Topic: w.txn, Partition: part, Value: v, Txn: txn})
+			seq++
+			idx = append(idx, i)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: w.txn, Partition: part, Value: []byte(v)}).First()
+			cancel()
+			off := int64(-1)
+			if r != nil {
+				off = r.Offset
+			}
+			w.rec.endSend(i, off, err)
+			if err != nil {
+				ok = false
+				break
+			}
+		}
+		commit := ok && rng.Float64() < 0.7
+		end := kgo.TryAbort
+		if commit {
+			end = kgo.TryCommit
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if !ok {
+			_ = cl.AbortBufferedRecords(ctx)
+		}
+		err := cl.EndTransaction(ctx, end)
+		cancel()
+		switch {
+		case err == nil && commit:
+			w.rec.endTxn(idx, checker.TxnCommitted)
+		case err == nil:
+			w.rec.endTxn(idx, checker.TxnAborted)
+		default:
+			w.rec.countErr("end transaction", err)
+			cl.Close()
+			cl = newClient()
+		}
+	}
+}
+
+// consume polls until the run ends, recording every fetched partition
+// with records. A group member (commit != nil) commits what each poll
+// returned and records the commit.
+func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bool, commit *kgo.Client) {
+	defer w.consWG.Done()
+	for w.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(w.ctx, time.Second)
+		start := w.rec.now()
+		fs := cl.PollFetches(ctx)
+		cancel()
+		end := w.rec.now()
+		offsets := map[string]map[int32]kgo.EpochOffset{}
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
+				w.rec.countErr("fetch", err)
+			}
+		})
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			recs := make([]checker.Record, len(p.Records))
+			for i, r := range p.Records {
+				recs[i] = checker.Record{Offset: r.Offset, Value: string(r.Value)}
+			}
+			w.rec.addPoll(checker.Poll{Consumer: name, Mode: mode, ReadCommitted: rc, Topic: p.Topic, Partition: p.Partition,
+				Records: recs, Start: start, End: end, HW: p.HighWatermark})
+			last := p.Records[len(p.Records)-1]
+			if offsets[p.Topic] == nil {
+				offsets[p.Topic] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[p.Topic][p.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		})
+		if commit != nil && len(offsets) > 0 {
+			w.commit(commit, offsets)
+		}
+	}
+}
+
+// commit commits offsets synchronously and records each partition's
+// outcome. Errors a coordinator returns before writing anything (a stale
+// generation or member, a rebalance) are failures; every other error is
+// an unknown outcome.
+func (w *workload) commit(cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) {
+	start := w.rec.now()
+	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	defer cancel()
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		end := w.rec.now()
+		known := map[string]map[int32]int16{}
+		if err == nil && resp != nil {
+			for _, t := range resp.Topics {
+				known[t.Topic] = map[int32]int16{}
+				for _, p := range t.Partitions {
+					known[t.Topic][p.Partition] = p.ErrorCode
+				}
+			}
+		} else if err != nil {
+			w.rec.countErr("commit", err)
+		}
+		for t, ps := range offsets {
+			for p, eo := range ps {
+				out := checker.Unknown
+				if code, ok := known[t][p]; ok {
+					switch kerr.ErrorForCode(code) {
+					case nil:
+						out = checker.Acked
+					case kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress, kerr.FencedInstanceID:
+						out = checker.Failed
+					default:
+						w.rec.countErr("commit", kerr.ErrorForCode(code))
+					}
+				}
+				w.rec.addCommit(checker.OffsetCommit{Group: w.group, Topic: t, Partition: p, Offset: eo.Offset,
+					Start: start, End: end, Outcome: out})
+			}
+		}
+	})
+}
+
+// fetchOffsets reads the group's committed offsets every half second.
+func (w *workload) fetchOffsets(adm *kadm.Client) {
+	defer w.consWG.Done()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		start := w.rec.now()
+		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+		resp, err := adm.FetchOffsets(ctx, w.group)
+		cancel()
+		end := w.rec.now()
+		if err != nil {
+			continue
+		}
+		resp.Each(func(o kadm.OffsetResponse) {
+			if o.Err != nil {
+				return
+			}
+			w.rec.addFetch(checker.OffsetFetch{Group: w.group, Topic: o.Topic, Partition: o.Partition, Offset: o.At,
+				Start: start, End: end})
+		})
+	}
+}
+
+// stopProducing ends every producer and waits (bounded) for the answers
+// of records in flight; what never gets one stays unknown.
+func (w *workload) stopProducing(within time.Duration) {
+	w.prodCancel()
+	done := make(chan struct{})
+	go func() { w.prodWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(within):
+		w.logf("chaos: producers still waiting for answers after %v; their records stay unknown", within)
+	}
+}
+
+// stop ends every client.
+func (w *workload) stop() {
+	w.cancel()
+	done := make(chan struct{})
+	go func() { w.consWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		w.logf("chaos: consumers did not stop within 30 s")
+	}
+	w.closeAll()
+}

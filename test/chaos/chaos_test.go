@@ -1,0 +1,124 @@
+// Package chaos_test runs the fault-injection harness (internal/chaos)
+// against real moonmq processes: a short seeded run with every fault kind
+// as part of go test, and a long run driven by flags for people.
+//
+//	go test ./test/chaos -run 'TestChaos$' -chaos.duration=30m -chaos.seed=N -chaos.report=report.html -timeout 0
+package chaos_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/chaos"
+	"github.com/moonmq/moonmq/internal/checker"
+	"github.com/moonmq/moonmq/internal/testcluster"
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+func TestMain(m *testing.M) { testcluster.Main(m) }
+
+var (
+	flagDuration = flag.Duration("chaos.duration", 0, "length of TestChaos's fault phase; TestChaos is skipped without it")
+	flagSeed     = flag.Int64("chaos.seed", 0, "seed of the fault schedule (TestChaos: 0 picks one from the clock; TestChaosShort: 0 keeps its fixed seed)")
+	flagReport   = flag.String("chaos.report", "", "write the HTML report here")
+	flagReplicas = flag.Int("chaos.replicas", 3, "group size for TestChaos (3 or 5)")
+	flagFaults   = flag.String("chaos.faults", "all", "fault kinds for TestChaos: a comma-separated list, or -kind,... to leave some out")
+	flagRate     = flag.Int("chaos.rate", 100, "records per second per producer")
+	flagProgress = flag.Duration("chaos.progress", 10*time.Second, "interval of the progress line")
+)
+
+// shortSeed is TestChaosShort's fixed seed; -chaos.seed overrides it.
+const shortSeed = 20261129
+
+// shortKinds are the fault kinds of TestChaosShort: every kind. A kind
+// that reliably exposes a known, not yet fixed broker bug would be left
+// out here, and docs/RELIABILITY.md would say so.
+var shortKinds = chaos.AllKinds
+
+// TestChaosShort is a seeded run of about a minute and a half of faults,
+// every kind, on three replicas. A failure prints the seed, the command
+// that replays it and the checker's witnesses; the HTML report is kept in
+// the temporary directory and named.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts broker processes and runs for minutes")
+	}
+	seed := int64(shortSeed)
+	if *flagSeed != 0 {
+		seed = *flagSeed
+	}
+	report := *flagReport
+	if report == "" {
+		report = filepath.Join(os.TempDir(), "moonmq-chaos-short.html")
+	}
+	res := chaos.Run(t, chaos.Config{
+		Seed: seed, Duration: 60 * time.Second, Replicas: 3, Kinds: shortKinds,
+		Producers: 3, Rate: 60, ReportPath: report, ProgressEvery: *flagProgress,
+		Plan: chaos.PlanOptions{GapMin: 500 * time.Millisecond, GapMax: 1500 * time.Millisecond, HoldMax: 4 * time.Second},
+	})
+	if !res.OK() {
+		t.Fatalf("chaos run found anomalies (report: %s):\n%s", report, res.Summary())
+	}
+	kinds := map[chaos.Kind]bool{}
+	for _, e := range res.Events {
+		kinds[e.Kind] = true
+	}
+	for _, k := range shortKinds {
+		if !kinds[k] {
+			t.Errorf("fault kind %s was never injected (seed %d)", k, seed)
+		}
+	}
+}
+
+// TestChaos is the long run for people:
+//
+//	go test ./test/chaos -run 'TestChaos$' -chaos.duration=30m -chaos.seed=N -chaos.report=report.html -timeout 0
+//
+// It prints a progress line every -chaos.progress and the summary at the
+// end, and fails on any anomaly.
+func TestChaos(t *testing.T) {
+	if *flagDuration <= 0 {
+		t.Skip("a long run: give -chaos.duration")
+	}
+	kinds, err := chaos.ParseKinds(*flagFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	res := chaos.Run(t, chaos.Config{
+		Seed: seed, Duration: *flagDuration, Replicas: *flagReplicas, Kinds: kinds, Rate: *flagRate,
+		ReportPath: *flagReport, Progress: os.Stderr, ProgressEvery: *flagProgress,
+	})
+	if !res.OK() {
+		t.Fatalf("chaos run found anomalies:\n%s", res.Summary())
+	}
+}
+
+// TestChaosCatchesBrokenFsync shows that the harness and its checker can
+// fail: every broker runs a deliberately broken build whose fsync of
+// segment files lies (vfs.LoseUnsyncedBrokenSync), so acks=all is
+// answered for records no disk holds, and restarting the whole group
+// loses them. The run must report it.
+func TestChaosCatchesBrokenFsync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts broker processes")
+	}
+	res := chaos.Run(t, chaos.Config{
+		Seed: 1, Duration: 10 * time.Second, ForceEnv: vfs.LoseUnsyncedBrokenSync, Rate: 60,
+		Steps:         []chaos.Step{{At: 6 * time.Second, Kind: chaos.RestartAll, Hold: 500 * time.Millisecond}},
+		ProgressEvery: *flagProgress,
+	})
+	if res.Report.OK() {
+		t.Fatalf("a group that lost every acknowledged record on restart passed the checker:\n%s", res.Summary())
+	}
+	if !res.Report.Has(checker.LostWrite) && !res.Report.Has(checker.Unseen) && !res.Report.Has(checker.TruncatedRead) {
+		t.Fatalf("anomalies found, but no lost, unseen or truncated acknowledged record:\n%s", res.Summary())
+	}
+	t.Logf("caught, as it should be: %v", res.Report.Counts)
+}
