@@ -49,14 +49,14 @@ type injector struct {
 	lossyP   float64
 	forceEnv string
 
-	mu     sync.Mutex
-	lossy  map[int]bool
+	mu    sync.Mutex
+	lossy map[int]bool
 	// lossyStarts counts the starts of each replica given the lossy
 	// environment, to check against the brokers' own warnings.
 	lossyStarts map[int]int
-	events []Event
-	cur    string // the fault now running, for the progress line
-	rng    *rand.Rand
+	events      []Event
+	cur         string // the fault now running, for the progress line
+	rng         *rand.Rand
 }
 
 func newInjector(seed int64) *injector {
