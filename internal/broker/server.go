@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,6 +236,24 @@ func (cn *conn) readLoop() error {
 			}
 			continue
 		}
+		// Idle: wait for the next request's size at most
+		// ConnectionsMaxIdleMs; then the rest of the frame must come
+		// within RequestReadTimeoutMs.
+		if idle := b.cfg.ConnectionsMaxIdleMs; idle > 0 {
+			_ = cn.c.SetReadDeadline(time.Now().Add(time.Duration(idle) * time.Millisecond))
+		} else {
+			_ = cn.c.SetReadDeadline(time.Time{})
+		}
+		if _, err := br.Peek(4); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("idle for %d ms (Server.ConnectionsMaxIdleMs); clients reconnect when they need to", b.cfg.ConnectionsMaxIdleMs)
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || cn.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		_ = cn.c.SetReadDeadline(time.Now().Add(time.Duration(b.cfg.RequestReadTimeoutMs) * time.Millisecond))
 		limit := b.cfg.MaxRequestBytes
 		preLogin := cn.mustLogIn()
 		if preLogin {
@@ -247,6 +266,10 @@ func (cn *conn) readLoop() error {
 			}
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return errors.New("connection closed in the middle of a frame")
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				b.stats.badFrames.Add(1)
+				return fmt.Errorf("a request's bytes did not arrive within %d ms of its size (Server.RequestReadTimeoutMs)", b.cfg.RequestReadTimeoutMs)
 			}
 			b.stats.badFrames.Add(1)
 			if preLogin && errors.Is(err, protocol.ErrFrameTooLarge) {

@@ -53,6 +53,15 @@ type Server struct {
 	// MaxRequestBytes is the largest frame a client may send (Kafka's
 	// socket.request.max.bytes). Default 100 MiB.
 	MaxRequestBytes int
+	// ConnectionsMaxIdleMs closes a client connection that sends nothing
+	// for this long (Kafka's connections.max.idle.ms). Default 600000; -1
+	// never closes idle connections.
+	ConnectionsMaxIdleMs int64
+	// RequestReadTimeoutMs bounds how long the rest of a request may take
+	// to arrive once its size has been read, so a client that stops in the
+	// middle of a frame does not hold a connection and its buffer forever.
+	// Default 30000.
+	RequestReadTimeoutMs int64
 	// MaxMessageBytes is the default max.message.bytes of topics: the largest
 	// record batch a produce may carry. Default 1048588 as in Kafka.
 	MaxMessageBytes int
@@ -143,17 +152,21 @@ type Cluster struct {
 
 // Defaults used when a key is absent.
 const (
-	DefaultHost              = "127.0.0.1"
-	DefaultPort              = 9092
-	DefaultDataDir           = "./data"
-	DefaultMetricsPort       = 9100
-	DefaultMaxRequestBytes   = 100 << 20
-	DefaultMaxMessageBytes   = 1048588
-	DefaultSegmentBytes      = 1 << 30
-	DefaultRetentionMs       = 7 * 24 * 3600 * 1000
-	DefaultRetentionCheckMs  = 30000
-	DefaultAckTimeoutSeconds = 5
-	DefaultIsrLagSeconds     = 10
+	DefaultHost            = "127.0.0.1"
+	DefaultPort            = 9092
+	DefaultDataDir         = "./data"
+	DefaultMetricsPort     = 9100
+	DefaultMaxRequestBytes = 100 << 20
+	DefaultMaxMessageBytes = 1048588
+	// DefaultConnectionsMaxIdleMs is Kafka's connections.max.idle.ms.
+	DefaultConnectionsMaxIdleMs = 600000
+	// DefaultRequestReadTimeoutMs bounds the read of one request's body.
+	DefaultRequestReadTimeoutMs = 30000
+	DefaultSegmentBytes         = 1 << 30
+	DefaultRetentionMs          = 7 * 24 * 3600 * 1000
+	DefaultRetentionCheckMs     = 30000
+	DefaultAckTimeoutSeconds    = 5
+	DefaultIsrLagSeconds        = 10
 )
 
 // Default returns the configuration `moonmq serve` runs with when given no
@@ -256,6 +269,12 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if s.MaxMessageBytes == 0 {
 		s.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if s.ConnectionsMaxIdleMs == 0 {
+		s.ConnectionsMaxIdleMs = DefaultConnectionsMaxIdleMs
+	}
+	if s.RequestReadTimeoutMs == 0 {
+		s.RequestReadTimeoutMs = DefaultRequestReadTimeoutMs
+	}
 	if s.SegmentBytes == 0 {
 		s.SegmentBytes = DefaultSegmentBytes
 	}
@@ -322,6 +341,12 @@ func (s *Server) Validate() error {
 	}
 	if s.MaxRequestBytes < 1024 || s.MaxRequestBytes > 1<<30 {
 		bad("MaxRequestBytes", "%d is out of range 1024-%d", s.MaxRequestBytes, 1<<30)
+	}
+	if s.ConnectionsMaxIdleMs < -1 {
+		bad("ConnectionsMaxIdleMs", "%d must be positive, or -1 to never close idle connections", s.ConnectionsMaxIdleMs)
+	}
+	if s.RequestReadTimeoutMs < 1 {
+		bad("RequestReadTimeoutMs", "%d must be positive (milliseconds)", s.RequestReadTimeoutMs)
 	}
 	if s.MaxMessageBytes < 64 || s.MaxMessageBytes > s.MaxRequestBytes {
 		bad("MaxMessageBytes", "%d is out of range 64-MaxRequestBytes (%d)", s.MaxMessageBytes, s.MaxRequestBytes)

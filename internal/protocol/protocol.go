@@ -9,6 +9,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -64,12 +65,30 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	if n < 8 {
 		return nil, fmt.Errorf("%w: frame of %d bytes is shorter than a request header", ErrMalformed, n)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	if n <= eagerFrameBytes {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	// A large frame's buffer grows with what actually arrives: a client
+	// that announces 100 MiB and sends nothing costs little.
+	var b bytes.Buffer
+	b.Grow(eagerFrameBytes)
+	got, err := io.CopyN(&b, r, int64(n))
+	if err != nil {
+		if err == io.EOF && got > 0 {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, err
 	}
-	return buf, nil
+	return b.Bytes(), nil
 }
+
+// eagerFrameBytes is the largest frame whose whole buffer is allocated
+// before its bytes arrive.
+const eagerFrameBytes = 1 << 20
 
 // Header is a parsed request header.
 type Header struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"runtime"
 	"testing"
 
@@ -164,4 +165,28 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		allocCheck(t, b)
 	})
+}
+
+// TestLargeFrameBufferGrowsWithData: a frame that announces 64 MiB but
+// delivers a few bytes must not cost 64 MiB (a cheap way to exhaust memory
+// with many connections).
+func TestLargeFrameBufferGrowsWithData(t *testing.T) {
+	in := append(binary.BigEndian.AppendUint32(nil, 64<<20), make([]byte, 100)...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ReadFrame(bytes.NewReader(in), 128<<20)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated large frame: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Fatalf("reading 100 bytes of a 64 MiB frame allocated %d bytes", got)
+	}
+	// A complete large frame still reads whole.
+	body := bytes.Repeat([]byte{7}, 3<<20)
+	got, err := ReadFrame(bytes.NewReader(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)), 128<<20)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("complete large frame: %v, %d bytes", err, len(got))
+	}
 }
