@@ -365,7 +365,14 @@ func (r *replica) groupISR() []int32 {
 // leaderID is the leader's id, -1 while a follower has not found it.
 func (r *replica) leaderID() int32 {
 	if r.failover {
-		l := r.node.State().Leader
+		st := r.node.Status()
+		l := st.State.Leader
+		if st.RaftLeader == raftgroup.NoLeader && !r.lead.Load() {
+			// No Raft leader known (it died, or this replica is cut
+			// off): the last claim's replica is likely gone, and
+			// "no leader" makes clients retry rather than dial it.
+			return raftgroup.NoLeader
+		}
 		if l == r.self && !r.lead.Load() {
 			// Our claim is the latest but we do not serve (rebuilding,
 			// or the majority is gone): naming ourselves would send

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
@@ -218,9 +219,19 @@ func noneServes(t *testing.T, c *testcluster.Cluster, topic, prefix string) {
 		}
 		return true, ""
 	})
+	// No running replica names a leader once it has noticed the loss
+	// (an election timeout): naming the dead one would send clients to
+	// dial it instead of retrying.
+	c.WaitFor(electWithin, "every replica to name no leader", func() (bool, string) {
+		for _, r := range c.Up() {
+			if l := namedLeader(t, r, topic); l >= 0 {
+				return false, fmt.Sprintf("%v names replica %d the leader", r, l)
+			}
+		}
+		return true, ""
+	})
 	// Not idempotent: an idempotent producer never gives up on a batch
-	// that may have been sent, and a follower's Metadata keeps naming the
-	// dead leader, so it would retry forever instead of reporting.
+	// that may have been sent.
 	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(), kgo.RecordDeliveryTimeout(5*time.Second))
 	recs := make([]*kgo.Record, 5)
 	for i := range recs {
@@ -285,4 +296,31 @@ func TestFiveReplicasSurviveLeaderAndFollowerKill(t *testing.T) {
 	c.WaitISR(isrWithin, 1, 2, 3, 4, 5)
 	end := listEnd(t, c.Admin(), topic, 0)
 	waitCaughtUp(t, c, topic, 1, end)
+}
+
+// namedLeader is the leader r's own Metadata gives for partition 0 of topic
+// (-1 for none).
+func namedLeader(t *testing.T, r *testcluster.Replica, topic string) int32 {
+	t.Helper()
+	one, err := kgo.NewClient(kgo.SeedBrokers(r.ClientAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := one.SeedBrokers()[0].Request(testcluster.Context(t, 10*time.Second), req)
+	if err != nil {
+		t.Fatalf("Metadata from %v: %v", r, err)
+	}
+	for _, mt := range resp.(*kmsg.MetadataResponse).Topics {
+		for _, mp := range mt.Partitions {
+			if mp.Partition == 0 {
+				return mp.Leader
+			}
+		}
+	}
+	return -1
 }
