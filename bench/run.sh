@@ -16,7 +16,7 @@
 #   SKIP_MOONMQ=1        only run the peers (compares kfake with NATS)
 #   NATS_SYNC_ALWAYS=1   make JetStream fsync every message (default: it does not)
 #   MOONMQ_SERVER_EXTRA  extra JSON members for the "Server" config object,
-#                        e.g. '"Acks":"all","FlushIntervalMs":100'
+#                        e.g. '"Acks":"all"'
 #   BENCH_ARGS           extra flags for `moonmq bench` (e.g. --max-buffered 4096)
 set -euo pipefail
 

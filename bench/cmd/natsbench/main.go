@@ -7,12 +7,19 @@
 // left at its defaults: it does not fsync each message (it syncs every
 // 2 minutes) unless --sync-always is set.
 //
+// With --replicas 3 (or 5) it instead starts that many nats-server nodes as
+// child processes of itself (natsbench --serve-node), clustered over loopback
+// routes, and creates every stream with that replication factor. Separate
+// processes, not one process with three servers, so that the servers and the
+// load generator each have their own runtime and garbage collector, as the
+// three MoonMQ replicas and `moonmq bench` do in bench/replication.sh.
+//
 // Mapping of the Kafka cases onto JetStream:
-//   - a Kafka partition is a JetStream stream (R1, file storage, one subject
-//     each): a stream is JetStream's unit of ordering and storage, so
+//   - a Kafka partition is a JetStream stream (R1 or R--replicas, file
+//     storage, one subject each): a stream is JetStream's unit of ordering and storage, so
 //     --partitions N creates N streams and publishes round-robin over them;
 //   - JetStream has a single acknowledgement level (stored on the R1 stream
-//     leader), so the --acks values only label cases; the default runs
+//     leader; for R3 stored by a majority of the stream's Raft group), so the --acks values only label cases; the default runs
 //     acks=-1 only;
 //   - pipelined = PublishAsync with a bounded window of --window
 //     unacknowledged messages; latency is measured from the publish call to
@@ -49,6 +56,7 @@ type config struct {
 	url            string
 	storeDir       string
 	syncAlways     bool
+	replicas       int
 	name           string
 	runID          string
 	records        int64
@@ -63,6 +71,14 @@ type config struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == serveNodeArg {
+		// A cluster node started by startCluster.
+		if err := serveNode(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "natsbench node: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -79,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.url, "url", "", "NATS server URL; empty embeds a JetStream server")
 	fs.StringVar(&cfg.storeDir, "store-dir", "", "JetStream store directory of the embedded server (default: a temporary directory)")
 	fs.BoolVar(&cfg.syncAlways, "sync-always", false, "embedded server fsyncs every message (JetStream sync_interval: always)")
+	fs.IntVar(&cfg.replicas, "replicas", 1, "stream replicas; above 1, start that many clustered nats-server processes (ignored with --url except for the stream config)")
 	fs.StringVar(&cfg.name, "name", "nats-jetstream", "label of the target in reports")
 	fs.StringVar(&cfg.runID, "run-id", strconv.FormatInt(time.Now().Unix(), 36), "unique part of stream names")
 	fs.Int64Var(&cfg.records, "records", 0, "messages to publish per case (overrides --duration when > 0)")
@@ -132,6 +149,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("one of --records or --duration must be positive")
 	case cfg.window <= 0:
 		return nil, errors.New("--window must be positive")
+	case cfg.replicas < 1 || cfg.replicas > 5:
+		return nil, errors.New("--replicas must be between 1 and 5")
 	}
 	return cfg, nil
 }
@@ -154,12 +173,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			defer os.RemoveAll(dir)
 		}
-		srv, err := startServer(dir, cfg.syncAlways)
-		if err != nil {
-			return err
+		if cfg.replicas > 1 {
+			cl, err := startCluster(dir, cfg.replicas, cfg.syncAlways, stderr)
+			if err != nil {
+				return err
+			}
+			defer cl.stop()
+			url = strings.Join(cl.urls, ",")
+		} else {
+			srv, err := startServer(dir, cfg.syncAlways)
+			if err != nil {
+				return err
+			}
+			defer srv.Shutdown()
+			url = srv.ClientURL()
 		}
-		defer srv.Shutdown()
-		url = srv.ClientURL()
 	}
 	nc, err := nats.Connect(url, nats.Name("natsbench"))
 	if err != nil {
@@ -169,6 +197,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.window+1))
 	if err != nil {
 		return err
+	}
+	if cfg.replicas > 1 {
+		// A fresh cluster answers JetStream API requests only once its meta
+		// group has elected a leader.
+		if err := waitJetStream(ctx, js, 30*time.Second); err != nil {
+			return err
+		}
 	}
 
 	rep := &bench.Report{
@@ -181,7 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Host:       bench.HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU()},
 		Results:    []bench.CaseResult{},
 		Notes: []string{
-			fmt.Sprintf("JetStream file storage, R1, one stream per partition, sync-always=%v (default JetStream syncs every 2m, not per message)", cfg.syncAlways),
+			fmt.Sprintf("JetStream file storage, R%d, one stream per partition, sync-always=%v (default JetStream syncs every 2m, not per message)", cfg.replicas, cfg.syncAlways),
 			fmt.Sprintf("pipelined window=%d async publishes; acks labels only (JetStream acks once stored)", cfg.window),
 		},
 	}
@@ -265,7 +300,7 @@ func runCase(ctx context.Context, cfg *config, js jetstream.JetStream, pool *ben
 			Name:     streams[i],
 			Subjects: []string{subjects[i]},
 			Storage:  jetstream.FileStorage,
-			Replicas: 1,
+			Replicas: cfg.replicas,
 		})
 		cancel()
 		if err != nil {
@@ -347,7 +382,11 @@ func publish(ctx context.Context, cfg *config, js jetstream.JetStream, pool *ben
 		}()
 		for n := int64(0); more(n); n++ {
 			t0 := time.Now()
-			f, err := js.PublishAsync(subjects[n%int64(len(subjects))], pool.Next())
+			// Our window bounds what is in flight; the library's stall
+			// limit (200 ms by default) is only a backstop, and an R3
+			// PubAck can take longer than that under load, which would
+			// count a message that was merely slow as failed.
+			f, err := js.PublishAsync(subjects[n%int64(len(subjects))], pool.Next(), jetstream.WithStallWait(30*time.Second))
 			if err != nil {
 				fail(err)
 				if failed.Load() > 1000 && acked.Load() == 0 {
