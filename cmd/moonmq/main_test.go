@@ -276,8 +276,26 @@ func TestMetricsEndpoints(t *testing.T) {
 	if stats.ProducedRecords != 1 || !found {
 		t.Fatalf("/stats: %+v", stats)
 	}
+	// A group consumes the record and commits; lag is then 0, and 1
+	// after one more record.
+	cons := newClient(t, p.addr, kgo.ConsumeTopics("m"), kgo.ConsumerGroup("g"), kgo.DisableAutoCommit())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for n := 0; n < 1 && ctx.Err() == nil; {
+		fs := cons.PollFetches(ctx)
+		n += fs.NumRecords()
+	}
+	if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons.Close() // no prefetch of the next record
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("y")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
 	m := get("/metrics")
-	for _, want := range []string{"moonmq_produced_records_total 1", `moonmq_requests_total{api="Produce",error_code="0"}`, "moonmq_fsync_duration_seconds_count"} {
+	for _, want := range []string{"moonmq_produced_records_total 2", `moonmq_requests_total{api="Produce",error_code="0"}`, "moonmq_fsync_duration_seconds_count",
+		`moonmq_partition_log_end_offset{partition="0",topic="m"} 2`, `moonmq_partition_high_watermark{partition="0",topic="m"} 2`,
+		`moonmq_consumer_group_lag{group="g",partition="0",topic="m"} 1`, "moonmq_fetched_records_total 1"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -182,6 +182,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		// The epoch comes from the group's Raft log once a leader serves.
 		b.repl = newReplica(b)
 	}
+	b.stats.reg.MustRegister(newPartitionCollector(b))
 	if b.repl != nil {
 		b.stats.reg.MustRegister(newReplicationCollector(b.repl))
 	}

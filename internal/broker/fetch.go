@@ -72,13 +72,13 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 	}
 	committedOnly := r.IsolationLevel == 1
 	if n := b.collect(targets, maxBytes, committedOnly); n >= int(r.MinBytes) || r.MaxWaitMillis <= 0 || len(targets) == 0 || anyError(targets) {
-		b.stats.fetched(n)
+		b.stats.fetched(n, targets)
 		return resp, nil
 	}
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 	return nil, func(ctx context.Context) kmsg.Response {
 		n := b.longPoll(ctx, targets, maxBytes, int(r.MinBytes), wait, committedOnly)
-		b.stats.fetched(n)
+		b.stats.fetched(n, targets)
 		return resp
 	}
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/binary"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ type Stats struct {
 	producedBytes   atomic.Int64
 	producedRecords atomic.Int64
 	fetchedBytes    atomic.Int64
+	fetchedRecords  atomic.Int64
 	requestCount    atomic.Int64
 
 	requests   *prometheus.CounterVec
@@ -54,6 +56,7 @@ func newStats() *Stats {
 		counter("moonmq_produced_bytes_total", "Record batch bytes appended.", &s.producedBytes),
 		counter("moonmq_produced_records_total", "Records appended.", &s.producedRecords),
 		counter("moonmq_fetched_bytes_total", "Record batch bytes returned to consumers.", &s.fetchedBytes),
+		counter("moonmq_fetched_records_total", "Records returned to consumers (and followers' fetches through the Kafka port).", &s.fetchedRecords),
 		prometheus.NewGoCollector(),
 	)
 	return s
@@ -105,7 +108,29 @@ func (s *Stats) produced(bytes, records int64) {
 	s.producedRecords.Add(records)
 }
 
-func (s *Stats) fetched(n int) { s.fetchedBytes.Add(int64(n)) }
+func (s *Stats) fetched(n int, targets []fetchTarget) {
+	s.fetchedBytes.Add(int64(n))
+	var recs int64
+	for _, t := range targets {
+		recs += countRecords(t.out.RecordBatches)
+	}
+	s.fetchedRecords.Add(recs)
+}
+
+// countRecords sums the record counts of the batch headers in b (a fetch
+// answer's record set), stopping at a partial batch.
+func countRecords(b []byte) int64 {
+	var n int64
+	for len(b) >= 61 {
+		size := 12 + int(int32(binary.BigEndian.Uint32(b[8:12])))
+		if size < 61 || size > len(b) {
+			break
+		}
+		n += int64(int32(binary.BigEndian.Uint32(b[57:61])))
+		b = b[size:]
+	}
+	return n
+}
 
 func (s *Stats) observeFsync(d time.Duration) {
 	s.fsyncHist.Observe(d.Seconds())
