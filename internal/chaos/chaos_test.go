@@ -283,7 +283,7 @@ func TestDecodeWithControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := decodeWithControl(append(data, ctl...))
+	recs, eps, err := decodeWithControl(append(data, ctl...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,10 @@ func TestDecodeWithControl(t *testing.T) {
 	if !slices.Equal(recs, want) {
 		t.Fatalf("decoded %+v", recs)
 	}
-	if recs, err := decodeWithControl(nil); err != nil || recs != nil {
+	if len(eps) != 3 {
+		t.Fatalf("epochs %v", eps)
+	}
+	if recs, _, err := decodeWithControl(nil); err != nil || recs != nil {
 		t.Fatalf("empty log: %v %v", recs, err)
 	}
 }
@@ -322,5 +325,66 @@ func TestRenderHTML(t *testing.T) {
 		if strings.Contains(page, bad) {
 			t.Errorf("report contains %q", bad)
 		}
+	}
+}
+
+func TestCheckEpochs(t *testing.T) {
+	h := checker.History{
+		Polls: []checker.Poll{
+			{Consumer: "c", Topic: "t", Partition: 0, HW: 3, Records: []checker.Record{{Offset: 1, Value: "a"}, {Offset: 2, Value: "b"}}},
+			{Consumer: "c", Topic: "t", Partition: 0, HW: 3, Records: []checker.Record{{Offset: 2, Value: "b"}}},
+		},
+		Dumps: []checker.Dump{
+			{Replica: "1", Topic: "t", Partition: 0, Leader: true, Records: []checker.Record{{Offset: 1, Value: "a"}, {Offset: 2, Value: "b"}}},
+			{Replica: "2", Topic: "t", Partition: 0, Records: []checker.Record{{Offset: 1, Value: "a"}, {Offset: 2, Value: "b"}}},
+		},
+	}
+	// The first poll read offset 2 in epoch 5; the final leader has it in
+	// epoch 6. Dump 2 is not the leader's and is not judged.
+	out, n := checkEpochs(h, [][]int32{{5, 5}, {6}}, [][]int32{{5, 6}, {5, 5}}, 10)
+	if n != 1 || len(out) != 1 || out[0].Offset != 2 || out[0].Kind != RewrittenRead || !strings.Contains(out[0].Witness[0], "below the high watermark") {
+		t.Fatalf("got %d %+v", n, out)
+	}
+	if _, n := checkEpochs(h, [][]int32{{5, 6}, {6}}, [][]int32{{5, 6}, {5, 5}}, 10); n != 0 {
+		t.Fatalf("matching epochs reported %d", n)
+	}
+}
+
+func TestKnownFalseTruncation(t *testing.T) {
+	// Consumer c read offsets 5 and 6, was told 5..7 were lost, rewound
+	// and read 5 and 6 again: the final log has both, same epochs.
+	h := checker.History{
+		Polls: []checker.Poll{
+			{Consumer: "c", Topic: "t", Partition: 0, HW: 7, Start: 1, End: 2, Records: []checker.Record{{Offset: 5, Value: "a"}, {Offset: 6, Value: "b"}}},
+			{Consumer: "c", Topic: "t", Partition: 0, HW: 8, Start: 5, End: 6, Records: []checker.Record{{Offset: 5, Value: "a"}, {Offset: 6, Value: "b"}}},
+		},
+		Dumps: []checker.Dump{{Replica: "1", Topic: "t", Partition: 0, Leader: true, HW: 7,
+			Records: []checker.Record{{Offset: 5, Value: "a"}, {Offset: 6, Value: "b"}}}},
+		Sends: []checker.Send{
+			{Producer: "p", Seq: 0, Topic: "t", Partition: 0, Value: "a", Outcome: checker.Acked, Offset: 5},
+			{Producer: "p", Seq: 1, Topic: "t", Partition: 0, Value: "b", Outcome: checker.Acked, Offset: 6},
+		},
+	}
+	rep := checker.Check(h, checker.Options{MaxPerKind: -1})
+	if !rep.Has(checker.NonMonotonicPoll) {
+		t.Fatalf("the rewind is not reported: %v", rep)
+	}
+	notice := lossNotice{At: 3, Consumer: "c", Topic: "t", Partition: 0, ConsumedTo: 7, ResetTo: 5, Text: "notice"}
+	pe, de := [][]int32{{4, 4}, {4, 4}}, [][]int32{{4, 4}}
+	falseOnes := falseNotices(h, pe, de, []lossNotice{notice})
+	if len(falseOnes) != 1 {
+		t.Fatalf("false notices %v", falseOnes)
+	}
+	kept, known := splitKnown(rep, falseOnes)
+	if !kept.OK() || len(known) != 1 || !strings.Contains(known[0].Witness[len(known[0].Witness)-1], FalseTruncation.ID) {
+		t.Fatalf("kept %v, known %+v", kept, known)
+	}
+	// The same notice is genuine when the record read at 6 was of another
+	// epoch than the final one: nothing is set apart.
+	if got := falseNotices(h, [][]int32{{4, 3}, {4, 4}}, de, []lossNotice{notice}); len(got) != 0 {
+		t.Fatalf("a genuine truncation taken for a false one: %v", got)
+	}
+	if kept, known := splitKnown(rep, nil); kept.OK() || len(known) != 0 {
+		t.Fatal("anomalies set apart without a notice")
 	}
 }

@@ -11,8 +11,10 @@ import (
 // dumpReplica reads every partition of topics from a stopped replica's
 // data directory. hw is the final high watermark to report for each
 // partition (by "topic/partition"); leader marks the final leader's dumps.
-func dumpReplica(r *testcluster.Replica, topics map[string]int32, hw map[string]int64, leader bool) ([]checker.Dump, []string) {
+// The second result holds each dump's batch epochs, record by record.
+func dumpReplica(r *testcluster.Replica, topics map[string]int32, hw map[string]int64, leader bool) ([]checker.Dump, [][]int32, []string) {
 	var out []checker.Dump
+	var epochs [][]int32
 	var problems []string
 	for t, n := range topics {
 		for p := range n {
@@ -21,7 +23,7 @@ func dumpReplica(r *testcluster.Replica, topics map[string]int32, hw map[string]
 				problems = append(problems, fmt.Sprintf("replica %d: read %s/%d: %v", r.ID, t, p, err))
 				continue
 			}
-			recs, err := decodeWithControl(data)
+			recs, eps, err := decodeWithControl(data)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("replica %d: decode %s/%d: %v", r.ID, t, p, err))
 			}
@@ -31,35 +33,39 @@ func dumpReplica(r *testcluster.Replica, topics map[string]int32, hw map[string]
 			}
 			out = append(out, checker.Dump{Replica: fmt.Sprint(r.ID), Topic: t, Partition: p, LogStart: start,
 				Records: recs, HW: h, Leader: leader})
+			epochs = append(epochs, eps)
 		}
 	}
-	return out, problems
+	return out, epochs, problems
 }
 
 // decodeWithControl decodes stored batches into checker records, the
 // transaction markers included (marked Control), so that an acknowledged
-// record claimed at a marker's offset is seen as inconsistent.
-func decodeWithControl(data []byte) ([]checker.Record, error) {
+// record claimed at a marker's offset is seen as inconsistent, with each
+// record's batch leader epoch.
+func decodeWithControl(data []byte) ([]checker.Record, []int32, error) {
 	if len(data) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	batches, err := recordbatch.Split(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []checker.Record
+	var epochs []int32
 	for _, b := range batches {
 		h, err := recordbatch.ParseHeader(b)
 		if err != nil {
-			return out, err
+			return out, epochs, err
 		}
 		recs, err := recordbatch.Records(b, 64<<20)
 		if err != nil {
-			return out, fmt.Errorf("batch at %d: %w", h.BaseOffset, err)
+			return out, epochs, fmt.Errorf("batch at %d: %w", h.BaseOffset, err)
 		}
 		for _, r := range recs {
 			out = append(out, checker.Record{Offset: r.Offset, Value: string(r.Value), Control: h.Control()})
+			epochs = append(epochs, h.PartitionLeaderEpoch)
 		}
 	}
-	return out, nil
+	return out, epochs, nil
 }

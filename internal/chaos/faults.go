@@ -365,6 +365,8 @@ func (in *injector) exec(s Step) {
 		}
 		in.c.StartAll()
 		e.Detail = fmt.Sprintf("SIGTERM all at once, down %v", s.Hold.Round(time.Millisecond))
+	case CorruptElect:
+		e.Detail = in.corruptElect(s, rng, &e)
 	case BitFlip, Truncate:
 		r := in.target(s.Role, rng, nil)
 		if r == nil {
@@ -511,4 +513,73 @@ func (in *injector) healAll() {
 	e.End = in.since()
 	e.Detail = "every link passes, every replica runs"
 	in.record(e)
+}
+
+// corruptElect runs the CorruptElect scenario and says what happened.
+func (in *injector) corruptElect(s Step, rng *rand.Rand, e *Event) string {
+	leader, _ := in.c.ServingLeader()
+	if leader == nil {
+		return "skipped: no serving leader"
+	}
+	var followers []*testcluster.Replica
+	for _, r := range in.c.Up() {
+		if r != leader {
+			followers = append(followers, r)
+		}
+	}
+	if len(followers) < 2 {
+		return "skipped: fewer than two followers up"
+	}
+	a := followers[rng.IntN(len(followers))]
+	e.Targets = []int{a.ID, leader.ID}
+	stopped := time.Now()
+	a.Stop(30 * time.Second)
+	var cuts []string
+	for _, t := range in.topics {
+		dirs, _ := filepath.Glob(filepath.Join(a.DataDir, "topics", t, "*"))
+		for _, d := range dirs {
+			segs, _ := filepath.Glob(filepath.Join(d, "*.log"))
+			if len(segs) == 0 {
+				continue
+			}
+			sort.Strings(segs)
+			last := segs[len(segs)-1]
+			fi, err := os.Stat(last)
+			if err != nil || fi.Size() == 0 {
+				continue
+			}
+			cut := min(fi.Size(), 4<<10+rng.Int64N(28<<10))
+			if err := os.Truncate(last, fi.Size()-cut); err == nil {
+				rel, _ := filepath.Rel(a.DataDir, last)
+				cuts = append(cuts, fmt.Sprintf("%s -%d", rel, cut))
+			}
+		}
+	}
+	var cutOff []int
+	for _, c := range followers {
+		if c == a {
+			continue
+		}
+		for _, o := range in.ids() {
+			if o != c.ID {
+				in.net.Cut(c.ID, o)
+			}
+		}
+		cutOff = append(cutOff, c.ID)
+	}
+	in.start(a)
+	_, st := in.c.ServingLeader()
+	inISR := slices.Contains(st.ISR, int32(a.ID))
+	down := time.Since(stopped)
+	leader.Kill()
+	sleep(s.Hold)
+	served, sst := in.c.ServingLeader()
+	who := "nobody"
+	if served != nil {
+		who = fmt.Sprintf("replica %d (epoch %d)", served.ID, sst.Epoch)
+	}
+	in.net.Heal(false)
+	in.start(leader)
+	return fmt.Sprintf("%d stopped with SIGTERM, cut %s, started after %v (in the ISR then: %v); leader %d killed with SIGKILL; %v could not reach anyone; after %v %s served",
+		a.ID, strings.Join(cuts, ", "), down.Round(time.Millisecond), inISR, leader.ID, cutOff, s.Hold.Round(time.Millisecond), who)
 }

@@ -1,9 +1,13 @@
 package chaos
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/moonmq/moonmq/internal/checker"
 )
@@ -16,6 +20,9 @@ type recorder struct {
 	mu      sync.Mutex
 	sends   []checker.Send
 	polls   []checker.Poll
+	// pollEpochs holds, for each poll, the leader epoch of each record's
+	// batch (the checker's records carry none).
+	pollEpochs [][]int32
 	commits []checker.OffsetCommit
 	fetches []checker.OffsetFetch
 	// ended marks the sends whose End is known; the others are closed as
@@ -23,6 +30,22 @@ type recorder struct {
 	ended []bool
 	// errs counts the errors clients saw, by message, for the report.
 	errs map[string]int
+	// dataLoss keeps, in full, every data-loss notice a consumer got
+	// (franz-go's ErrDataLoss: the broker's OffsetForLeaderEpoch answer
+	// made it rewind): evidence beside the polls that show the rewind.
+	dataLoss []lossNotice
+}
+
+// lossNotice is one data-loss notice a consumer got: its client was told
+// (by an OffsetForLeaderEpoch answer) that records from ResetTo up to
+// ConsumedTo were gone, and rewound to ResetTo.
+type lossNotice struct {
+	At                  int64
+	Consumer            string
+	Topic               string
+	Partition           int32
+	ConsumedTo, ResetTo int64
+	Text                string
 }
 
 func newRecorder(t0 time.Time) *recorder {
@@ -70,10 +93,30 @@ func (r *recorder) endTxn(idx []int, o checker.TxnOutcome) {
 	}
 }
 
-func (r *recorder) addPoll(p checker.Poll) {
+func (r *recorder) addPoll(p checker.Poll, epochs []int32) {
 	r.mu.Lock()
 	r.polls = append(r.polls, p)
+	r.pollEpochs = append(r.pollEpochs, epochs)
 	r.mu.Unlock()
+}
+
+// pollFromFetch records one fetched partition's records; start and end
+// bound the PollFetches call.
+func (r *recorder) pollFromFetch(p kgo.FetchTopicPartition, consumer string, mode checker.Mode, rc bool, start, end int64) {
+	recs := make([]checker.Record, len(p.Records))
+	epochs := make([]int32, len(p.Records))
+	for i, rec := range p.Records {
+		recs[i] = checker.Record{Offset: rec.Offset, Value: string(rec.Value)}
+		epochs[i] = rec.LeaderEpoch
+	}
+	r.addPoll(checker.Poll{Consumer: consumer, Mode: mode, ReadCommitted: rc, Topic: p.Topic, Partition: p.Partition,
+		Records: recs, Start: start, End: end, HW: p.HighWatermark}, epochs)
+}
+
+func (r *recorder) epochsCopy() [][]int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]int32(nil), r.pollEpochs...)
 }
 
 func (r *recorder) addCommit(c checker.OffsetCommit) {
@@ -86,6 +129,25 @@ func (r *recorder) addFetch(f checker.OffsetFetch) {
 	r.mu.Lock()
 	r.fetches = append(r.fetches, f)
 	r.mu.Unlock()
+}
+
+// fetchErr counts a consumer's fetch error, keeping data-loss notices in
+// full.
+func (r *recorder) fetchErr(consumer string, err error) {
+	if dl, ok := errors.AsType[*kgo.ErrDataLoss](err); ok {
+		r.mu.Lock()
+		at := r.now()
+		r.dataLoss = append(r.dataLoss, lossNotice{At: at, Consumer: consumer, Topic: dl.Topic, Partition: dl.Partition,
+			ConsumedTo: dl.ConsumedTo, ResetTo: dl.ResetTo, Text: fmt.Sprintf("t=%d %s: %v", at, consumer, dl)})
+		r.mu.Unlock()
+	}
+	r.countErr("fetch", err)
+}
+
+func (r *recorder) dataLossCopy() []lossNotice {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]lossNotice(nil), r.dataLoss...)
 }
 
 func (r *recorder) countErr(what string, err error) {

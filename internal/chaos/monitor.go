@@ -106,11 +106,10 @@ func failovers(samples []sample, events []Event) []Failover {
 		if have {
 			f := Failover{At: s.At, From: cur.Leader, FromEpoch: cur.Epoch, To: s.Leader, ToEpoch: s.Epoch,
 				Leaderless: s.At - lastServing}
-			// The cause is the latest fault on the old leader (or on every
-			// replica) that was still going on when it was last seen.
-			for i := len(events) - 1; i >= 0; i-- {
-				e := events[i]
-				if e.Start > s.At || e.End < lastServing-time.Second {
+			// The cause is the first fault on the old leader (or on every
+			// replica) that was going on when it was last seen serving.
+			for _, e := range events {
+				if e.Start > lastServing+time.Second || e.End < lastServing-time.Second {
 					continue
 				}
 				hit := e.Kind == KillAll || e.Kind == RestartAll || e.Kind == RollingRestart

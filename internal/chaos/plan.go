@@ -44,6 +44,14 @@ const (
 	// RestartAll: stop (SIGTERM) every replica at once and start them all
 	// again, as an operator restarting the whole group.
 	RestartAll Kind = "restart-all"
+	// CorruptElect is a scripted scenario: a follower is stopped cleanly
+	// (so it restarts "clean"), the tails of its newest data segments are
+	// cut off (acknowledged records gone), it is started again and the
+	// leader is killed at once, while the other followers cannot reach
+	// anybody (they can vote but not campaign). Whether the damaged
+	// replica may lead is the question: it must not serve without the
+	// records it lost.
+	CorruptElect Kind = "corrupt-elect"
 	// BitFlip: stop a replica, flip bits in one of its segment files,
 	// start it again.
 	BitFlip Kind = "bit-flip"
@@ -54,7 +62,7 @@ const (
 
 // AllKinds lists every fault kind.
 var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, Delay, Drop,
-	RollingRestart, KillAll, RestartAll, BitFlip, Truncate}
+	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, CorruptElect}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all" is
 // AllKinds); a leading "-" on every entry excludes those from AllKinds.
@@ -170,7 +178,7 @@ func expected(k Kind, replicas int) time.Duration {
 		return time.Duration(replicas) * 4 * time.Second
 	case KillAll:
 		return 35 * time.Second // every replica restarted uncleanly waits for the group
-	case Kill, PowerLoss, BitFlip, Truncate, RestartAll:
+	case Kill, PowerLoss, BitFlip, Truncate, RestartAll, CorruptElect:
 		return 2 * time.Second
 	default:
 		return 0
@@ -218,6 +226,8 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 		switch k {
 		case Kill, PowerLoss, Pause, BitFlip, Truncate:
 			s.Hold = dur(500*time.Millisecond, 6*time.Second)
+		case CorruptElect:
+			s.Hold = dur(3*time.Second, 6*time.Second)
 		case IsolateLeader, Partition, OneWay, Delay:
 			s.Hold = dur(2*time.Second, 8*time.Second)
 		case Drop:

@@ -15,7 +15,7 @@ import (
 var kindColor = map[Kind]string{
 	Kill: "#d62728", PowerLoss: "#8c1c13", Pause: "#ff7f0e", IsolateLeader: "#9467bd",
 	Partition: "#1f77b4", OneWay: "#17becf", Delay: "#bcbd22", Drop: "#7f7f7f",
-	RollingRestart: "#2ca02c", KillAll: "#000000", RestartAll: "#98df8a", BitFlip: "#e377c2", Truncate: "#8c564b",
+	RollingRestart: "#2ca02c", KillAll: "#000000", RestartAll: "#98df8a", BitFlip: "#e377c2", Truncate: "#8c564b", CorruptElect: "#ff00ff",
 	"heal": "#c7c7c7",
 }
 
@@ -168,17 +168,25 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 	}
 	ly := 20 + rowH*float64(r.Config.Replicas)
 	fmt.Fprintf(&tl.b, `<text x="5" y="%.1f">leader</text>`, ly+15)
-	for i, s := range r.samples {
+	// One bar per stretch of one leader and epoch, a tick at each start.
+	for i := 0; i < len(r.samples); {
+		s := r.samples[i]
+		j := i + 1
+		for j < len(r.samples) && r.samples[j].Leader == s.Leader && r.samples[j].Epoch == s.Epoch {
+			j++
+		}
+		endAt := r.samples[j-1].At + 250*time.Millisecond
+		if j < len(r.samples) {
+			endAt = r.samples[j].At
+		}
+		i = j
 		if s.Leader == 0 {
 			continue
 		}
-		next := s.At + 250*time.Millisecond
-		if i+1 < len(r.samples) {
-			next = r.samples[i+1].At
-		}
-		x1, x2 := tl.x(s.At.Seconds()), tl.x(next.Seconds())
-		fmt.Fprintf(&tl.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>replica %d serving, epoch %d</title></rect>`,
-			x1, ly+3, math.Max(x2-x1, 0.5), rowH-6, replicaColor[(s.Leader-1)%len(replicaColor)], s.Leader, s.Epoch)
+		x1, x2 := tl.x(s.At.Seconds()), tl.x(endAt.Seconds())
+		fmt.Fprintf(&tl.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>replica %d serving, epoch %d, %.1fs-%.1fs</title></rect><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`,
+			x1, ly+3, math.Max(x2-x1, 0.5), rowH-6, replicaColor[(s.Leader-1)%len(replicaColor)], s.Leader, s.Epoch,
+			s.At.Seconds(), endAt.Seconds(), x1, ly+1, x1, ly+rowH-1)
 	}
 	tl.timeAxis()
 	b.WriteString("<h2>Timeline</h2><p>Faults per replica (hover for details); the last row is the serving leader, coloured by replica (")
@@ -229,14 +237,23 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 		color string
 	}{{0.5, "#1f77b4"}, {0.99, "#ff7f0e"}, {1, "#c00"}}
 	for _, s := range series {
+		// A new line after every second without an acknowledgement, so
+		// an outage shows as a gap rather than a slope.
 		var pts []string
+		flush := func() {
+			if len(pts) > 0 {
+				fmt.Fprintf(&lp.b, `<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>`, s.color, strings.Join(pts, " "))
+			}
+			pts = nil
+		}
 		for i, x := range bk {
 			if len(x.lat) == 0 {
+				flush()
 				continue
 			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", lp.x(float64(i)+0.5), lyOf(quantile(x.lat, s.q))))
 		}
-		fmt.Fprintf(&lp.b, `<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>`, s.color, strings.Join(pts, " "))
+		flush()
 	}
 	lp.timeAxis()
 	b.WriteString(`<h2>Latency of acknowledged sends</h2><p>Per second, log scale: <span style="color:#1f77b4">p50</span>, <span style="color:#ff7f0e">p99</span>, <span style="color:#c00">max</span>.</p>`)
@@ -256,7 +273,7 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 
 	// Anomalies.
 	b.WriteString("<h2>Anomalies</h2>")
-	if r.Report.OK() {
+	if r.Report.OK() && r.ExtraCount == 0 {
 		b.WriteString("<p>None.</p>")
 	} else {
 		b.WriteString("<table><tr><th>kind</th><th>count</th></tr>")
@@ -275,8 +292,27 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 				html.EscapeString(fmt.Sprintf("%q", a.Value)), html.EscapeString(strings.Join(a.Witness, "\n")))
 		}
 	}
+	if r.ExtraCount > 0 {
+		fmt.Fprintf(&b, "<h3>Harness checks: %s, %d</h3>", RewrittenRead, r.ExtraCount)
+		for _, a := range r.Extra[:min(len(r.Extra), 300)] {
+			fmt.Fprintf(&b, "<h3>%s %s/%d offset %d %s</h3><pre>%s</pre>", a.Kind, html.EscapeString(a.Topic), a.Partition, a.Offset,
+				html.EscapeString(fmt.Sprintf("%q", a.Value)), html.EscapeString(strings.Join(a.Witness, "\n")))
+		}
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "<p style=\"color:#c00\">Problem: %s</p>", html.EscapeString(p))
+	}
+	if len(r.Known) > 0 {
+		fmt.Fprintf(&b, "<h3 style=\"color:#c60\">Known bug %s (tolerated, not fixed): %d anomalies</h3><p>%s</p>",
+			FalseTruncation.ID, len(r.Known), html.EscapeString(FalseTruncation.Summary))
+		for _, a := range r.Known[:min(len(r.Known), 100)] {
+			fmt.Fprintf(&b, "<h3>%s %s/%d offset %d %s</h3><pre>%s</pre>", a.Kind, html.EscapeString(a.Topic), a.Partition, a.Offset,
+				html.EscapeString(fmt.Sprintf("%q", a.Value)), html.EscapeString(strings.Join(a.Witness, "\n")))
+		}
+	}
+	if len(r.DataLoss) > 0 {
+		fmt.Fprintf(&b, "<h3>Consumers' data-loss notices (%d, of which %d false)</h3><pre>%s</pre>", len(r.DataLoss), len(r.FalseDataLoss),
+			html.EscapeString(strings.Join(r.DataLoss, "\n")))
 	}
 
 	// Every fault, as text.

@@ -66,6 +66,10 @@ type Config struct {
 	ProgressEvery time.Duration
 	// Binary runs this moonmq binary instead of building one.
 	Binary string
+	// TolerateKnown reports the anomalies of known, unfixed broker bugs
+	// (KnownBug, by their exact signature) apart instead of failing the
+	// run on them.
+	TolerateKnown bool
 	// Options are added to the cluster's options (after the harness's).
 	Options []testcluster.Option
 }
@@ -82,12 +86,23 @@ type Result struct {
 	Report  checker.Report
 	// Failovers are the leader changes the monitor saw.
 	Failovers []Failover
+	// Extra are the harness's own anomalies (RewrittenRead), and
+	// ExtraCount how many there were in all.
+	Extra      []checker.Anomaly
+	ExtraCount int
 	// Problems are failures of the run itself that are not history
 	// anomalies (the group never converged after healing, a dump could
 	// not be read). They fail a run as anomalies do.
 	Problems []string
 	// Errors counts the errors clients saw, by kind.
 	Errors map[string]int
+	// DataLoss lists every data-loss notice a consumer got from its
+	// client (a rewind after an OffsetForLeaderEpoch answer), in full;
+	// FalseDataLoss those the final logs show to be false.
+	DataLoss, FalseDataLoss []string
+	// Known are the anomalies of known bugs, set apart from Report by
+	// Config.TolerateKnown.
+	Known []checker.Anomaly
 	// Took is the wall time of the whole run; FaultPhase that of the
 	// fault phase.
 	Took, FaultPhase time.Duration
@@ -96,7 +111,7 @@ type Result struct {
 }
 
 // OK reports whether the run found nothing wrong.
-func (r *Result) OK() bool { return r.Report.OK() && len(r.Problems) == 0 }
+func (r *Result) OK() bool { return r.Report.OK() && r.ExtraCount == 0 && len(r.Problems) == 0 }
 
 // Summary is a few lines for a test log: the seed and how to replay it,
 // the counts, and on failure the problems and the checker's witnesses.
@@ -136,8 +151,34 @@ func (r *Result) Summary() string {
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "PROBLEM: %s\n", p)
 	}
+	for i, d := range r.DataLoss {
+		if i == 10 {
+			fmt.Fprintf(&b, "(%d more data-loss notices)\n", len(r.DataLoss)-i)
+			break
+		}
+		fmt.Fprintf(&b, "consumer data-loss notice: %s\n", d)
+	}
+	if len(r.FalseDataLoss) > 0 {
+		fmt.Fprintf(&b, "%d of %d data-loss notices were false (every record they called lost is in the final log, same value and epoch)\n",
+			len(r.FalseDataLoss), len(r.DataLoss))
+	}
+	if len(r.Known) > 0 {
+		fmt.Fprintf(&b, "KNOWN BUG %s (tolerated, not fixed): %d anomalies: %s\n", FalseTruncation.ID, len(r.Known), FalseTruncation.Summary)
+	}
 	b.WriteString(r.Report.String())
 	b.WriteByte('\n')
+	if r.ExtraCount > 0 {
+		fmt.Fprintf(&b, "harness checks: %s=%d\n", RewrittenRead, r.ExtraCount)
+		for i, a := range r.Extra {
+			if i == 5 {
+				break
+			}
+			fmt.Fprintf(&b, "- %s %s/%d offset=%d value=%q\n", a.Kind, a.Topic, a.Partition, a.Offset, a.Value)
+			for _, w := range a.Witness {
+				fmt.Fprintf(&b, "    %s\n", w)
+			}
+		}
+	}
 	fmt.Fprintf(&b, "replay: go test ./test/chaos -run 'TestChaos$' -chaos.seed=%d -chaos.duration=%v -chaos.faults=%s\n",
 		r.Config.Seed, r.Config.Duration, kindList(r.Config.Kinds))
 	return b.String()
@@ -325,13 +366,27 @@ func Run(t testing.TB, cfg Config) *Result {
 		}
 	}
 	h := rec.history()
+	var dumpEpochs [][]int32
 	for _, r := range c.Replicas {
-		ds, probs := dumpReplica(r, topics, hw, r == leader)
+		ds, eps, probs := dumpReplica(r, topics, hw, r == leader)
 		h.Dumps = append(h.Dumps, ds...)
+		dumpEpochs = append(dumpEpochs, eps...)
 		res.Problems = append(res.Problems, probs...)
 	}
 	res.History = h
-	res.Report = checker.Check(h, checker.Options{MinISR: cfg.Replicas/2 + 1})
+	res.Report = checker.Check(h, checker.Options{MinISR: cfg.Replicas/2 + 1, MaxPerKind: -1})
+	res.Extra, res.ExtraCount = checkEpochs(h, rec.epochsCopy(), dumpEpochs, 1000)
+	notices := rec.dataLossCopy()
+	falseOnes := falseNotices(h, rec.epochsCopy(), dumpEpochs, notices)
+	for _, n := range notices {
+		res.DataLoss = append(res.DataLoss, n.Text)
+	}
+	for _, n := range falseOnes {
+		res.FalseDataLoss = append(res.FalseDataLoss, n.Text)
+	}
+	if cfg.TolerateKnown {
+		res.Report, res.Known = splitKnown(res.Report, falseOnes)
+	}
 	res.Events = inj.eventsCopy()
 	res.samples = mon.samplesCopy()
 	res.Failovers = failovers(res.samples, res.Events)
@@ -503,12 +558,7 @@ func drain(w *workload, adm *kadm.Client, topics map[string]int32, hw map[string
 						return
 					}
 					lastNew = time.Now()
-					recs := make([]checker.Record, len(p.Records))
-					for i, r := range p.Records {
-						recs[i] = checker.Record{Offset: r.Offset, Value: string(r.Value)}
-					}
-					w.rec.addPoll(checker.Poll{Consumer: name, Mode: checker.Assign, ReadCommitted: rc, Topic: p.Topic,
-						Partition: p.Partition, Records: recs, Start: start, End: end, HW: p.HighWatermark})
+					w.rec.pollFromFetch(p, name, checker.Assign, rc, start, end)
 					next[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = p.Records[len(p.Records)-1].Offset + 1
 				})
 			}

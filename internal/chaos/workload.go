@@ -279,19 +279,14 @@ func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bo
 		offsets := map[string]map[int32]kgo.EpochOffset{}
 		fs.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
-				w.rec.countErr("fetch", err)
+				w.rec.fetchErr(name, err)
 			}
 		})
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
 				return
 			}
-			recs := make([]checker.Record, len(p.Records))
-			for i, r := range p.Records {
-				recs[i] = checker.Record{Offset: r.Offset, Value: string(r.Value)}
-			}
-			w.rec.addPoll(checker.Poll{Consumer: name, Mode: mode, ReadCommitted: rc, Topic: p.Topic, Partition: p.Partition,
-				Records: recs, Start: start, End: end, HW: p.HighWatermark})
+			w.rec.pollFromFetch(p, name, mode, rc, start, end)
 			last := p.Records[len(p.Records)-1]
 			if offsets[p.Topic] == nil {
 				offsets[p.Topic] = map[int32]kgo.EpochOffset{}
