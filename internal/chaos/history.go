@@ -17,14 +17,14 @@ import (
 type recorder struct {
 	t0 time.Time
 
-	mu      sync.Mutex
-	sends   []checker.Send
-	polls   []checker.Poll
+	mu    sync.Mutex
+	sends []checker.Send
+	polls []checker.Poll
 	// pollEpochs holds, for each poll, the leader epoch of each record's
 	// batch (the checker's records carry none).
 	pollEpochs [][]int32
-	commits []checker.OffsetCommit
-	fetches []checker.OffsetFetch
+	commits    []checker.OffsetCommit
+	fetches    []checker.OffsetFetch
 	// ended marks the sends whose End is known; the others are closed as
 	// unknown outcomes at the end of the run.
 	ended []bool
