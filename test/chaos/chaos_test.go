@@ -34,10 +34,21 @@ var (
 // shortSeed is TestChaosShort's fixed seed; -chaos.seed overrides it.
 const shortSeed = 20261129
 
-// shortKinds are the fault kinds of TestChaosShort: every kind. A kind
-// that reliably exposes a known, not yet fixed broker bug would be left
-// out here, and docs/RELIABILITY.md would say so.
-var shortKinds = chaos.AllKinds
+// shortKinds are the fault kinds of TestChaosShort: every kind but
+// CorruptElect, which loses acknowledged records every time it runs
+// (a cleanly stopped replica whose segment tails are gone comes back
+// eligible, is elected and everybody truncates to it; see
+// docs/RELIABILITY.md, "Tier 2", bugs found). Put it back once that bug
+// is fixed.
+var shortKinds = func() []chaos.Kind {
+	var ks []chaos.Kind
+	for _, k := range chaos.AllKinds {
+		if k != chaos.CorruptElect {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}()
 
 // TestChaosShort is a seeded run of about a minute and a half of faults,
 // every kind, on three replicas. A failure prints the seed, the command
