@@ -388,3 +388,27 @@ func TestKnownFalseTruncation(t *testing.T) {
 		t.Fatal("anomalies set apart without a notice")
 	}
 }
+
+func TestDecideKeepsBothModes(t *testing.T) {
+	in := newInjector(1)
+	in.lossyP, in.replicas = 0.5, 3
+	for range 200 {
+		for id := 1; id <= 3; id++ {
+			in.decide(id)
+		}
+		n := 0
+		for _, l := range in.lossy {
+			if l {
+				n++
+			}
+		}
+		if n == 0 || n == 3 {
+			t.Fatalf("every replica in one mode: %v", in.lossy)
+		}
+	}
+	in.forceEnv = "broken-fsync"
+	in.decide(1)
+	if !in.isLossy(1) || len(in.env(1)) != 1 {
+		t.Fatal("a forced environment is not applied")
+	}
+}

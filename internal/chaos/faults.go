@@ -48,6 +48,7 @@ type injector struct {
 	// forceEnv, if set, is the LoseUnsyncedEnv value of every start.
 	lossyP   float64
 	forceEnv string
+	replicas int
 
 	mu    sync.Mutex
 	lossy map[int]bool
@@ -80,10 +81,29 @@ func (in *injector) env(id int) []string {
 }
 
 // decide chooses whether the next start of id runs in the lossy mode.
+// While both modes are in use, the group keeps at least one replica of
+// each, so that a planned kill and a planned power loss both find a
+// target.
 func (in *injector) decide(id int) {
 	in.mu.Lock()
-	in.lossy[id] = in.forceEnv != "" || in.rng.Float64() < in.lossyP
-	in.mu.Unlock()
+	defer in.mu.Unlock()
+	if in.forceEnv != "" {
+		in.lossy[id] = true
+		return
+	}
+	in.lossy[id] = in.rng.Float64() < in.lossyP
+	if in.lossyP <= 0 || in.lossyP >= 1 || len(in.lossy) < 2 {
+		return
+	}
+	same := true
+	for other, l := range in.lossy {
+		if other != id && l != in.lossy[id] {
+			same = false
+		}
+	}
+	if same && len(in.lossy) == in.replicas {
+		in.lossy[id] = !in.lossy[id]
+	}
 }
 
 func (in *injector) isLossy(id int) bool {
@@ -138,14 +158,18 @@ func (in *injector) target(role Role, rng *rand.Rand, ok func(*testcluster.Repli
 		cands = up
 	}
 	if ok != nil {
-		var good []*testcluster.Replica
-		for _, r := range cands {
-			if ok(r) {
-				good = append(good, r)
+		// What ok asks for (the storage mode of a kill) matters more than
+		// the role: without it the planned kind would not happen.
+		for _, pool := range [][]*testcluster.Replica{cands, up} {
+			var good []*testcluster.Replica
+			for _, r := range pool {
+				if ok(r) {
+					good = append(good, r)
+				}
 			}
-		}
-		if len(good) > 0 {
-			cands = good
+			if len(good) > 0 {
+				return good[rng.IntN(len(good))]
+			}
 		}
 	}
 	return cands[rng.IntN(len(cands))]

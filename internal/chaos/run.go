@@ -269,6 +269,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	inj := newInjector(cfg.Seed)
 	inj.net, inj.logf, inj.forceEnv = nt, logf, cfg.ForceEnv
 	inj.lossyP = max(cfg.LossyShare, 0)
+	inj.replicas = cfg.Replicas
 	inj.topics = []string{dataTopic, txnTopic}
 	opts := []testcluster.Option{
 		testcluster.WithReplicas(cfg.Replicas),
