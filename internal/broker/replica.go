@@ -721,6 +721,12 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	r.pos[p][replica] = durableEnd
 	r.seen[replica] = now
 	k := lkey(p)
+	// The Leader caps a follower's position at the leader's log end as it
+	// last heard it, which the flusher reports only after the leader's own
+	// fsync: a follower that copied and synced a record first would be
+	// counted one fetch short, and its next fetch long-polls (500 ms) with
+	// nothing new. Report the current ends first.
+	r.ldr.AppendLocal(k, p.log.EndOffset(), p.log.DurableEnd())
 	r.ldr.FollowerFetch(replica, k, durableEnd, now)
 	hw := r.ldr.HighWatermark(k)
 	r.mu.Unlock()
