@@ -36,28 +36,72 @@ import (
 // leader.
 const CleanShutdownFile = "clean-shutdown"
 
-// MarkCleanShutdown writes the clean-shutdown marker, durably. Call it
-// after Close has returned, so that it is only there if everything before
-// it was synced.
+// MarkCleanShutdown writes the clean-shutdown marker, durably, with every
+// partition's log end. Call it after Close has returned, so that it is only
+// there if everything before it was synced.
 func (b *Broker) MarkCleanShutdown() error {
-	return vfs.WriteFileAtomic(b.fs, filepath.Join(b.cfg.DataDir, CleanShutdownFile), []byte("clean\n"))
+	ends := map[string]int64{}
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			ends[fmt.Sprintf("%s/%d", t.name, p.index)] = p.log.EndOffset()
+		}
+	}
+	data, err := json.Marshal(cleanShutdown{LogEnds: ends})
+	if err != nil {
+		return err
+	}
+	return vfs.WriteFileAtomic(b.fs, filepath.Join(b.cfg.DataDir, CleanShutdownFile), data)
+}
+
+// cleanShutdown is the marker's content.
+type cleanShutdown struct {
+	// LogEnds is every partition's log end at the clean stop: a start
+	// that finds less (a segment lost or cut while the broker was down)
+	// is not a clean restart, whatever the marker says.
+	LogEnds map[string]int64 `json:"logEnds"`
 }
 
 // ConsumeCleanShutdown reports whether the clean-shutdown marker was there
-// and removes it, durably, so that a crash of this run is never mistaken
-// for a clean stop. A second call reports false.
+// and every partition still holds what it held at the clean stop, and
+// removes the marker, durably, so that a crash of this run is never
+// mistaken for a clean stop. A second call reports false.
 func (b *Broker) ConsumeCleanShutdown() (bool, error) {
 	path := filepath.Join(b.cfg.DataDir, CleanShutdownFile)
-	if _, err := vfs.ReadFile(b.fs, path); err != nil {
+	data, err := vfs.ReadFile(b.fs, path)
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
 		}
 		return false, err
 	}
+	clean := b.logsAsLeft(data)
 	if err := b.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
-	return true, b.fs.SyncDir(b.cfg.DataDir)
+	return clean, b.fs.SyncDir(b.cfg.DataDir)
+}
+
+// logsAsLeft checks the marker's log ends against the logs as recovered.
+func (b *Broker) logsAsLeft(marker []byte) bool {
+	var m cleanShutdown
+	if err := json.Unmarshal(marker, &m); err != nil || m.LogEnds == nil {
+		b.log.Warn("clean-shutdown marker unreadable or from an older version; treating this start as unclean", "err", err)
+		return false
+	}
+	now := map[string]int64{}
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			now[fmt.Sprintf("%s/%d", t.name, p.index)] = p.log.EndOffset()
+		}
+	}
+	for key, end := range m.LogEnds {
+		if got, ok := now[key]; !ok && end > 0 || got < end {
+			b.log.Warn("a partition holds less than at the last clean stop (lost or damaged segment files); treating this start as unclean",
+				"partition", key, "log_end_at_stop", end, "log_end_now", got)
+			return false
+		}
+	}
+	return true
 }
 
 // staticEpoch is the fixed leader epoch of static replication mode: the
