@@ -53,3 +53,15 @@ func TestAddressMapper(t *testing.T) {
 		}
 	}
 }
+
+// TestTryStartReportsAFailedStart: a process that exits at once is an
+// error, not a test failure, and the cleanup does not report it.
+func TestTryStartReportsAFailedStart(t *testing.T) {
+	c := New(t, WithBinary("/bin/false"), WithReplicas(1))
+	if err := c.Replicas[0].TryStart(); err == nil {
+		t.Fatal("a process that exits at once started")
+	}
+	if c.Replicas[0].Running() {
+		t.Fatal("still running")
+	}
+}

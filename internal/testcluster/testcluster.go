@@ -525,6 +525,31 @@ func (r *Replica) spawn() {
 	r.readyCh = w.ready
 }
 
+// TryStart is Start for a harness that expects a start to fail now and
+// then (a replica whose data was damaged on purpose): it returns an error
+// instead of failing the test when the process exits while starting or
+// does not open its listeners in time (it is then killed). The end is
+// taken as asked for, so the cleanup does not report it again.
+func (r *Replica) TryStart() error {
+	r.c.t.Helper()
+	r.spawn()
+	r.mu.Lock()
+	p, ready := r.proc, r.readyCh
+	r.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-p.exited:
+		r.mu.Lock()
+		p.asked = true
+		r.mu.Unlock()
+		return fmt.Errorf("%v exited while starting (%v):\n%s", r, p.err, tail(r.LogPath, r.c.opts.logTail))
+	case <-time.After(r.c.opts.startTimeout):
+		r.signalAndWait(syscall.SIGKILL, 0)
+		return fmt.Errorf("%v did not open its listeners within %v:\n%s", r, r.c.opts.startTimeout, tail(r.LogPath, r.c.opts.logTail))
+	}
+}
+
 func (r *Replica) waitReady() {
 	t := r.c.t
 	t.Helper()
