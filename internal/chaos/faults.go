@@ -52,6 +52,11 @@ type injector struct {
 
 	mu    sync.Mutex
 	lossy map[int]bool
+	// broken are the replicas that could not start again (their data
+	// was damaged beyond what the broker recovers from); problems says
+	// why. They stay down for the rest of the run.
+	broken   map[int]bool
+	problems []string
 	// lossyStarts counts the starts of each replica given the lossy
 	// environment, to check against the brokers' own warnings.
 	lossyStarts map[int]int
@@ -61,7 +66,7 @@ type injector struct {
 }
 
 func newInjector(seed int64) *injector {
-	return &injector{lossy: map[int]bool{}, lossyStarts: map[int]int{}, rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6f7373))}
+	return &injector{lossy: map[int]bool{}, broken: map[int]bool{}, lossyStarts: map[int]int{}, rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6f7373))}
 }
 
 // env is the testcluster.WithEnv function: each start of a replica runs
@@ -135,9 +140,38 @@ func (in *injector) eventsCopy() []Event {
 }
 
 // start starts r on its data directory, choosing its storage mode first.
+// A replica that cannot start is a problem of the run, which goes on
+// without it.
 func (in *injector) start(r *testcluster.Replica) {
+	if in.isBroken(r.ID) || r.Running() {
+		return
+	}
 	in.decide(r.ID)
-	r.Start()
+	if err := r.TryStart(); err != nil {
+		lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+		if len(lines) > 12 {
+			lines = append(lines[:1], lines[len(lines)-11:]...)
+		}
+		msg := fmt.Sprintf("at %.1fs replica %d could not start again and stays down: %s", in.since().Seconds(), r.ID, strings.Join(lines, "\n    "))
+		in.mu.Lock()
+		in.broken[r.ID] = true
+		in.problems = append(in.problems, msg)
+		in.mu.Unlock()
+		in.logf("chaos: PROBLEM: %s", msg)
+	}
+}
+
+// startAll starts every replica that is down (and not broken).
+func (in *injector) startAll() {
+	for _, r := range in.c.Replicas {
+		in.start(r)
+	}
+}
+
+func (in *injector) isBroken(id int) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.broken[id]
 }
 
 // target picks the replica the role names among the running, unpaused
@@ -368,10 +402,7 @@ func (in *injector) exec(s Step) {
 			}
 		}
 		sleep(s.Hold)
-		for _, r := range in.c.Replicas {
-			in.decide(r.ID)
-		}
-		in.c.StartAll()
+		in.startAll()
 		e.Detail = fmt.Sprintf("SIGKILL all, down %v; lost power (lossy mode): %v", s.Hold.Round(time.Millisecond), lossy)
 	case RestartAll:
 		var wg sync.WaitGroup
@@ -384,14 +415,11 @@ func (in *injector) exec(s Step) {
 		}
 		wg.Wait()
 		sleep(s.Hold)
-		for _, r := range in.c.Replicas {
-			in.decide(r.ID)
-		}
-		in.c.StartAll()
+		in.startAll()
 		e.Detail = fmt.Sprintf("SIGTERM all at once, down %v", s.Hold.Round(time.Millisecond))
 	case CorruptElect:
 		e.Detail = in.corruptElect(s, rng, &e)
-	case BitFlip, Truncate:
+	case BitFlip, Truncate, DamageRolled:
 		r := in.target(s.Role, rng, nil)
 		if r == nil {
 			e.Detail = "skipped: no replica up"
@@ -450,22 +478,36 @@ func (in *injector) corrupt(r *testcluster.Replica, k Kind, rng *rand.Rand) stri
 		return "no non-empty segment file to corrupt"
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].path < segs[j].path })
-	// Mostly the newest segment of a partition (the one recovery
-	// scans), sometimes an older one.
-	var pick seg
-	if rng.IntN(4) == 0 {
-		pick = segs[rng.IntN(len(segs))]
-	} else {
-		last := map[string]seg{}
-		var dirs []string
-		for _, s := range segs {
-			d := filepath.Dir(s.path)
-			if _, ok := last[d]; !ok {
-				dirs = append(dirs, d)
-			}
-			last[d] = s
+	// BitFlip and Truncate damage the newest segment of a partition (the
+	// one start-up recovery scans); DamageRolled an older one.
+	newest := map[string]seg{}
+	var dirs []string
+	for _, s := range segs {
+		d := filepath.Dir(s.path)
+		if _, ok := newest[d]; !ok {
+			dirs = append(dirs, d)
 		}
-		pick = last[dirs[rng.IntN(len(dirs))]]
+		newest[d] = s
+	}
+	var pick seg
+	if k == DamageRolled {
+		var rolled []seg
+		for _, s := range segs {
+			if newest[filepath.Dir(s.path)] != s {
+				rolled = append(rolled, s)
+			}
+		}
+		if len(rolled) == 0 {
+			return "no rolled segment yet: nothing damaged"
+		}
+		pick = rolled[rng.IntN(len(rolled))]
+		if rng.IntN(2) == 0 {
+			k = Truncate
+		} else {
+			k = BitFlip
+		}
+	} else {
+		pick = newest[dirs[rng.IntN(len(dirs))]]
 	}
 	rel, _ := filepath.Rel(r.DataDir, pick.path)
 	f, err := os.OpenFile(pick.path, os.O_RDWR, 0)
@@ -528,12 +570,11 @@ func (in *injector) healAll() {
 		}
 	}
 	for _, r := range in.c.Replicas {
-		if !r.Running() {
-			in.decide(r.ID)
+		if !r.Running() && !in.isBroken(r.ID) {
 			e.Targets = append(e.Targets, r.ID)
 		}
 	}
-	in.c.StartAll()
+	in.startAll()
 	e.End = in.since()
 	e.Detail = "every link passes, every replica runs"
 	in.record(e)

@@ -44,6 +44,10 @@ const (
 	// RestartAll: stop (SIGTERM) every replica at once and start them all
 	// again, as an operator restarting the whole group.
 	RestartAll Kind = "restart-all"
+	// DamageRolled: stop a replica, flip bits in or cut bytes off the end
+	// of one of its older (rolled) segment files, start it again. Start-up
+	// recovery scans only the newest segment.
+	DamageRolled Kind = "damage-rolled"
 	// CorruptElect is a scripted scenario: a follower is stopped cleanly
 	// (so it restarts "clean"), the tails of its newest data segments are
 	// cut off (acknowledged records gone), it is started again and the
@@ -62,7 +66,7 @@ const (
 
 // AllKinds lists every fault kind.
 var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, Delay, Drop,
-	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, CorruptElect}
+	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, DamageRolled, CorruptElect}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all" is
 // AllKinds); a leading "-" on every entry excludes those from AllKinds.
@@ -178,7 +182,7 @@ func expected(k Kind, replicas int) time.Duration {
 		return time.Duration(replicas) * 4 * time.Second
 	case KillAll:
 		return 35 * time.Second // every replica restarted uncleanly waits for the group
-	case Kill, PowerLoss, BitFlip, Truncate, RestartAll, CorruptElect:
+	case Kill, PowerLoss, BitFlip, Truncate, DamageRolled, RestartAll, CorruptElect:
 		return 2 * time.Second
 	default:
 		return 0
@@ -224,7 +228,7 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 			s.Role = OnFollower
 		}
 		switch k {
-		case Kill, PowerLoss, Pause, BitFlip, Truncate:
+		case Kill, PowerLoss, Pause, BitFlip, Truncate, DamageRolled:
 			s.Hold = dur(500*time.Millisecond, 6*time.Second)
 		case CorruptElect:
 			s.Hold = dur(3*time.Second, 6*time.Second)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -339,7 +340,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	time.Sleep(3 * time.Second)
 	w.stopProducing(45 * time.Second)
 
-	leader, hw, why := converge(c, admin, topics, 120*time.Second)
+	leader, hw, why := converge(c, admin, topics, inj.isBroken, 120*time.Second)
 	if leader == nil {
 		res.Problems = append(res.Problems, "the group did not converge within 120 s after healing: "+why)
 	}
@@ -389,6 +390,9 @@ func Run(t testing.TB, cfg Config) *Result {
 		res.Report, res.Known = splitKnown(res.Report, falseOnes)
 	}
 	res.Events = inj.eventsCopy()
+	inj.mu.Lock()
+	res.Problems = append(res.Problems, inj.problems...)
+	inj.mu.Unlock()
 	res.samples = mon.samplesCopy()
 	res.Failovers = failovers(res.samples, res.Events)
 	res.Errors = rec.errCounts()
@@ -439,7 +443,14 @@ func createTopic(adm *kadm.Client, name string, partitions int32, rf int) error 
 // every partition of topics, twice in a row a second apart. It returns
 // the leader and the high watermarks (by "topic/partition"), or nil and
 // why not.
-func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32, within time.Duration) (*testcluster.Replica, map[string]int64, string) {
+// Replicas that could not start again (broken) are left out.
+func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32, broken func(int) bool, within time.Duration) (*testcluster.Replica, map[string]int64, string) {
+	whole := 0
+	for _, r := range c.Replicas {
+		if !broken(r.ID) {
+			whole++
+		}
+	}
 	var leader *testcluster.Replica
 	var hw map[string]int64
 	var prev string
@@ -450,7 +461,7 @@ func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32,
 			stable = 0
 			return false, "no serving leader"
 		}
-		if len(st.ISR) != len(c.Replicas) {
+		if len(st.ISR) != whole {
 			stable = 0
 			return false, fmt.Sprintf("leader %d, ISR %v", l.ID, st.ISR)
 		}
@@ -478,6 +489,9 @@ func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32,
 			for p := range n {
 				want := cur[fmt.Sprintf("%s/%d", t, p)]
 				for id, fp := range st.Followers {
+					if n, err := strconv.Atoi(id); err == nil && broken(n) {
+						continue
+					}
 					if got, ok := fp.Partitions[fmt.Sprintf("%s-%d", t, p)]; !ok || got != want {
 						stable = 0
 						return false, fmt.Sprintf("follower %s at %d on %s/%d, leader %d's high watermark %d", id, got, t, p, l.ID, want)
