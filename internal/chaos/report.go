@@ -127,7 +127,7 @@ func RenderHTML(r *Result) string {
 pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin-top:1.6em}.k{display:inline-block;width:10px;height:10px;margin-right:4px}</style></head><body>
 <h1>MoonMQ chaos run, seed %d: %s</h1>
 `, r.Config.Seed, r.Config.Seed, verdict)
-	fmt.Fprintf(&b, "<pre>%s</pre>\n", html.EscapeString(r.Summary()))
+	fmt.Fprintf(&b, "<pre>%s</pre>\n", html.EscapeString(r.summary(false)))
 
 	// Faults by kind.
 	b.WriteString("<h2>Faults</h2><table><tr><th>kind</th><th>count</th><th>total time</th></tr>")

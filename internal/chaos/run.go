@@ -116,7 +116,10 @@ func (r *Result) OK() bool { return r.Report.OK() && r.ExtraCount == 0 && len(r.
 
 // Summary is a few lines for a test log: the seed and how to replay it,
 // the counts, and on failure the problems and the checker's witnesses.
-func (r *Result) Summary() string {
+func (r *Result) Summary() string { return r.summary(true) }
+
+// summary is Summary, with the checker's witnesses only if detail.
+func (r *Result) summary(detail bool) string {
 	var b strings.Builder
 	acked, unknown, txc, txa := 0, 0, 0, 0
 	for _, s := range r.History.Sends {
@@ -153,6 +156,10 @@ func (r *Result) Summary() string {
 		fmt.Fprintf(&b, "PROBLEM: %s\n", p)
 	}
 	for i, d := range r.DataLoss {
+		if !detail {
+			fmt.Fprintf(&b, "consumer data-loss notices: %d (listed below)\n", len(r.DataLoss))
+			break
+		}
 		if i == 10 {
 			fmt.Fprintf(&b, "(%d more data-loss notices)\n", len(r.DataLoss)-i)
 			break
@@ -166,12 +173,26 @@ func (r *Result) Summary() string {
 	if len(r.Known) > 0 {
 		fmt.Fprintf(&b, "KNOWN BUG %s (tolerated, not fixed): %d anomalies: %s\n", FalseTruncation.ID, len(r.Known), FalseTruncation.Summary)
 	}
-	b.WriteString(r.Report.String())
-	b.WriteByte('\n')
+	if !detail {
+		if r.Report.OK() {
+			b.WriteString("checker: no anomalies\n")
+		} else {
+			b.WriteString("checker: anomalies:")
+			for _, k := range checker.Kinds {
+				if n := r.Report.Counts[k]; n > 0 {
+					fmt.Fprintf(&b, " %s=%d", k, n)
+				}
+			}
+			b.WriteString(" (witnesses below)\n")
+		}
+	} else {
+		b.WriteString(r.Report.String())
+		b.WriteByte('\n')
+	}
 	if r.ExtraCount > 0 {
 		fmt.Fprintf(&b, "harness checks: %s=%d\n", RewrittenRead, r.ExtraCount)
 		for i, a := range r.Extra {
-			if i == 5 {
+			if i == 5 || !detail {
 				break
 			}
 			fmt.Fprintf(&b, "- %s %s/%d offset=%d value=%q\n", a.Kind, a.Topic, a.Partition, a.Offset, a.Value)
