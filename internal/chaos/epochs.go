@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"fmt"
+
+	"github.com/moonmq/moonmq/internal/checker"
+)
+
+// RewrittenRead is the harness's own anomaly kind, beside the checker's:
+// a consumer read (offset, value) in a batch of leader epoch e, and the
+// final leader holds the same value at the same offset in a batch of
+// another epoch. A batch keeps the epoch of the leader that appended it,
+// on every replica and forever, so the copy the consumer read was
+// truncated away and the value was appended again (a producer's retry on
+// the new leader). Values alone cannot show it; when the read was below
+// the high watermark it is a committed record taken back.
+const RewrittenRead checker.Kind = "rewritten-read"
+
+// checkEpochs compares the leader epoch of every polled record with the
+// final leader's copy. pollEpochs and dumpEpochs run parallel to
+// h.Polls and h.Dumps.
+func checkEpochs(h checker.History, pollEpochs, dumpEpochs [][]int32, max int) (out []checker.Anomaly, count int) {
+	type key struct {
+		topic string
+		part  int32
+	}
+	type held struct {
+		value string
+		epoch int32
+	}
+	final := map[key]map[int64]held{}
+	finalOf := map[key]string{}
+	for di, d := range h.Dumps {
+		if !d.Leader || di >= len(dumpEpochs) {
+			continue
+		}
+		m := make(map[int64]held, len(d.Records))
+		for ri, r := range d.Records {
+			if !r.Control && ri < len(dumpEpochs[di]) {
+				m[r.Offset] = held{r.Value, dumpEpochs[di][ri]}
+			}
+		}
+		final[key{d.Topic, d.Partition}] = m
+		finalOf[key{d.Topic, d.Partition}] = d.Replica
+	}
+	seen := map[string]bool{}
+	for pi, p := range h.Polls {
+		if pi >= len(pollEpochs) {
+			break
+		}
+		m := final[key{p.Topic, p.Partition}]
+		for ri, r := range p.Records {
+			f, ok := m[r.Offset]
+			if !ok || f.value != r.Value || ri >= len(pollEpochs[pi]) || pollEpochs[pi][ri] == f.epoch {
+				continue
+			}
+			k := fmt.Sprintf("%s/%d/%d", p.Topic, p.Partition, r.Offset)
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			count++
+			if max > 0 && len(out) >= max {
+				continue
+			}
+			where := "at or above"
+			if p.HW < 0 || r.Offset < p.HW {
+				where = "below"
+			}
+			out = append(out, checker.Anomaly{Kind: RewrittenRead, Topic: p.Topic, Partition: p.Partition, Offset: r.Offset, Value: r.Value,
+				Witness: []string{
+					fmt.Sprintf("poll #%d %s read offset=%d value=%q in a batch of leader epoch %d, %s the high watermark %d it reported [t=%d..%d]",
+						pi, p.Consumer, r.Offset, r.Value, pollEpochs[pi][ri], where, p.HW, p.Start, p.End),
+					fmt.Sprintf("the final leader %s holds the same value at offset %d in a batch of leader epoch %d: the copy read was truncated and the value appended again",
+						finalOf[key{p.Topic, p.Partition}], r.Offset, f.epoch),
+				}})
+		}
+	}
+	return out, count
+}
