@@ -342,9 +342,15 @@ func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest)
 				op.ErrorCode = code
 			} else {
 				op.LeaderEpoch, op.EndOffset = p.log.EndOffsetForEpoch(rp.LeaderEpoch)
-				// A consumer must not be told about records above the
-				// high watermark: they could still be taken back.
-				if hw := p.hw.Load(); op.EndOffset > hw {
+				// The current epoch ends at the log end, whose records
+				// above the high watermark could still be taken back: a
+				// consumer is told the high watermark. An older epoch's
+				// end is where a later epoch began in this leader's log
+				// and is final; clamping it to the high watermark, which
+				// lags right after a failover, made consumers that had
+				// read up to the old leader's high watermark see a false
+				// truncation and read records again.
+				if hw := p.hw.Load(); op.LeaderEpoch == b.epoch.Load() && op.EndOffset > hw {
 					op.EndOffset = hw
 				}
 			}

@@ -1,0 +1,117 @@
+package broker
+
+import (
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+// TestMirrorNamesDifferInRequestAndResponse: a follower's refusal must list
+// every entry the request named, also where the request's list has another
+// name than the response's (an empty list looks like success to clients).
+func TestMirrorNamesDifferInRequestAndResponse(t *testing.T) {
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.Version = 4
+	dt.TopicNames = []string{"a", "b"}
+	dtr := dt.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	mirror(reflect.ValueOf(dt).Elem(), reflect.ValueOf(dtr).Elem(), errNotController)
+	if len(dtr.Topics) != 2 || *dtr.Topics[1].Topic != "b" || dtr.Topics[1].ErrorCode != errNotController {
+		t.Fatalf("DeleteTopics v4 refusal: %+v", dtr.Topics)
+	}
+
+	tx := kmsg.NewPtrDescribeTransactionsRequest()
+	tx.TransactionalIDs = []string{"t1"}
+	txr := tx.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+	mirror(reflect.ValueOf(tx).Elem(), reflect.ValueOf(txr).Elem(), errNotLeaderOrFollower)
+	if len(txr.TransactionStates) != 1 || txr.TransactionStates[0].TransactionalID != "t1" || txr.TransactionStates[0].ErrorCode != errNotLeaderOrFollower {
+		t.Fatalf("DescribeTransactions refusal: %+v", txr.TransactionStates)
+	}
+}
+
+// TestReady: /health/ready is true for a single node and a serving leader,
+// and for a follower only while the leader counts it in the ISR.
+func TestReady(t *testing.T) {
+	if !(&Broker{}).Ready() {
+		t.Fatal("a single node is not ready")
+	}
+	cfg := config.Default()
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 2, Role: "follower", ClientAddress: "127.0.0.1:9093",
+		Peers: []config.Peer{{Id: 1, Address: "127.0.0.1:9195", ClientAddress: "127.0.0.1:9092"}}}
+	b := &Broker{cfg: cfg, nodeID: 2}
+	b.repl = newReplica(b)
+	b.repl.mu.Lock()
+	b.repl.isr = []int32{1}
+	b.repl.mu.Unlock()
+	if b.Ready() {
+		t.Fatal("a follower outside the ISR is ready")
+	}
+	b.repl.mu.Lock()
+	b.repl.isr = []int32{1, 2}
+	b.repl.mu.Unlock()
+	if !b.Ready() {
+		t.Fatal("a follower in the ISR is not ready")
+	}
+	b.repl.lead.Store(true)
+	if !b.Ready() {
+		t.Fatal("a serving leader is not ready")
+	}
+}
+
+// TestOffsetForLeaderEpochOlderEpochUnclamped: right after a failover the
+// new leader's high watermark lags; the end of an older epoch must not be
+// clamped to it (consumers then saw a false truncation and re-read records:
+// found by the fault harness), while the current epoch's end is.
+func TestOffsetForLeaderEpochOlderEpochUnclamped(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	b := &Broker{cfg: cfg, fs: vfs.Default, log: slog.Default(), nodeID: 1, topics: map[string]*topic{}}
+	b.flush = newFlusher(b)
+	tp := &topic{name: "t", id: newUUID(), dir: filepath.Join(dir, "t")}
+	tp.settings = resolveSettings(&cfg, nil)
+	p, err := b.openPartition(tp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.log.Close()
+	tp.partitions = []*partition{p}
+	b.topics["t"] = tp
+	for epoch := int32(1); epoch <= 2; epoch++ {
+		for i := 0; i < 5; i++ {
+			batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+			if _, err := p.log.Append(batch, epoch); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b.epoch.Store(2)
+	p.hw.Store(3) // lagging: below the end of epoch 1 (offset 5)
+	ask := func(epoch int32) (int32, int64) {
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.Version = 3
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "t"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.CurrentLeaderEpoch, rp.LeaderEpoch = 2, epoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		out := b.handleOffsetForLeaderEpoch(req).(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0]
+		if out.ErrorCode != 0 {
+			t.Fatalf("epoch %d: error %d", epoch, out.ErrorCode)
+		}
+		return out.LeaderEpoch, out.EndOffset
+	}
+	if e, end := ask(1); e != 1 || end != 5 {
+		t.Fatalf("end of the older epoch 1: epoch %d offset %d, want 1 and 5 (not clamped to the high watermark 3)", e, end)
+	}
+	if e, end := ask(2); e != 2 || end != 3 {
+		t.Fatalf("end of the current epoch 2: epoch %d offset %d, want 2 and the high watermark 3", e, end)
+	}
+}
