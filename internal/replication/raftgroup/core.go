@@ -53,9 +53,17 @@ type core struct {
 	// cleared or uncleanTicks run out.
 	unclean      bool
 	uncleanTicks int
-	logger       interface{ Warn(string, ...any) }
+	// damaged is set with unclean when this replica knows its log lost
+	// data that had been durable (LogDamaged): then uncleanTicks never
+	// run out, only catching up with a leader lifts the restriction.
+	damaged bool
+	logger  interface{ Warn(string, ...any) }
 
 	failed error // a storage write failed: the core is inert
+
+	// campaignAnyway lets an ineligible replica ask for votes; only the
+	// simulation's injected bug "unclean-leader" sets it.
+	campaignAnyway bool
 
 	// onApply, if set, sees the state after each applied index (tests).
 	onApply func(index uint64, s GroupState)
@@ -111,7 +119,8 @@ func newCore(cfg *Config) (*core, error) {
 		applied:       applied,
 		lead:          raft.None,
 		heard:         map[int32]uint64{},
-		unclean:       cfg.UncleanRestart,
+		unclean:       cfg.UncleanRestart || cfg.LogDamaged,
+		damaged:       cfg.LogDamaged,
 		uncleanTicks:  int(cfg.UncleanWait / cfg.TickInterval),
 		logger:        cfg.Logger,
 	}
@@ -145,7 +154,7 @@ func (c *core) tick() {
 		return
 	}
 	c.rn.Tick()
-	if c.unclean {
+	if c.unclean && !c.damaged {
 		if c.uncleanTicks--; c.uncleanTicks <= 0 {
 			c.logger.Warn("replication raft: no catch-up with a leader since the unclean restart; standing for election on this replica's own data")
 			c.endUnclean()
@@ -205,10 +214,39 @@ func (c *core) clearUnclean() {
 // serve.
 func (c *core) endUnclean() {
 	if c.unclean {
-		c.unclean = false
+		c.unclean, c.damaged = false, false
 		c.ledTerm = 0
 	}
 }
+
+// notStanding reports whether m is this replica's own campaign message
+// while it may not stand for election: such a replica never asks for
+// votes. Raft still times out and turns pre-candidate, but with its
+// pre-vote requests dropped it neither wins nor raises the term, and it
+// keeps voting for others. Before this, an ineligible replica won
+// elections and handed leadership on at once: with every member unclean
+// after a power cut the group raced through about sixty terms a second
+// (chaos seed 20261129: epoch 6 to 1833 in 30 s) and a clean replica
+// could lose the race to ineligible ones for as long. A vote request
+// after a leadership transfer is let through: the leader chose this
+// replica (handOffCandidates), and refusing would only stall the group
+// until the transfer times out.
+func (c *core) notStanding(m *pb.Message) bool {
+	switch m.GetType() {
+	case pb.MsgPreVote:
+	case pb.MsgVote:
+		if string(m.GetContext()) == campaignTransfer {
+			return false
+		}
+	default:
+		return false
+	}
+	return !c.campaignAnyway && !c.candidacy(c.logISR()).Eligible()
+}
+
+// campaignTransfer is the context etcd raft puts on the vote requests of
+// a campaign that a leadership transfer started (raft.campaignTransfer).
+const campaignTransfer = "CampaignTransfer"
 
 // candidacy is what this replica knows for the eligibility rules, judged
 // against the ISR isr (hasISR false before any exists).
@@ -285,6 +323,9 @@ func (c *core) handleReady() {
 	var snapReports []*pb.Message
 	var unreachable []uint64
 	for _, m := range rd.Messages {
+		if c.notStanding(m) {
+			continue
+		}
 		ok := c.send(m)
 		if m.GetType() == pb.MsgSnap {
 			if !ok {
@@ -467,6 +508,7 @@ func (c *core) status() Status {
 		HasISR:      c.state.HasISR,
 		Serving:     c.serving(),
 		Unclean:     c.unclean,
+		LogDamaged:  c.damaged,
 		HandingOff:  c.handOff && c.raftState == raft.StateLeader,
 		RaftTerm:    c.term,
 		CommitIndex: c.rn.BasicStatus().HardState.GetCommit(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/vfs"
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -497,5 +498,82 @@ func TestUncleanRestartMayNotLead(t *testing.T) {
 	}
 	if c.unclean {
 		t.Fatal("unclean restriction did not run out")
+	}
+}
+
+// TestPowerCutNoTermChurn: after every member restarted uncleanly (a power
+// cut of the whole group), none may stand until its UncleanWait runs out.
+// Meanwhile no one asks for votes, so the term stays where it was (the
+// group used to race through dozens of terms a second, each ineligible
+// winner handing leadership to another); then one of them leads.
+func TestPowerCutNoTermChurn(t *testing.T) {
+	s := newSim(t, 3, 11, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	s.unclean = map[int32]bool{1: true, 2: true, 3: true}
+	for _, id := range s.ids {
+		s.crash(id)
+	}
+	for _, id := range s.ids {
+		s.restart(id)
+	}
+	term := s.cores[1].term
+	wait := s.cores[1].uncleanTicks
+	s.tick(wait - 2)
+	for _, id := range s.ids {
+		c := s.cores[id]
+		if c.term != term || c.raftState == raft.StateLeader || c.serving() {
+			t.Fatalf("replica %d before the unclean wait ran out: term %d (was %d), state %v, serving %v",
+				id, c.term, term, c.raftState, c.serving())
+		}
+	}
+	if got := s.waitServing(20 * simElection); got == NoLeader {
+		t.Fatalf("no replica serves after the unclean wait: %+v", s.dump())
+	}
+	if d := s.cores[1].term - term; d > 3 {
+		t.Fatalf("term rose by %d to elect one leader", d)
+	}
+}
+
+// TestDamagedLogNeverStandsAlone: a replica whose log lost durable data
+// (Config.LogDamaged) never stands on it, however long it waits; an
+// undamaged unclean member leads once its own wait runs out, and the
+// damaged one may stand again only after catching up.
+func TestDamagedLogNeverStandsAlone(t *testing.T) {
+	s := newSim(t, 3, 12, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	s.unclean = map[int32]bool{1: true, 2: true, 3: true}
+	s.damaged = map[int32]bool{1: true}
+	for _, id := range s.ids {
+		s.crash(id)
+	}
+	// Only the damaged replica and one other run: the other one must lead
+	// when its wait runs out, the damaged one never.
+	s.restart(1)
+	s.restart(2)
+	wait := s.cores[1].uncleanTicks
+	s.tick(3 * wait)
+	if !s.cores[1].unclean || !s.cores[1].status().LogDamaged {
+		t.Fatalf("damaged replica's restriction ran out: %+v", s.cores[1].status())
+	}
+	if got := s.serving(); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("serving %v, want the undamaged replica 2 only", got)
+	}
+	// Alone with the damaged replica nobody may lead.
+	s.crash(2)
+	s.tick(3 * wait)
+	if got := s.serving(); len(got) != 0 {
+		t.Fatalf("serving %v with only the damaged replica up", got)
+	}
+	s.cores[1].clearUnclean()
+	if s.cores[1].status().LogDamaged || s.cores[1].unclean {
+		t.Fatal("catching up did not lift the restriction")
 	}
 }

@@ -92,12 +92,24 @@ type Config struct {
 	// holds every record it reported durable unless its disk lost synced
 	// writes.
 	UncleanWait time.Duration
+	// LogDamaged is set when this replica knows its log lost data that
+	// had been durable (a clean-shutdown marker naming more than the logs
+	// hold, or storage recovery finding damage below its recovery point).
+	// It implies UncleanRestart, and UncleanWait never runs out: such a
+	// replica stands for election only after catching up with a leader,
+	// so that its short log never becomes everybody's (chaos bug 2).
+	LogDamaged bool
 	// Logger receives Raft's warnings and errors (slog.Default if nil).
 	Logger *slog.Logger
 }
 
 // DefaultUncleanWait is Config.UncleanWait's default.
-const DefaultUncleanWait = 30 * time.Second
+// A replica that restarted without a clean shutdown but found no damage
+// holds every record it reported durable (positions are fsynced before
+// they are reported); the wait only gives a cleanly stopped or caught-up
+// member the first chance. It was 30 s, which after a power cut of the
+// whole group meant 30 s without a leader.
+const DefaultUncleanWait = 5 * time.Second
 
 func (cfg *Config) setDefaults() error {
 	if cfg.ID <= 0 {
@@ -182,6 +194,9 @@ type Status struct {
 	// Unclean is set while this replica may not stand for election
 	// because it restarted uncleanly and has not caught up since.
 	Unclean bool `json:"unclean_restart,omitempty"`
+	// LogDamaged is set while Unclean is because this replica's log lost
+	// durable data: it waits for a leader to catch up from, however long.
+	LogDamaged bool `json:"log_damaged,omitempty"`
 	// Err is set when a storage write failed and the node stopped.
 	Err string `json:"error,omitempty"`
 }

@@ -317,6 +317,7 @@ func (r *sysReplica) start() {
 		return true
 	}
 	c.onApply = func(index uint64, st GroupState) { w.ck.onApply(id, index, st) }
+	c.campaignAnyway = w.cfg.Mut == mutUncleanLeader
 	r.core = c
 	// NewNode publishes the status the core was loaded with; the Node's
 	// first tick and the drive loop's first tick come one interval later,

@@ -33,6 +33,7 @@ type sim struct {
 	shuffle  bool
 
 	unclean map[int32]bool // started with Config.UncleanRestart
+	damaged map[int32]bool // started with Config.LogDamaged
 
 	servingByEpoch map[int32]int32
 	appliedAt      map[uint64]GroupState
@@ -68,7 +69,7 @@ func (s *sim) start(id int32) {
 	s.t.Helper()
 	cfg := Config{ID: id, Members: s.ids, Role: s.role(id), Roles: s.roles, DataDir: "/data", FS: s.fss[id],
 		ElectionTicks: simElection, HeartbeatTicks: 1, CompactEvery: 4, Transport: nopTransport{},
-		Logger: slog.New(slog.DiscardHandler), UncleanRestart: s.unclean[id]}
+		Logger: slog.New(slog.DiscardHandler), UncleanRestart: s.unclean[id], LogDamaged: s.damaged[id]}
 	if err := cfg.setDefaults(); err != nil {
 		s.t.Fatal(err)
 	}

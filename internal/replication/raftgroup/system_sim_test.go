@@ -186,7 +186,7 @@ func TestSystemSimCatchesInjectedBugs(t *testing.T) {
 	}
 	for _, m := range muts {
 		t.Run(m.String(), func(t *testing.T) {
-			const seeds = 200
+			const seeds = 400
 			for _, e2e := range modes {
 				if e2e && m == mutUncleanLeader {
 					// The others follow the claims in the Raft log, not an
