@@ -1,7 +1,8 @@
 // Command moonmq is the MoonMQ broker: `moonmq serve` runs it, `moonmq
-// status` and `moonmq topic` ask a running one, and `moonmq bench` measures
-// any Kafka-protocol broker. The work lives in internal/; this file only
-// parses the command line.
+// status` and `moonmq topic` ask a running one, `moonmq bench` measures
+// any Kafka-protocol broker, and `moonmq chaos` puts a replication group of
+// its own processes through faults. The work lives in internal/; this file
+// only parses the command line.
 package main
 
 import (
@@ -33,6 +34,9 @@ commands:
                           kafka-topics --describe prints them
   topic list              topic names (moonmq topic -h)
   bench [flags]           benchmark a Kafka-protocol broker (moonmq bench -h)
+  chaos [flags]           fault-injection run: a replication group of this
+                          binary's processes under seeded faults, every client
+                          operation checked, an HTML report (moonmq chaos -h)
   version                 print the version
 `
 
@@ -63,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "chaos":
+		return chaosCmd(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "moonmq", version)
 		return 0

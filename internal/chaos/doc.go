@@ -12,6 +12,8 @@
 // the brokers' test-only storage mode (vfs.LoseUnsyncedEnv), switched on
 // per process start through the environment.
 //
-// Run is tied to testing.TB because the processes are (testcluster); the
-// tests in test/chaos are its commands.
+// Run takes a testcluster.Harness, which the processes belong to: a
+// *testing.T in the tests of test/chaos, a testcluster.Standalone in
+// `moonmq chaos` (cmd/moonmq), the command for people. The package does not
+// import testing, so the broker binary can carry it.
 package chaos

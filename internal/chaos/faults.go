@@ -35,8 +35,9 @@ func (e Event) String() string {
 	return fmt.Sprintf("%8.1fs-%6.1fs %-15s %v %s", e.Start.Seconds(), e.End.Seconds(), e.Kind, e.Targets, e.Detail)
 }
 
-// injector runs the schedule. It runs on the test's goroutine, because
-// testcluster's process calls fail the test with t.Fatal.
+// injector runs the schedule. It runs on the goroutine of the run's
+// harness (the test's), because testcluster's process calls fail it with
+// Fatal.
 type injector struct {
 	c    *testcluster.Cluster
 	net  *Net
@@ -217,18 +218,31 @@ func sleep(d time.Duration) {
 }
 
 // run executes every step, each from its planned time or as soon as the
-// one before it has ended.
-func (in *injector) run(steps []Step) {
+// one before it has ended, until stop is closed (nil: never); it returns
+// how many steps ran. A step that has begun runs to its end.
+func (in *injector) run(steps []Step, stop <-chan struct{}) int {
 	begin := time.Now()
-	for _, s := range steps {
+	for i, s := range steps {
+		select {
+		case <-stop:
+			return i
+		default:
+		}
 		if wait := time.Until(begin.Add(s.At)); wait > 0 {
-			time.Sleep(wait)
+			tm := time.NewTimer(wait)
+			select {
+			case <-tm.C:
+			case <-stop:
+				tm.Stop()
+				return i
+			}
 		}
 		in.mu.Lock()
 		in.cur = string(s.Kind)
 		in.mu.Unlock()
 		in.exec(s)
 	}
+	return len(steps)
 }
 
 func (in *injector) exec(s Step) {

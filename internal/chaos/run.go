@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -73,6 +72,14 @@ type Config struct {
 	TolerateKnown bool
 	// Options are added to the cluster's options (after the harness's).
 	Options []testcluster.Option
+	// Stop, when closed, ends the fault phase early: the fault running
+	// then completes, the rest of the schedule is left out, and the run
+	// heals, drains and checks as after a full fault phase (Ctrl-C in
+	// `moonmq chaos`).
+	Stop <-chan struct{}
+	// Replay is the command line that replays the run, for the summary
+	// and the report (default: the go test command of test/chaos).
+	Replay string
 }
 
 // Result is what a run did and found.
@@ -107,6 +114,10 @@ type Result struct {
 	// Took is the wall time of the whole run; FaultPhase that of the
 	// fault phase.
 	Took, FaultPhase time.Duration
+	// Interrupted is set when Config.Stop ended the fault phase early;
+	// StepsRun is how many steps of the schedule ran.
+	Interrupted bool
+	StepsRun    int
 	// samples are the monitor's observations (leader timeline).
 	samples []sample
 }
@@ -149,6 +160,9 @@ func (r *Result) summary(detail bool) string {
 	}
 	fmt.Fprintf(&b, "chaos seed %d: %d replicas, fault phase %v, run %v\n", r.Config.Seed, r.Config.Replicas,
 		r.FaultPhase.Round(time.Second), r.Took.Round(time.Second))
+	if r.Interrupted {
+		fmt.Fprintf(&b, "interrupted: the fault phase ended after %d of %d planned steps\n", r.StepsRun, len(r.Steps))
+	}
 	fmt.Fprintf(&b, "faults: %s\n", strings.Join(ks, " "))
 	fmt.Fprintf(&b, "sends: %d acknowledged, %d unknown (transactional records: %d committed, %d aborted); polls: %d; commits: %d; offset fetches: %d; failovers: %d\n",
 		acked, unknown, txc, txa, len(r.History.Polls), len(r.History.Commits), len(r.History.OffsetFetches), len(r.Failovers))
@@ -201,10 +215,28 @@ func (r *Result) summary(detail bool) string {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "replay: go test ./test/chaos -run 'TestChaos$' -chaos.seed=%d -chaos.duration=%v -chaos.faults=%s\n",
-		r.Config.Seed, r.Config.Duration, kindList(r.Config.Kinds))
+	fmt.Fprintf(&b, "replay: %s\n", r.ReplayCommand())
 	return b.String()
 }
+
+// ReplayCommand is the command line that replays the run's fault schedule:
+// Config.Replay, or the go test command of test/chaos.
+func (r *Result) ReplayCommand() string {
+	if r.Config.Replay != "" {
+		return r.Config.Replay
+	}
+	cmd := fmt.Sprintf("go test ./test/chaos -run 'TestChaos$' -chaos.seed=%d -chaos.duration=%v -chaos.faults=%s",
+		r.Config.Seed, r.Config.Duration, kindList(r.Config.Kinds))
+	if r.Config.Replicas != 3 {
+		// The schedule depends on the group size.
+		cmd += fmt.Sprintf(" -chaos.replicas=%d", r.Config.Replicas)
+	}
+	return cmd
+}
+
+// KindList is the --faults (-chaos.faults) value that names kinds: "all"
+// for every kind, else the comma-separated list.
+func KindList(ks []Kind) string { return kindList(ks) }
 
 func kindList(ks []Kind) string {
 	if len(ks) == 0 || slices.Equal(ks, AllKinds) {
@@ -231,8 +263,9 @@ const (
 // through the fault schedule, heals everything, drains, stops the
 // processes, dumps their logs and checks the history. It fails t only for
 // a broken harness (a process that cannot start); the caller judges the
-// Result.
-func Run(t testing.TB, cfg Config) *Result {
+// Result. t is a *testing.T in tests and a testcluster.Standalone in
+// `moonmq chaos`.
+func Run(t testcluster.Harness, cfg Config) *Result {
 	t.Helper()
 	if cfg.Duration <= 0 {
 		cfg.Duration = 60 * time.Second
@@ -354,7 +387,8 @@ func Run(t testing.TB, cfg Config) *Result {
 		logf("chaos: %5.0fs/%v faults=%d now=%s acked=%d unknown=%d in-flight=%d polled=%d leader=%d epoch=%d",
 			time.Since(phaseStart).Seconds(), cfg.Duration, len(inj.eventsCopy()), now, acked, unknown, pending, polled, leader, epoch)
 	})
-	inj.run(steps)
+	res.StepsRun = inj.run(steps, cfg.Stop)
+	res.Interrupted = res.StepsRun < len(steps)
 	res.FaultPhase = time.Since(phaseStart)
 	inj.healAll()
 	// Some writes after the last fault, on a whole group.

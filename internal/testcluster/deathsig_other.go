@@ -2,8 +2,15 @@
 
 package testcluster
 
-import "os/exec"
+import (
+	"os/exec"
+	"syscall"
+)
 
 // dieWithParent is Linux-only; elsewhere a broker may outlive a test
-// binary that panics.
-func dieWithParent(*exec.Cmd) {}
+// binary that panics. ownGroup puts it in a process group of its own.
+func dieWithParent(cmd *exec.Cmd, ownGroup bool) {
+	if ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+}

@@ -13,6 +13,10 @@
 // The moonmq binary is built once per test binary (Binary); a package's
 // TestMain may call Main to remove it afterwards. MOONMQ_BINARY names a
 // prebuilt binary instead.
+//
+// A Cluster belongs to a Harness: a *testing.T in tests, a Standalone in
+// `moonmq chaos`. The package does not import testing, so the broker binary
+// can run the fault harness without linking it.
 package testcluster
 
 import (
@@ -32,7 +36,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -60,7 +63,7 @@ var built struct {
 
 // Binary returns the path of a moonmq binary built from this module's
 // working tree, building it on the first call in this test binary.
-func Binary(t testing.TB) string {
+func Binary(t Harness) string {
 	t.Helper()
 	if p := os.Getenv(BinaryEnv); p != "" {
 		return p
@@ -85,16 +88,6 @@ func Binary(t testing.TB) string {
 	return built.path
 }
 
-// Main runs a package's tests and then removes the binary Binary built.
-// Call it from TestMain.
-func Main(m *testing.M) {
-	code := m.Run()
-	if built.dir != "" {
-		_ = os.RemoveAll(built.dir)
-	}
-	os.Exit(code)
-}
-
 // Option configures a Cluster.
 type Option func(*options)
 
@@ -114,6 +107,7 @@ type options struct {
 	replication  map[string]any
 	mapAddr      func(Link) string
 	env          func(id int) []string
+	ownGroup     bool
 }
 
 // WithReplicas sets the group size (default 3). One replica runs a single
@@ -200,9 +194,16 @@ func WithAddressMapper(f func(Link) string) Option { return func(o *options) { o
 // test-only mode and the next one without it.
 func WithEnv(f func(id int) []string) Option { return func(o *options) { o.env = f } }
 
-// Cluster is a group of broker processes owned by one test.
+// WithOwnProcessGroup starts every process in a process group of its own,
+// so that a Ctrl-C at the terminal reaches the program that owns the
+// cluster and not the brokers (which would otherwise shut down on their
+// own, unasked). A command sets it; tests do not need it.
+func WithOwnProcessGroup() Option { return func(o *options) { o.ownGroup = true } }
+
+// Cluster is a group of broker processes owned by one test (or one
+// Harness).
 type Cluster struct {
-	t        testing.TB
+	t        Harness
 	opts     options
 	binary   string
 	Replicas []*Replica
@@ -240,7 +241,7 @@ type process struct {
 }
 
 // New writes the configuration of every replica without starting any.
-func New(t testing.TB, opts ...Option) *Cluster {
+func New(t Harness, opts ...Option) *Cluster {
 	t.Helper()
 	o := options{replicas: 3, failover: true, token: "testcluster-token", ackTimeout: 5, isrLag: 1,
 		leaderRole: 1, logLevel: "info", startTimeout: 60 * time.Second, logTail: 120,
@@ -279,7 +280,7 @@ func New(t testing.TB, opts ...Option) *Cluster {
 }
 
 // Start writes the configurations and starts every replica.
-func Start(t testing.TB, opts ...Option) *Cluster {
+func Start(t Harness, opts ...Option) *Cluster {
 	t.Helper()
 	c := New(t, opts...)
 	c.StartAll()
@@ -336,7 +337,7 @@ func (c *Cluster) linkAddr(l Link, real string) string {
 	return real
 }
 
-func freePort(t testing.TB) int {
+func freePort(t Harness) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -509,7 +510,7 @@ func (r *Replica) spawn() {
 			fmt.Fprintf(f, "=== testcluster: environment %s ===\n", strings.Join(extra, " "))
 		}
 	}
-	dieWithParent(cmd)
+	dieWithParent(cmd, r.c.opts.ownGroup)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("testcluster: start %v: %v", r, err)
@@ -995,7 +996,7 @@ func lastOffset(b []byte) int64 {
 }
 
 // Context returns a context that ends after d or when the test ends.
-func Context(t testing.TB, d time.Duration) context.Context {
+func Context(t Harness, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

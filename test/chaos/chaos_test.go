@@ -1,6 +1,9 @@
 // Package chaos_test runs the fault-injection harness (internal/chaos)
 // against real moonmq processes: a short seeded run with every fault kind
-// as part of go test, and a long run driven by flags for people.
+// as part of go test, and a long run driven by flags. People run long runs
+// with the command, `moonmq chaos --duration 30m --seed N`, which takes
+// the same flags without the "chaos." prefix; TestChaos is the same run
+// as a test:
 //
 //	go test ./test/chaos -run 'TestChaos$' -chaos.duration=30m -chaos.seed=N -chaos.report=report.html -timeout 0
 package chaos_test
@@ -89,7 +92,8 @@ func TestChaosShort(t *testing.T) {
 	}
 }
 
-// TestChaos is the long run for people:
+// TestChaos is the long run as a test (`moonmq chaos` is the same run as
+// a command):
 //
 //	go test ./test/chaos -run 'TestChaos$' -chaos.duration=30m -chaos.seed=N -chaos.report=report.html -timeout 0
 //
