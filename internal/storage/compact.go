@@ -233,7 +233,8 @@ func (l *Log) compactErr(err error, gen int64, s *segment) (skip bool, _ error) 
 
 // forEachBatch calls fn with every batch in the first size bytes of f, in
 // order, until fn returns false or an error. body is only valid during the
-// call.
+// call. A batch that is torn or fails its CRC is an error wrapping
+// ErrCorrupt.
 func forEachBatch(f vfs.File, size int64, fn func(pos int64, h recordbatch.Header, body []byte) (bool, error)) error {
 	sc := newScanner(f, size, scanBufSize)
 	defer sc.release()
@@ -253,11 +254,13 @@ func forEachBatch(f vfs.File, size int64, fn func(pos int64, h recordbatch.Heade
 			}
 			body = big[:n]
 			if got, err := f.ReadAt(body, pos); got < len(body) {
-				if err == nil {
-					err = io.ErrUnexpectedEOF
-				}
-				return err
+				return shortRead(err, pos+int64(got))
 			}
+		}
+		// Compaction re-encodes batches under a fresh CRC, which would make
+		// damage in them undetectable: a bad batch stops the pass.
+		if _, err := recordbatch.Check(body); err != nil {
+			return fmt.Errorf("%w: batch at offset %d: %w", ErrCorrupt, h.BaseOffset, err)
 		}
 		more, err := fn(pos, h, body)
 		if err != nil || !more {

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"math"
@@ -38,13 +37,23 @@ var (
 	ErrInvalidBatch     = errors.New("storage: invalid batch")
 	ErrStaleEpoch       = errors.New("storage: leader epoch older than the latest in the log")
 	ErrOffsetMismatch   = errors.New("storage: replica batch does not start at the log end offset")
+	// ErrCorrupt is wrapped by the errors of reads (Read, OffsetForTimestamp,
+	// MaxTimestamp, Truncate, Compact) that meet a batch that is torn or
+	// corrupt: a header that does not parse, a length running past the
+	// file, a failed CRC, offsets going backwards, or a file shorter than
+	// the log knew it. Recovery removes such batches from the active
+	// segment at Open, and from every segment with Options.VerifyAll; an
+	// older segment damaged later, or without VerifyAll, makes reads of the
+	// damaged range fail with it.
+	ErrCorrupt = errors.New("storage: segment corrupt")
 )
 
 var errNotExist = fs.ErrNotExist
 
 const (
-	epochFileName = "leader-epoch-checkpoint.json"
-	startFileName = "log-start-offset.json"
+	epochFileName    = "leader-epoch-checkpoint.json"
+	startFileName    = "log-start-offset.json"
+	recoveryFileName = "recovery-point.json"
 
 	defaultSegmentBytes = 1 << 30
 	defaultIndexBytes   = 4096
@@ -63,6 +72,15 @@ type Options struct {
 	RetentionMs    int64
 	RetentionBytes int64
 	Logger         *slog.Logger
+	// VerifyAll makes Open verify every rolled segment as it always
+	// verifies the active one (framing, CRC, the epoch rule, offsets only
+	// increasing, nothing past the next segment's base), reading all the
+	// data. At the first bad batch the log is truncated there: that
+	// segment is cut and becomes the active one, and every later segment
+	// is removed (see RecoveryReport). Without it only the active segment
+	// is verified, and damage in an older segment shows later as reads
+	// failing with ErrCorrupt. Set it after an unclean shutdown.
+	VerifyAll bool
 }
 
 // Log is one partition's log. Its methods are safe for concurrent use: any
@@ -102,6 +120,24 @@ type Log struct {
 	cmu             sync.Mutex
 	compactUnsynced bool
 	truncations     atomic.Int64
+
+	// rpmu serializes writing recovery-point.json with the truncations
+	// that must lower it before they cut (lock order: amu, rpmu, smu,
+	// mu), so that a checkpoint cannot write a point taken before a cut
+	// after it. It guards the fields below.
+	rpmu sync.Mutex
+	// rpKnown, rpOffset, rpGaps: what recovery-point.json holds. When it
+	// is missing or unreadable, rpKnown is false and rpGaps is
+	// math.MaxInt64 (on disk nothing says the active segment has no gaps).
+	rpKnown  bool
+	rpOffset int64
+	rpGaps   int64
+	// gapsBelow: batches of the active segment with a base offset below it
+	// may follow an offset gap (see recoveryFile.GapsBelow); exact, while
+	// the file may hold a larger, still safe, value.
+	gapsBelow int64
+
+	recovery RecoveryReport // fixed by Open
 }
 
 // EpochEntry records that leader epoch Epoch's first offset is StartOffset.
@@ -119,10 +155,56 @@ type startFile struct {
 	LogStartOffset int64 `json:"logStartOffset"`
 }
 
+// recoveryFile is the JSON form of recovery-point.json.
+type recoveryFile struct {
+	Version int `json:"version"`
+	// Offset is the recovery point: every record below it was durable
+	// when it was written (CheckpointRecoveryPoint), and truncations lower
+	// it before they cut (Truncate, TruncateFullyAndStartAt). A log that
+	// recovers to an end below it lost durable data.
+	Offset int64 `json:"offset"`
+	// GapsBelow: batches of the active segment whose base offset is below
+	// it may follow an offset gap; from it on recovery requires each batch
+	// to start where the previous one ended, which catches a flipped bit
+	// in a base offset (no CRC covers it). Gaps come from compaction, which
+	// only rewrites rolled segments, so the active segment has them only
+	// when a truncation made a rolled segment the active one; this is
+	// written before such a cut. Omitted when 0.
+	GapsBelow int64 `json:"gapsBelow,omitempty"`
+}
+
+// RecoveryReport is what Open's recovery removed, and whether that loses
+// data that had been durable. Log.Recovery returns it.
+type RecoveryReport struct {
+	// DroppedBytes is how many bytes recovery removed: a torn or corrupt
+	// tail of the active segment, or (Options.VerifyAll, or a rolled
+	// segment whose indexes had to be rebuilt) a damaged rolled segment
+	// from its first bad batch on together with every later segment.
+	DroppedBytes int64
+	// LostFrom is the log end offset after recovery when DroppedBytes > 0
+	// or Damaged: records from it on that the log held before are gone.
+	// It is -1 otherwise.
+	LostFrom int64
+	// Damaged reports that recovery removed data that had been durable, so
+	// something other than a crash destroyed it (a damaged disk, a bit
+	// flip): a rolled segment was damaged; or, in the active segment, a
+	// valid batch follows the first bad one (damage inside the data, not a
+	// torn tail); or the recovered log end is below the recovery point
+	// (CheckpointRecoveryPoint). A torn or corrupt last batch with no
+	// recovery point beyond it is not Damaged: it may be a write that a
+	// crash cut before it was fsynced. A replica whose log is Damaged must
+	// not be elected on its own data.
+	Damaged bool
+	// Reason is one sentence saying why Damaged is set; empty otherwise.
+	Reason string
+}
+
 // Open opens (creating if needed) the log in dir and recovers it: the active
-// segment is scanned batch by batch (length, sequence and CRC), truncated at
-// the first bad batch, and its indexes rebuilt; older segments' indexes are
-// rebuilt when missing or inconsistent.
+// segment is scanned batch by batch (framing, CRC, the epoch rule, offsets
+// contiguous), truncated at the first bad batch, and its indexes rebuilt;
+// older segments' indexes are rebuilt when missing or inconsistent, and
+// with Options.VerifyAll older segments are verified too. Damaged data never
+// makes Open fail: it is removed and reported (Recovery).
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
@@ -135,7 +217,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{dir: dir, fs: opts.FS, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
 	l.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
-	if err := l.open(); err != nil {
+	if err := l.open(opts.VerifyAll); err != nil {
 		for _, s := range l.segs {
 			s.closeFiles()
 		}
@@ -157,7 +239,7 @@ func (l *Log) Reconfigure(segmentBytes, retentionMs, retentionBytes int64) {
 	l.retentionBytes.Store(retentionBytes)
 }
 
-func (l *Log) open() error {
+func (l *Log) open(verifyAll bool) error {
 	if err := l.fs.MkdirAll(l.dir); err != nil {
 		return err
 	}
@@ -197,6 +279,9 @@ func (l *Log) open() error {
 	if err := l.readEpochs(); err != nil {
 		return err
 	}
+	if err := l.readRecoveryPoint(); err != nil {
+		return err
+	}
 
 	for i, base := range bases {
 		f, err := l.fs.OpenRW(segName(l.dir, base, logSuffix))
@@ -212,34 +297,41 @@ func (l *Log) open() error {
 			// An empty rolled segment is one that compaction emptied:
 			// its offsets are a gap, which readers skip.
 			s.next = bases[i+1]
-			if err := l.loadRolled(s); err != nil {
-				f.Close()
-				return err
-			}
 		}
 		l.segs = append(l.segs, s)
 	}
+	l.recovery.LostFrom = -1
 	if len(l.segs) == 0 {
 		s, err := l.createSegment(max(start, 0))
 		if err != nil {
 			return err
 		}
 		l.segs = append(l.segs, s)
-	} else {
-		if err := l.recoverActive(); err != nil {
-			return err
+		l.gapsBelow = 0
+		if !l.rpKnown {
+			// A new log: recording that it has no gaps lets the first
+			// recovery check its offsets fully, before any checkpoint.
+			if err := l.writeRecoveryPoint(s.base, 0); err != nil {
+				return err
+			}
 		}
+	} else if err := l.recoverSegments(verifyAll); err != nil {
+		return err
 	}
 	act := l.active()
 	l.end.Store(act.next)
 	l.durable.Store(act.next)
 	start = max(start, l.segs[0].base)
 	l.start.Store(start)
+	// A log that ends below its start offset is empty from the start
+	// offset on (see truncateFullyLocked), so that is its end.
+	l.checkRecoveryPoint(max(act.next, start))
 	if start > act.next {
 		// The start offset was persisted but data beyond it was lost in a
-		// crash: the log is empty from start.
+		// crash: the log is empty from start. This is recovery, not a
+		// truncation the broker asked for, so the recovery point stays.
 		l.logger.Warn("log start offset is beyond the recovered log end; restarting the log there", "start", start, "end", act.next)
-		if err := l.truncateFullyLocked(start); err != nil {
+		if err := l.truncateFullyLocked(start, false); err != nil {
 			return err
 		}
 	}
@@ -258,6 +350,26 @@ func (l *Log) open() error {
 	return nil
 }
 
+// checkRecoveryPoint completes the recovery report once the log end after
+// recovery is known.
+func (l *Log) checkRecoveryPoint(end int64) {
+	r := &l.recovery
+	if l.rpKnown && end < l.rpOffset {
+		if !r.Damaged {
+			r.Damaged = true
+			r.Reason = fmt.Sprintf("the log ends at offset %d after recovery, below its recovery point %d: records that had been durable are gone", end, l.rpOffset)
+		}
+		l.logger.Error("recovered log ends below its recovery point: durable records were lost", "end", end, "recoveryPoint", l.rpOffset)
+	}
+	if r.Damaged || r.DroppedBytes > 0 {
+		r.LostFrom = end
+	}
+}
+
+// Recovery reports what Open's recovery removed and whether the log lost
+// data that had been durable. It does not change after Open.
+func (l *Log) Recovery() RecoveryReport { return l.recovery }
+
 func parseSegName(name, suffix string) (int64, bool) {
 	if len(name) != 20+len(suffix) || !strings.HasSuffix(name, suffix) {
 		return 0, false
@@ -266,31 +378,90 @@ func parseSegName(name, suffix string) (int64, bool) {
 	return b, err == nil && b >= 0
 }
 
+// recoverSegments checks the segments found at Open (every one with
+// verifyAll, else the active one) and truncates the log at the first bad
+// batch, recording what it removed in l.recovery.
+func (l *Log) recoverSegments(verifyAll bool) error {
+	prev := int32(math.MinInt32)
+	last := len(l.segs) - 1
+	for i, s := range l.segs[:last] {
+		if verifyAll {
+			// Compaction leaves gaps in rolled segments, so only the
+			// order of offsets is checked, and that the last batch ends
+			// before the next segment begins.
+			res, err := s.scan(s.size, scanRules{verify: true, epochs: l.epochs, prevEpoch: prev, gapsBelow: math.MaxInt64, limit: s.next}, nil)
+			if err != nil {
+				return err
+			}
+			if res.bad == "" {
+				if err := l.checkLostTail(s, &res); err != nil {
+					return err
+				}
+			}
+			if res.bad != "" {
+				return l.cutDamaged(i, res)
+			}
+			prev = res.lastEpoch
+		}
+		res, err := l.loadRolled(s)
+		if err != nil {
+			return err
+		}
+		if res.bad != "" {
+			// Found while rebuilding the indexes: a hole here would look
+			// like a compaction gap and be skipped by readers, so it is
+			// handled as VerifyAll would.
+			return l.cutDamaged(i, res)
+		}
+	}
+	if !verifyAll {
+		prev = math.MinInt32
+	}
+	return l.recoverActive(prev)
+}
+
+// checkLostTail sets res.bad when the time index of rolled segment s says
+// that batches are missing from its end (lostTail); res is a scan of all of
+// s.
+func (l *Log) checkLostTail(s *segment, res *scanResult) error {
+	tidx, err := vfs.ReadFile(l.fs, segName(l.dir, s.base, timeIndexSuffix))
+	if err != nil && !errors.Is(err, errNotExist) {
+		return err
+	}
+	if ts, lost := s.lostTail(tidx, res.maxTs); lost {
+		res.bad = fmt.Sprintf("its time index records max timestamp %d, but its batches end at byte %d with max timestamp %d: batches are missing from its end", ts, res.valid, res.maxTs)
+	}
+	return nil
+}
+
 // loadRolled loads a rolled segment's indexes, rebuilding them when they do
-// not match the log file.
-func (l *Log) loadRolled(s *segment) error {
+// not match the log file. When the rebuild meets a bad batch it returns
+// that scan's result (res.bad set) and leaves the files as they are.
+func (l *Log) loadRolled(s *segment) (scanResult, error) {
 	idx, err1 := vfs.ReadFile(l.fs, segName(l.dir, s.base, indexSuffix))
 	tidx, err2 := vfs.ReadFile(l.fs, segName(l.dir, s.base, timeIndexSuffix))
 	for _, err := range []error{err1, err2} {
 		if err != nil && !errors.Is(err, errNotExist) {
-			return err
+			return scanResult{}, err
 		}
 	}
 	if err1 == nil && err2 == nil && s.loadIndexes(idx, tidx) {
-		return nil
+		return scanResult{}, nil
 	}
 	l.logger.Warn("rebuilding indexes of segment", "base", s.base)
 	next := s.next
-	valid, err := s.rebuild(false, l.index)
-	if err != nil {
-		return err
+	rules := anyGaps
+	rules.limit = next
+	res, err := s.rebuild(rules, l.index)
+	if err != nil || res.bad != "" {
+		return res, err
 	}
 	// Compaction leaves gaps, so the last batch may end before next.
-	if valid != s.size || s.next > next {
-		l.logger.Error("rolled segment is inconsistent with its successor", "base", s.base, "validBytes", valid, "size", s.size, "end", s.next, "nextBase", next)
-	}
-	s.size = valid
 	s.next = next
+	if ts, lost := s.lostTail(tidx, res.maxTs); lost {
+		res.bad = fmt.Sprintf("its time index records max timestamp %d, but its batches end at byte %d with max timestamp %d: batches are missing from its end", ts, res.valid, res.maxTs)
+		return res, nil
+	}
 	s.tindex = append(s.tindex, s.finishEntry())
 	err = s.writeIndexFiles(l.fs, l.dir)
 	for _, f := range []vfs.File{s.idx, s.tidx} {
@@ -301,23 +472,37 @@ func (l *Log) loadRolled(s *segment) error {
 	s.idx.Close()
 	s.tidx.Close()
 	s.idx, s.tidx = nil, nil
-	return err
+	return res, err
 }
 
 // recoverActive validates the last segment, truncates any torn or corrupt
 // tail, rebuilds its indexes and fsyncs it so that everything left is
-// durable.
-func (l *Log) recoverActive() error {
+// durable. prevEpoch is the epoch of the last batch before the segment
+// (math.MinInt32 when not known).
+func (l *Log) recoverActive(prevEpoch int32) error {
 	s := l.active()
 	fileSize := s.size
-	valid, err := s.rebuild(true, l.index)
+	// l.rpGaps is where the file says gaps may be; MaxInt64 when there is
+	// no file, as for a log from before recovery points: nothing then says
+	// the segment is free of compaction gaps.
+	res, err := s.rebuild(scanRules{verify: true, epochs: l.epochs, prevEpoch: prevEpoch, gapsBelow: l.rpGaps, limit: math.MaxInt64}, l.index)
 	if err != nil {
 		return err
 	}
-	if valid < fileSize {
-		l.logger.Warn("truncating torn or corrupt tail of the active segment",
-			"base", s.base, "validBytes", valid, "droppedBytes", fileSize-valid)
-		if err := s.log.Truncate(valid); err != nil {
+	l.gapsBelow = res.gapEnd
+	if res.valid < fileSize {
+		dropped := fileSize - res.valid
+		l.recovery.DroppedBytes += dropped
+		if validBatchFollows(s.log, res.valid, fileSize) {
+			l.recovery.Damaged = true
+			l.recovery.Reason = fmt.Sprintf("in the active segment %d a valid batch follows the bad one at byte %d (%s): the damage is inside data written whole, not a torn tail", s.base, res.valid, res.bad)
+			l.logger.Error("truncating the active segment at a damaged batch that a valid batch follows",
+				"base", s.base, "position", res.valid, "reason", res.bad, "lostFrom", res.next, "droppedBytes", dropped)
+		} else {
+			l.logger.Warn("truncating torn or corrupt tail of the active segment",
+				"base", s.base, "validBytes", res.valid, "droppedBytes", dropped, "reason", res.bad)
+		}
+		if err := s.log.Truncate(res.valid); err != nil {
 			return err
 		}
 	}
@@ -325,6 +510,77 @@ func (l *Log) recoverActive() error {
 		return err
 	}
 	return s.log.Sync()
+}
+
+// cutDamaged truncates the log at the first bad batch of rolled segment i,
+// which res describes: later segments are removed newest first (so that a
+// crash part way leaves a prefix of the log), then the segment is cut and
+// becomes the active one, its indexes rebuilt, all of it fsynced.
+func (l *Log) cutDamaged(i int, res scanResult) error {
+	s := l.segs[i]
+	later := l.segs[i+1:]
+	// The file's size: an index rebuild may have lowered s.size already.
+	size, err := s.log.Size()
+	if err != nil {
+		return err
+	}
+	dropped := size - res.valid
+	for _, ls := range later {
+		dropped += ls.size
+	}
+	// Where the log ended, for the report; the active segment's headers
+	// are enough, and damage there does not matter any more.
+	oldEnd := s.next
+	if len(later) > 0 {
+		last := later[len(later)-1]
+		if r, err := last.scan(last.size, anyGaps, nil); err == nil && r.next > last.base {
+			oldEnd = r.next
+		} else {
+			oldEnd = last.base
+		}
+	}
+	// The segment keeps the gaps compaction may have left in it, which
+	// recovery must allow once it is the active segment, even after a crash
+	// part way from here.
+	if err := l.persistBeforeCut(res.next, false, res.gapEnd); err != nil {
+		return err
+	}
+	for j := len(later) - 1; j >= 0; j-- {
+		later[j].closeFiles()
+		if err := removeSegmentFiles(l.fs, l.dir, later[j].base); err != nil {
+			return err
+		}
+	}
+	l.segs = l.segs[:i+1]
+	// The removals are durable before the cut: a cut segment followed by
+	// the later ones again would be a hole in the log.
+	if len(later) > 0 {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return err
+		}
+	}
+	if err := s.log.Truncate(res.valid); err != nil {
+		return err
+	}
+	r, err := s.rebuild(anyGaps, l.index)
+	if err != nil {
+		return err
+	}
+	l.gapsBelow = r.gapEnd
+	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
+		return err
+	}
+	if err := s.log.Sync(); err != nil {
+		return err
+	}
+	rep := &l.recovery
+	rep.DroppedBytes += dropped
+	rep.Damaged = true
+	rep.Reason = fmt.Sprintf("rolled segment %d is damaged at byte %d (%s): the log was cut at offset %d, losing offsets %d to %d", s.base, res.valid, res.bad, s.next, s.next, oldEnd-1)
+	l.logger.Error("rolled segment is damaged; truncating the log there",
+		"base", s.base, "position", res.valid, "reason", res.bad, "lostFrom", s.next, "lostTo", oldEnd-1,
+		"droppedBytes", dropped, "segmentsRemoved", len(later))
+	return nil
 }
 
 func (l *Log) createSegment(base int64) (*segment, error) {
@@ -354,8 +610,11 @@ func (l *Log) readStart() (int64, error) {
 		return 0, err
 	}
 	var sf startFile
-	if err := json.Unmarshal(b, &sf); err != nil {
-		return 0, fmt.Errorf("storage: %s: %w", startFileName, err)
+	if err := json.Unmarshal(b, &sf); err != nil || sf.LogStartOffset < 0 {
+		// Damaged data must not stop the log from opening; the first
+		// segment's base is the start offset then.
+		l.logger.Error("ignoring unreadable log start offset file", "file", startFileName, "err", err)
+		return 0, nil
 	}
 	return sf.LogStartOffset, nil
 }
@@ -374,16 +633,112 @@ func (l *Log) readEpochs() error {
 		return err
 	}
 	var ef epochFile
-	if err := json.Unmarshal(b, &ef); err != nil {
-		return fmt.Errorf("storage: %s: %w", epochFileName, err)
-	}
-	for i, e := range ef.Entries {
-		if i > 0 && (e.Epoch <= ef.Entries[i-1].Epoch || e.StartOffset < ef.Entries[i-1].StartOffset) {
-			return fmt.Errorf("storage: %s: entries out of order", epochFileName)
+	if err = json.Unmarshal(b, &ef); err == nil {
+		for i, e := range ef.Entries {
+			if i > 0 && (e.Epoch <= ef.Entries[i-1].Epoch || e.StartOffset < ef.Entries[i-1].StartOffset) {
+				err = errors.New("entries out of order")
+				break
+			}
 		}
+	}
+	if err != nil {
+		// Damaged data must not stop the log from opening: the history is
+		// lost, as if the file were missing (the replication layer
+		// discards and recopies a log with records but no history).
+		l.logger.Error("ignoring unreadable leader epoch history", "file", epochFileName, "err", err)
+		return nil
 	}
 	l.epochs = ef.Entries
 	return nil
+}
+
+// readRecoveryPoint reads recovery-point.json. A missing file leaves the
+// recovery point unknown; so does an unreadable one, with a warning.
+func (l *Log) readRecoveryPoint() error {
+	l.rpKnown, l.rpOffset, l.rpGaps = false, 0, math.MaxInt64
+	b, err := vfs.ReadFile(l.fs, filepath.Join(l.dir, recoveryFileName))
+	if errors.Is(err, errNotExist) {
+		return nil
+	}
+	if err == nil {
+		var rf recoveryFile
+		if err = json.Unmarshal(b, &rf); err == nil && (rf.Version != 1 || rf.Offset < 0 || rf.GapsBelow < 0) {
+			err = fmt.Errorf("unexpected content %q", b)
+		}
+		if err == nil {
+			l.rpKnown, l.rpOffset, l.rpGaps = true, rf.Offset, rf.GapsBelow
+			return nil
+		}
+	}
+	l.logger.Warn("ignoring unreadable recovery point file; the recovery point is unknown", "file", recoveryFileName, "err", err)
+	return nil
+}
+
+// writeRecoveryPoint replaces recovery-point.json. The caller holds rpmu
+// (or is Open).
+func (l *Log) writeRecoveryPoint(offset, gaps int64) error {
+	b, _ := json.Marshal(recoveryFile{Version: 1, Offset: offset, GapsBelow: gaps})
+	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, recoveryFileName), b); err != nil {
+		return err
+	}
+	l.rpKnown, l.rpOffset, l.rpGaps = true, offset, gaps
+	return nil
+}
+
+// persistBeforeCut makes recovery-point.json safe for a cut after which the
+// log ends at newEnd and the active segment may have gaps below gaps: with
+// lower, the recovery point must not exceed newEnd (a crash during a cut
+// asked for must not look like lost data), and the file must allow those
+// gaps. It writes only when the file does not say so already. The caller
+// holds rpmu (or is Open).
+func (l *Log) persistBeforeCut(newEnd int64, lower bool, gaps int64) error {
+	offset, write := l.rpOffset, false
+	if lower && l.rpKnown && newEnd < offset {
+		offset, write = newEnd, true
+	}
+	// Without a file, recovery allows gaps anywhere already.
+	if l.rpKnown && gaps > l.rpGaps {
+		write = true
+	}
+	if !write {
+		return nil
+	}
+	return l.writeRecoveryPoint(offset, gaps)
+}
+
+// CheckpointRecoveryPoint records DurableEnd() as the log's recovery point
+// in recovery-point.json (written atomically), so that a later Open can
+// tell whether its recovery removed data that had been durable
+// (RecoveryReport.Damaged). It writes only when the file would change, so
+// calling it often is cheap; call it every few seconds and at clean
+// shutdown (after a final Sync). It never lowers the recovery point: only
+// Truncate and TruncateFullyAndStartAt do, before they cut. So a log that
+// Open found Damaged keeps a recovery point above its end, and stays
+// Damaged across restarts, until it is truncated below that point or has
+// grown past it again.
+func (l *Log) CheckpointRecoveryPoint() error {
+	l.rpmu.Lock()
+	defer l.rpmu.Unlock()
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	activeBase := l.active().base
+	l.mu.RUnlock()
+	offset := l.durable.Load()
+	if l.rpKnown {
+		offset = max(offset, l.rpOffset)
+	}
+	gaps := l.gapsBelow
+	if gaps <= activeBase {
+		// The segment that had the gaps has been rolled.
+		gaps = 0
+	}
+	if l.rpKnown && offset == l.rpOffset && gaps == l.rpGaps {
+		return nil
+	}
+	return l.writeRecoveryPoint(offset, gaps)
 }
 
 func (l *Log) writeEpochs(entries []EpochEntry) error {
@@ -412,7 +767,9 @@ func (l *Log) SetEpochObserver(fn func([]EpochEntry)) {
 
 // Append assigns the next offset to batch, rewriting its baseOffset and
 // partitionLeaderEpoch in place, and appends it. The batch must already be
-// validated (recordbatch.Split). The data is not synced; see Sync.
+// validated (recordbatch.Split). The data is not synced; see Sync. An epoch
+// older than the latest in the history (-1 too, once the history has an
+// epoch) fails with ErrStaleEpoch: epochs never decrease along the log.
 func (l *Log) Append(batch []byte, epoch int32) (int64, error) {
 	h, err := recordbatch.ParseHeader(batch)
 	if err != nil || h.Size() != len(batch) || h.LastOffsetDelta < 0 {
@@ -456,22 +813,23 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 	if failed != nil {
 		return failed
 	}
-	if epoch := h.PartitionLeaderEpoch; epoch >= 0 {
-		latest := l.LatestEpoch()
-		if epoch < latest {
-			return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, epoch, latest)
+	epoch, latest := h.PartitionLeaderEpoch, l.LatestEpoch()
+	if latest >= 0 && epoch < latest {
+		// Also a batch without an epoch (-1) once the history has one:
+		// epochs never decrease along the log, and recovery relies on it.
+		return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, epoch, latest)
+	}
+	if epoch > latest {
+		// Persisted before the batch is written, so the history is
+		// durable before the batch can be acknowledged as durable (and
+		// recovery can check the batch's epoch against it).
+		entries := append(slices.Clip(l.epochs), EpochEntry{Epoch: epoch, StartOffset: h.BaseOffset})
+		if err := l.writeEpochs(entries); err != nil {
+			return err
 		}
-		if epoch > latest {
-			// Persisted before the batch is written, so the history is
-			// durable before the batch can be acknowledged as durable.
-			entries := append(slices.Clip(l.epochs), EpochEntry{Epoch: epoch, StartOffset: h.BaseOffset})
-			if err := l.writeEpochs(entries); err != nil {
-				return err
-			}
-			l.mu.Lock()
-			l.epochs = entries
-			l.mu.Unlock()
-		}
+		l.mu.Lock()
+		l.epochs = entries
+		l.mu.Unlock()
 	}
 	s := l.active()
 	if s.size > 0 && (s.size+int64(len(batch)) > l.segmentBytes.Load() || h.LastOffset()+1-s.base > math.MaxUint32) {
@@ -687,28 +1045,47 @@ func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
 			// The scan already read these bytes; skip a second read.
 			copy(buf, sc.buf[pos-sc.bufPos:])
 		} else if n, err := s.log.ReadAt(buf, pos); n < len(buf) {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
+			return nil, shortRead(err, pos+int64(n))
 		}
-		return trimBatches(buf, limit), nil
+		return trimBatches(buf, limit)
 	}
 	return nil, nil
 }
 
-// trimBatches cuts buf after its last whole batch with base below limit; the
-// first batch is always kept.
-func trimBatches(buf []byte, limit int64) []byte {
+// trimBatches cuts buf after its last whole, intact batch with base below
+// limit; the first batch is always kept. Intact means a correct CRC and
+// offsets that increase: reads must not hand out damaged data (an older
+// segment is only verified at Open with Options.VerifyAll), so a first
+// batch that is not intact is an error wrapping ErrCorrupt, and a later one
+// ends the result (the read that starts there fails).
+func trimBatches(buf []byte, limit int64) ([]byte, error) {
 	n := 0
+	next := int64(math.MinInt64)
 	for n+recordbatch.LengthOverhead <= len(buf) {
-		sz := recordbatch.LengthOverhead + int(int32(be32(buf[n+8:])))
-		if n > 0 && recordbatch.BaseOffset(buf[n:]) >= limit || sz < recordbatch.HeaderSize || n+sz > len(buf) {
+		if n > 0 && recordbatch.BaseOffset(buf[n:]) >= limit {
 			break
 		}
+		sz := recordbatch.LengthOverhead + int(int32(be32(buf[n+8:])))
+		var h recordbatch.Header
+		var err error
+		if sz < recordbatch.HeaderSize || n+sz > len(buf) {
+			if n > 0 && sz >= recordbatch.HeaderSize {
+				break // maxBytes ends the read inside this batch
+			}
+			err = fmt.Errorf("batch length field %d", sz-recordbatch.LengthOverhead)
+		} else if h, err = recordbatch.Check(buf[n : n+sz]); err == nil && (h.BaseOffset < next || h.LastOffsetDelta < 0) {
+			err = fmt.Errorf("base offset %d, lastOffsetDelta %d after offset %d", h.BaseOffset, h.LastOffsetDelta, next-1)
+		}
+		if err != nil {
+			if n == 0 {
+				return nil, fmt.Errorf("%w: batch at offset %d: %w", ErrCorrupt, recordbatch.BaseOffset(buf), err)
+			}
+			break
+		}
+		next = h.LastOffset() + 1
 		n += sz
 	}
-	return buf[:n]
+	return buf[:n], nil
 }
 
 func be32(b []byte) uint32 {
@@ -780,10 +1157,10 @@ func (l *Log) searchSegment(s *segment, ts int64) (int64, int64, bool, error) {
 			}
 			body = body[:h.Size()]
 			if n, err := s.log.ReadAt(body, pos); n < len(body) {
-				if err == nil {
-					err = io.ErrUnexpectedEOF
-				}
-				return 0, 0, false, err
+				return 0, 0, false, shortRead(err, pos+int64(n))
+			}
+			if _, err := recordbatch.Check(body); err != nil {
+				return 0, 0, false, fmt.Errorf("%w: batch at offset %d: %w", ErrCorrupt, h.BaseOffset, err)
 			}
 			recs, err := recordbatch.Records(body, maxDecompressed)
 			if err != nil {
@@ -802,10 +1179,13 @@ func (l *Log) searchSegment(s *segment, ts int64) (int64, int64, bool, error) {
 
 // Truncate removes every record at offset >= offset. The cut falls on a
 // batch boundary, so a batch holding offset is removed whole. The epoch
-// history is cut to match. The truncation is durable when Truncate returns.
+// history is cut to match, and the recovery point is lowered first when
+// the new end is below it. The truncation is durable when Truncate returns.
 func (l *Log) Truncate(offset int64) error {
 	l.amu.Lock()
 	defer l.amu.Unlock()
+	l.rpmu.Lock()
+	defer l.rpmu.Unlock()
 	l.smu.Lock()
 	defer l.smu.Unlock()
 	if err := l.writable(); err != nil {
@@ -816,7 +1196,7 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	l.truncations.Add(1)
 	if offset < l.start.Load() {
-		return l.truncateFullyLocked(offset)
+		return l.truncateFullyLocked(offset, true)
 	}
 	i := l.segIndex(offset)
 	s := l.segs[i]
@@ -829,6 +1209,21 @@ func (l *Log) Truncate(offset int64) error {
 	if !ok {
 		pos = s.size
 	}
+	newEnd, err := s.endAt(pos, l.index)
+	if err != nil {
+		return err
+	}
+	gaps := min(l.gapsBelow, newEnd)
+	if i < len(l.segs)-1 {
+		// A rolled segment becomes the active one, and compaction may
+		// have left gaps in it. Finding out would take a scan of the
+		// whole segment; the rebuild after the cut does that scan, and
+		// the next checkpoint records its exact answer.
+		gaps = newEnd
+	}
+	if err := l.persistBeforeCut(newEnd, true, gaps); err != nil {
+		return err
+	}
 	// Remove later segments newest first, so a crash part way leaves a
 	// prefix of the log.
 	doomed := slices.Clone(l.segs[i+1:])
@@ -838,6 +1233,14 @@ func (l *Log) Truncate(offset int64) error {
 	for j := len(doomed) - 1; j >= 0; j-- {
 		doomed[j].closeFiles()
 		if err := removeSegmentFiles(l.fs, l.dir, doomed[j].base); err != nil {
+			l.fail(err)
+			return err
+		}
+	}
+	if len(doomed) > 0 {
+		// Durable before the cut: the cut segment followed by the later
+		// segments again after a crash would be a hole in the log.
+		if err := l.fs.SyncDir(l.dir); err != nil {
 			l.fail(err)
 			return err
 		}
@@ -859,20 +1262,22 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	if l.end.Load() < l.start.Load() {
 		// The cut batch began before the start offset.
-		return l.truncateFullyLocked(l.start.Load())
+		return l.truncateFullyLocked(l.start.Load(), true)
 	}
 	return l.truncateEpochs(l.end.Load())
 }
 
 // cutSegment truncates s (now the last segment) at pos and rebuilds its
-// indexes. The caller holds mu.
+// indexes. The caller holds rpmu and mu.
 func (l *Log) cutSegment(s *segment, pos int64) error {
 	if err := s.log.Truncate(pos); err != nil {
 		return err
 	}
-	if _, err := s.rebuild(false, l.index); err != nil {
+	res, err := s.rebuild(anyGaps, l.index)
+	if err != nil {
 		return err
 	}
+	l.gapsBelow = res.gapEnd
 	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
 		return err
 	}
@@ -901,20 +1306,30 @@ func (l *Log) truncateEpochs(end int64) error {
 
 // TruncateFullyAndStartAt discards the whole log and restarts it empty at
 // offset, which becomes both the start and the end offset (a follower whose
-// fetch offset fell out of the leader's range does this).
+// fetch offset fell out of the leader's range does this). A recovery point
+// above offset is lowered first.
 func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	l.amu.Lock()
 	defer l.amu.Unlock()
+	l.rpmu.Lock()
+	defer l.rpmu.Unlock()
 	l.smu.Lock()
 	defer l.smu.Unlock()
 	if err := l.writable(); err != nil {
 		return err
 	}
-	return l.truncateFullyLocked(offset)
+	return l.truncateFullyLocked(offset, true)
 }
 
-func (l *Log) truncateFullyLocked(offset int64) error {
+// truncateFullyLocked empties the log and restarts it at offset. With
+// lowerRP, a recovery point above offset is lowered first; Open's recovery
+// passes false, since its cuts are what the recovery point judges. The
+// caller holds amu, rpmu and smu (or is Open).
+func (l *Log) truncateFullyLocked(offset int64, lowerRP bool) error {
 	l.truncations.Add(1)
+	if err := l.persistBeforeCut(offset, lowerRP, 0); err != nil {
+		return err
+	}
 	// The start offset goes first: if we crash part way, recovery sees a
 	// start beyond the data and finishes the job.
 	if err := l.writeStart(offset); err != nil {
@@ -937,6 +1352,7 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 		return err
 	}
 	l.segs = []*segment{ns}
+	l.gapsBelow = 0
 	l.start.Store(offset)
 	l.end.Store(offset)
 	l.durable.Store(offset)
