@@ -50,6 +50,12 @@ type Broker struct {
 	topics map[string]*topic
 	byID   map[[16]byte]*topic
 
+	// logDamaged is set when this start found that a log lost data that
+	// had been durable (storage recovery, or less than the clean-shutdown
+	// marker names). A failover replica then never stands for election
+	// before catching up with a leader (raftgroup.Config.LogDamaged).
+	logDamaged atomic.Bool
+
 	flush *flusher
 	stats *Stats
 
@@ -247,6 +253,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		go func() { defer b.wg.Done(); b.txc.run(ctx) }()
 		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
 	}
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); b.recoveryPointLoop(ctx) }()
 	if b.repl != nil {
 		if err := b.repl.start(ctx); err != nil {
 			return fail(err)
@@ -345,6 +353,12 @@ func (b *Broker) storageOptions(t *topic) storage.Options {
 		retBytes = -1
 	}
 	return storage.Options{
+		// Every segment is checked at open (CRC, offsets, leader epochs),
+		// not only the newest: a clean stop says nothing about damage to
+		// the files while the broker was down, and a damaged older segment
+		// found later, by a read, can no longer be cut off safely. The
+		// price is reading every log once per start (docs/RELIABILITY.md).
+		VerifyAll:      true,
 		FS:             b.fs,
 		SegmentBytes:   t.settings.segmentBytes,
 		RetentionMs:    ret,
@@ -358,6 +372,11 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 	l, err := storage.Open(dir, b.storageOptions(t))
 	if err != nil {
 		return nil, fmt.Errorf("open partition %s/%d: %w", t.name, index, err)
+	}
+	if r := l.Recovery(); r.Damaged {
+		b.logDamaged.Store(true)
+		b.log.Error("partition log lost data that had been durable; a replica will not stand for election before catching up with a leader",
+			"topic", t.name, "partition", index, "reason", r.Reason, "log_end", r.LostFrom, "dropped_bytes", r.DroppedBytes)
 	}
 	p := &partition{topic: t.name, topicID: t.id, index: index, log: l, waiters: map[chan struct{}]struct{}{}}
 	// Everything recovered from disk was on disk; fsync it once so that the
@@ -585,6 +604,7 @@ func (b *Broker) Close() error {
 	b.wg.Wait()
 	// A final sync: acks=1 data written just before shutdown is kept.
 	b.flush.syncAll()
+	b.checkpointRecoveryPoints()
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
 			b.saveProducerState(p)
@@ -666,3 +686,41 @@ func parseUUID(s string) ([16]byte, error) {
 	copy(id[:], b)
 	return id, nil
 }
+
+// recoveryPointInterval is how often every partition's durable log end is
+// checkpointed. A start that recovers less than its checkpoint knows its
+// disk lost data that had been durable (storage.RecoveryReport.Damaged);
+// the interval bounds how recent a loss can go unnoticed, and keeps the
+// cost at one small atomic write per changed partition.
+const recoveryPointInterval = 2 * time.Second
+
+// recoveryPointLoop checkpoints recovery points until ctx ends; Close
+// writes the last ones after its final sync.
+func (b *Broker) recoveryPointLoop(ctx context.Context) {
+	t := time.NewTicker(recoveryPointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.checkpointRecoveryPoints()
+		}
+	}
+}
+
+func (b *Broker) checkpointRecoveryPoints() {
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			if err := p.log.CheckpointRecoveryPoint(); err != nil && !errors.Is(err, storage.ErrClosed) {
+				b.log.Warn("checkpoint recovery point", "topic", t.name, "partition", p.index, "err", err)
+			}
+		}
+	}
+}
+
+// LogDamaged reports whether this start found a log that lost data that
+// had been durable: storage recovery found damage below the log's recovery
+// point or in an older segment, or a partition holds less than the
+// clean-shutdown marker names (read by ConsumeCleanShutdown).
+func (b *Broker) LogDamaged() bool { return b.logDamaged.Load() }

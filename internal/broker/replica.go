@@ -96,8 +96,9 @@ func (b *Broker) logsAsLeft(marker []byte) bool {
 	}
 	for key, end := range m.LogEnds {
 		if got, ok := now[key]; !ok && end > 0 || got < end {
-			b.log.Warn("a partition holds less than at the last clean stop (lost or damaged segment files); treating this start as unclean",
+			b.log.Error("a partition holds less than at the last clean stop (lost or damaged segment files); treating this start as unclean, and this replica will not stand for election before catching up with a leader",
 				"partition", key, "log_end_at_stop", end, "log_end_now", got)
+			b.logDamaged.Store(true)
 			return false
 		}
 	}

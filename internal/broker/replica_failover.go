@@ -136,9 +136,14 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	if err != nil {
 		return err
 	}
-	if unclean {
-		log.Warn("failover replication: restarted without a clean shutdown; not standing for election until caught up with a leader")
+	damaged := r.b.logDamaged.Load()
+	switch {
+	case damaged:
+		log.Error("failover replication: a log lost data that had been durable; not standing for election until caught up with a leader, however long that takes")
+	case unclean:
+		log.Warn("failover replication: restarted without a clean shutdown; not standing for election until caught up with a leader (or, if none appears, for a few seconds)")
 	}
+	unclean = unclean || damaged
 	r.unclean.Store(unclean)
 	peers := map[int32]string{}
 	for _, p := range r.cfg.Peers {
@@ -149,7 +154,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	node, err := raftgroup.NewNode(raftgroup.Config{
 		ID: r.self, Members: r.ids, Role: replication.ParseRole(r.cfg.Role),
 		DataDir: r.b.cfg.DataDir, FS: r.b.fs, Transport: r.tr, Token: r.cfg.Token,
-		Logger: log.With("component", "raft"), UncleanRestart: unclean,
+		Logger: log.With("component", "raft"), UncleanRestart: unclean, LogDamaged: damaged,
 	})
 	if err != nil {
 		r.tr.Close()
