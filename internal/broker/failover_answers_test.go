@@ -1,10 +1,12 @@
 package broker
 
 import (
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -113,5 +115,42 @@ func TestOffsetForLeaderEpochOlderEpochUnclamped(t *testing.T) {
 	}
 	if e, end := ask(2); e != 2 || end != 3 {
 		t.Fatalf("end of the current epoch 2: epoch %d offset %d, want 2 and the high watermark 3", e, end)
+	}
+}
+
+// TestWaitEndsWhenLeadershipEnds: an acks=all wait (and a coordinator's
+// wait for its own write) on a replica that stopped leading ends with
+// NOT_LEADER_OR_FOLLOWER (NOT_COORDINATOR for coordinators) as soon as
+// stepDown wakes it, instead of waiting out its timeout for a high
+// watermark that will not move again: EndTxn handlers held a stopping
+// leader for their full 10 s.
+func TestWaitEndsWhenLeadershipEnds(t *testing.T) {
+	cfg := config.Default()
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 1, Failover: config.Failover{Enabled: true}}
+	b := &Broker{cfg: cfg, nodeID: 1, log: slog.New(slog.DiscardHandler)}
+	b.repl = newReplica(b)
+	b.repl.active.Store(true)
+	p := &partition{topic: "t", waiters: map[chan struct{}]struct{}{}}
+	p.hw.Store(5)
+	done := make(chan *kmsg.ProduceResponseTopicPartition)
+	go func() {
+		res := &kmsg.ProduceResponseTopicPartition{}
+		b.waitDurable(t.Context(), []produceWait{{p: p, end: 10, result: res}}, 3*time.Second)
+		done <- res
+	}()
+	b.repl.active.Store(false) // what stepDown does before it wakes everybody
+	var res *kmsg.ProduceResponseTopicPartition
+	for res == nil {
+		p.wake()
+		select {
+		case res = <-done:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if res.ErrorCode != errNotLeaderOrFollower {
+		t.Fatalf("acks=all wait after losing leadership answered %d, want NOT_LEADER_OR_FOLLOWER", res.ErrorCode)
+	}
+	if err := b.waitOwn(t.Context(), p, 10); !errors.Is(err, errStoppedLeading) || coordinatorCode(err) != errNotCoordinator {
+		t.Fatalf("coordinator wait after losing leadership: %v (code %d), want NOT_COORDINATOR", err, coordinatorCode(err))
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 const (
 	errCoordinatorNotAvailable int16 = 15
+	errNotCoordinator          int16 = 16
 	errOffsetMetadataTooLarge  int16 = 12
 	errInvalidGroupID          int16 = 24
 	errGroupSubscribedToTopic  int16 = 86

@@ -306,17 +306,24 @@ var errCommitTimeout = errors.New("commit not durable before the timeout")
 // replicas.
 var errBelowMinISR = errors.New("fewer in-sync replicas than min.insync.replicas")
 
+// errStoppedLeading fails an internal write whose replica stopped leading
+// before the write was on the ISR: the new leader may not have it.
+var errStoppedLeading = errors.New("this replica stopped leading before the write was replicated")
+
 // coordinatorCode is the error a coordinator (group or transaction)
 // answers when writing its state failed with err: COORDINATOR_NOT_AVAILABLE
 // (retriable) below min.insync.replicas, as Kafka's coordinators answer for
 // NOT_ENOUGH_REPLICAS; REQUEST_TIMED_OUT when durability did not come in
-// time; KAFKA_STORAGE_ERROR otherwise.
+// time; NOT_COORDINATOR when this replica stopped leading meanwhile (the
+// client finds the new coordinator); KAFKA_STORAGE_ERROR otherwise.
 func coordinatorCode(err error) int16 {
 	switch {
 	case errors.Is(err, errBelowMinISR):
 		return errCoordinatorNotAvailable
 	case errors.Is(err, errCommitTimeout):
 		return errRequestTimedOut
+	case errors.Is(err, errStoppedLeading):
+		return errNotCoordinator // the client looks the coordinator up again
 	}
 	return errKafkaStorageError
 }
@@ -326,6 +333,9 @@ func coordinatorCode(err error) int16 {
 func (b *Broker) waitOwn(ctx context.Context, p *partition, end int64) error {
 	if b.waitHW(ctx, p, end, 10*time.Second) {
 		return nil
+	}
+	if b.fenced() {
+		return errStoppedLeading
 	}
 	if b.heldUnderMinISR(p) {
 		return errBelowMinISR

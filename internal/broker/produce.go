@@ -195,6 +195,13 @@ func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout t
 		parts[i] = w.p
 	}
 	durable := waitUntil(ctx, parts, timeout, func() bool {
+		if b.fenced() {
+			// This replica stopped leading (stepDown wakes every
+			// waiter): its high watermark will not move again, so
+			// waiting out the timeout only delays the answer, and the
+			// shutdown that waits for this request.
+			return true
+		}
 		for _, w := range waits {
 			if w.p.hw.Load() < w.end && !b.heldUnderMinISR(w.p) {
 				return false
@@ -208,6 +215,8 @@ func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout t
 	for _, w := range waits {
 		switch {
 		case w.p.hw.Load() >= w.end:
+		case b.fenced():
+			w.result.ErrorCode = errNotLeaderOrFollower
 		case b.heldUnderMinISR(w.p):
 			w.result.ErrorCode = errNotEnoughReplicasAfterAppend
 		case !durable:
