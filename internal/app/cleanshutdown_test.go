@@ -30,18 +30,7 @@ func TestCleanShutdownMarkerChecksLogEnds(t *testing.T) {
 	cl.Close()
 	in.Close()
 
-	open := func() *broker.Broker {
-		cfg := config.Default()
-		cfg.DataDir = dir
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		b, err := broker.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	open := func() *broker.Broker { return openBroker(t, dir) }
 	// As left: clean.
 	b := open()
 	clean, err := b.ConsumeCleanShutdown()
@@ -79,18 +68,7 @@ func TestCleanShutdownMarkerChecksLogEnds(t *testing.T) {
 // an older segment after a clean stop (every start checks every segment
 // and cuts the log at the damage).
 func TestDamageFoundAtStart(t *testing.T) {
-	open := func(t *testing.T, dir string) *broker.Broker {
-		cfg := config.Default()
-		cfg.DataDir = dir
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		b, err := broker.New(cfg)
-		if err != nil {
-			t.Fatalf("start with a damaged log: %v", err)
-		}
-		return b
-	}
+	open := openBroker
 	fill := func(t *testing.T, dir string, configs map[string]*string) {
 		in := startBroker(t, dir)
 		createTopic(t, in.Addr(), "d", 1, configs)
@@ -167,4 +145,19 @@ func TestDamageFoundAtStart(t *testing.T) {
 			t.Fatal("an untouched log after a crash reported damaged")
 		}
 	})
+}
+
+// openBroker opens a single-node broker on dir without serving it.
+func openBroker(t *testing.T, dir string) *broker.Broker {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatalf("open the broker on %s: %v", dir, err)
+	}
+	return b
 }
