@@ -121,7 +121,10 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 	}
 	if !cfg.NoCreate {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := adm.CreateTopic(cctx, int32(cs.Partitions), 1, nil, res.Topic)
+		// Replication factor -1: the broker's default, so the same
+		// command benchmarks a single node and a replication group (whose
+		// topics live on every replica).
+		resp, err := adm.CreateTopic(cctx, int32(cs.Partitions), -1, nil, res.Topic)
 		cancel()
 		if err == nil {
 			err = resp.Err

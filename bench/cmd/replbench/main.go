@@ -5,9 +5,8 @@
 //
 // Cases run one at a time, one `moonmq bench` process per case. replbench
 // creates each case's topic itself (replication factor -1, the broker's
-// default) and passes --no-create, because `moonmq bench` creates topics
-// with replication factor 1 and a replication group only accepts its group
-// size or -1. Before every case it waits until a replica reports itself the
+// default) and passes --no-create, so that the topic exists on every
+// replica before the measured time starts. Before every case it waits until a replica reports itself the
 // serving leader on GET /replication/status; after it, it records the
 // leader's ISR (a shrunk ISR would make acks=all cheaper and the numbers
 // flattering) and the CPU seconds each replica and the load generator used,
