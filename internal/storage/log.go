@@ -79,7 +79,8 @@ type Options struct {
 	// segment is cut and becomes the active one, and every later segment
 	// is removed (see RecoveryReport). Without it only the active segment
 	// is verified, and damage in an older segment shows later as reads
-	// failing with ErrCorrupt. Set it after an unclean shutdown.
+	// failing with ErrCorrupt. The broker sets it on every start: a clean
+	// stop says nothing about what happened to the files afterwards.
 	VerifyAll bool
 }
 
