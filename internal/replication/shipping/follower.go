@@ -471,7 +471,7 @@ func (f *Follower) call(ctx context.Context, epoch int32, method, path string, r
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxResponseBytes+1))
+	b, err := readBody(resp, f.cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -874,4 +874,19 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 		}
 	}
 	return err
+}
+
+// readBody reads at most limit+1 bytes of resp's body. With a
+// Content-Length it reads into one buffer of that size: io.ReadAll grows
+// its buffer by doubling, copying and zeroing megabytes per fetch answer
+// (about 30% of a follower's CPU in profiles, docs/BENCHMARKS.md).
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit+1))
 }

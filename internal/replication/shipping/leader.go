@@ -256,11 +256,10 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 		writeError(w, http.StatusInternalServerError, errorBody{Error: "digest too long"})
 		return
 	}
-	b := resp.encode()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header().Set("Content-Length", strconv.Itoa(resp.size()))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
+	_ = resp.writeTo(w) // a follower that went away retries
 }
 
 // collect reads every partition from the follower's offset. data reports

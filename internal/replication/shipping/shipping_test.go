@@ -502,9 +502,27 @@ func TestDecodeFetchResponseRejectsMalformed(t *testing.T) {
 		{topic: "bb", partition: 0, code: codeOffsetOutOfRange, hw: -1, logStart: 7, logEnd: 9},
 	}}
 	b := r.encode()
+	if len(b) != r.size() {
+		t.Fatalf("encoded %d bytes, size says %d (the Content-Length)", len(b), r.size())
+	}
 	got, err := decodeFetchResponse(b)
 	if err != nil || got.digest != "v1" || len(got.parts) != 2 || string(got.parts[0].records) != "abcdef" || got.parts[1].logStart != 7 {
 		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	// Written in pieces, records and headers interleaved, empty parts
+	// between: the same bytes.
+	r3 := &fetchResponse{digest: "v2", parts: []fetchPart{
+		{topic: "x", partition: 0, code: codeUnknownTopic},
+		{topic: "a", partition: 1, hw: 5, logEnd: 9, records: []byte("abc")},
+		{topic: "b", partition: 2},
+		{topic: "c", partition: 3, records: []byte("defg")},
+		{topic: "d", partition: 4},
+	}}
+	b3 := r3.encode()
+	got, err = decodeFetchResponse(b3)
+	if err != nil || len(b3) != r3.size() || len(got.parts) != 5 || string(got.parts[1].records) != "abc" ||
+		string(got.parts[3].records) != "defg" || got.parts[4].topic != "d" || got.parts[0].code != codeUnknownTopic {
+		t.Fatalf("pieces: %+v %v (%d bytes, size %d)", got, err, len(b3), r3.size())
 	}
 	for i := range len(b) {
 		if _, err := decodeFetchResponse(b[:i]); err == nil {

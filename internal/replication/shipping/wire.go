@@ -1,9 +1,11 @@
 package shipping
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 )
 
@@ -169,23 +171,46 @@ func (r *fetchResponse) size() int {
 }
 
 func (r *fetchResponse) encode() []byte {
-	b := make([]byte, 0, r.size())
-	b = append(b, fetchMagic...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(r.digest)))
-	b = append(b, r.digest...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.parts)))
+	var b bytes.Buffer
+	b.Grow(r.size())
+	_ = r.writeTo(&b) // a bytes.Buffer does not fail
+	return b.Bytes()
+}
+
+// writeTo writes the encoded response to w (size() bytes). The records go
+// to w as they are, so the leader never copies a whole answer (often
+// megabytes, once per follower fetch) into a buffer of its own first.
+func (r *fetchResponse) writeTo(w io.Writer) error {
+	hdr := make([]byte, 0, 64)
+	hdr = append(hdr, fetchMagic...)
+	hdr = binary.BigEndian.AppendUint16(hdr, uint16(len(r.digest)))
+	hdr = append(hdr, r.digest...)
+	hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(r.parts)))
 	for _, p := range r.parts {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(p.topic)))
-		b = append(b, p.topic...)
-		b = binary.BigEndian.AppendUint32(b, uint32(p.partition))
-		b = binary.BigEndian.AppendUint16(b, uint16(p.code))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.hw))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.logStart))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.logEnd))
-		b = binary.BigEndian.AppendUint32(b, uint32(len(p.records)))
-		b = append(b, p.records...)
+		hdr = binary.BigEndian.AppendUint16(hdr, uint16(len(p.topic)))
+		hdr = append(hdr, p.topic...)
+		hdr = binary.BigEndian.AppendUint32(hdr, uint32(p.partition))
+		hdr = binary.BigEndian.AppendUint16(hdr, uint16(p.code))
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(p.hw))
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(p.logStart))
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(p.logEnd))
+		hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(p.records)))
+		if len(p.records) == 0 {
+			continue // small: gathered with the next header
+		}
+		if _, err := w.Write(hdr); err != nil {
+			return err
+		}
+		if _, err := w.Write(p.records); err != nil {
+			return err
+		}
+		hdr = hdr[:0]
 	}
-	return b
+	if len(hdr) > 0 {
+		_, err := w.Write(hdr)
+		return err
+	}
+	return nil
 }
 
 var errFrame = errors.New("shipping: malformed fetch response")
