@@ -997,6 +997,14 @@ func (l *Log) Dir() string { return l.dir }
 // the readable range) it returns nil, nil. Reads of offsets below the start
 // offset or above the end offset fail with ErrOffsetOutOfRange.
 func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
+	return l.ReadInto(nil, offset, maxBytes, limit)
+}
+
+// ReadInto is Read into dst's memory when its capacity is enough, so that
+// a caller serving many reads (the replication leader) can reuse buffers
+// instead of allocating and zeroing megabytes per read. The result aliases
+// dst then; dst must not be reused while the result is in use.
+func (l *Log) ReadInto(dst []byte, offset int64, maxBytes int, limit int64) ([]byte, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
@@ -1041,7 +1049,12 @@ func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
 			}
 		}
 		want := min(max(int64(maxBytes), int64(h.Size())), stop-pos)
-		buf := make([]byte, want)
+		var buf []byte
+		if int64(cap(dst)) >= want {
+			buf = dst[:want]
+		} else {
+			buf = make([]byte, want)
+		}
 		if sc.bufPos >= 0 && pos >= sc.bufPos && pos+want <= sc.bufPos+int64(sc.n) {
 			// The scan already read these bytes; skip a second read.
 			copy(buf, sc.buf[pos-sc.bufPos:])

@@ -22,8 +22,9 @@ import (
 // PartitionLog is what the leader side reads from one partition's log;
 // *storage.Log implements it.
 type PartitionLog interface {
-	// Read returns whole stored batches from offset (storage.Log.Read).
-	Read(offset int64, maxBytes int, limit int64) ([]byte, error)
+	// ReadInto returns whole stored batches from offset, in dst's memory
+	// when it is large enough (storage.Log.ReadInto).
+	ReadInto(dst []byte, offset int64, maxBytes int, limit int64) ([]byte, error)
 	// StartOffset is the log start offset.
 	StartOffset() int64
 	// EndOffset is the log end offset.
@@ -241,7 +242,9 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	}
 
 	resp, data := h.collect(req.Partitions, maxBytes)
+	defer func() { resp.release() }()
 	if !data && wait > 0 {
+		resp.release()
 		h.waitAny(r.Context(), req.Partitions, wait)
 		if r.Context().Err() != nil {
 			return
@@ -260,6 +263,20 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	w.Header().Set("Content-Length", strconv.Itoa(resp.size()))
 	w.WriteHeader(http.StatusOK)
 	_ = resp.writeTo(w) // a follower that went away retries
+}
+
+// readBufs holds the buffers fetch answers' records are read into: a
+// fresh buffer per follower fetch (megabytes, zeroed by the allocator)
+// was a fifth of the leader's CPU under acks=all load (docs/BENCHMARKS.md).
+var readBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// release returns r's read buffers to readBufs; r's records must not be
+// used after.
+func (r *fetchResponse) release() {
+	for _, bp := range r.bufs {
+		readBufs.Put(bp)
+	}
+	r.bufs = nil
 }
 
 // collect reads every partition from the follower's offset. data reports
@@ -286,7 +303,12 @@ func (h *handler) collect(parts []FetchPosition, maxBytes int) (resp *fetchRespo
 		case p.Offset < fp.logEnd && (used == 0 || used < maxBytes):
 			// Not limited by the high watermark: followers copy
 			// everything up to the log end read above.
-			recs, err := l.Read(p.Offset, max(maxBytes-used, 1), fp.logEnd)
+			bp := readBufs.Get().(*[]byte)
+			recs, err := l.ReadInto(*bp, p.Offset, max(maxBytes-used, 1), fp.logEnd)
+			if cap(recs) > cap(*bp) {
+				*bp = recs[:0] // read into a new, larger buffer: keep that one
+			}
+			resp.bufs = append(resp.bufs, bp)
 			switch {
 			case errors.Is(err, storage.ErrOffsetOutOfRange):
 				fp.code = codeOffsetOutOfRange

@@ -148,6 +148,9 @@ type fetchPart struct {
 type fetchResponse struct {
 	digest string
 	parts  []fetchPart
+	// bufs are the leader's pooled read buffers the records alias
+	// (release).
+	bufs []*[]byte
 }
 
 // Binary framing of a fetch response (big endian):
