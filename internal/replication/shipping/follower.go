@@ -195,6 +195,8 @@ type Follower struct {
 	rot     int
 	backoff time.Duration
 	digest  string // of the latest manifest or fetch answer
+	// fetchBuf is reused for every fetch answer (callInto).
+	fetchBuf []byte
 }
 
 // NewFollower returns a stopped follower that applies what it copies to
@@ -445,6 +447,13 @@ var errCorrupt = errors.New("shipping: corrupt batch from leader")
 
 // call sends one request and returns the (bounded) body of a 200 answer.
 func (f *Follower) call(ctx context.Context, epoch int32, method, path string, req any) ([]byte, error) {
+	return f.callInto(ctx, epoch, method, path, req, nil)
+}
+
+// callInto is call reading the answer into *buf's memory when it is large
+// enough (and keeping a larger buffer there for next time); the result
+// aliases *buf then. nil allocates.
+func (f *Follower) callInto(ctx context.Context, epoch int32, method, path string, req any, buf *[]byte) ([]byte, error) {
 	var body io.Reader
 	if req != nil {
 		b, err := json.Marshal(req)
@@ -471,7 +480,7 @@ func (f *Follower) call(ctx context.Context, epoch int32, method, path string, r
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := readBody(resp, f.cfg.MaxResponseBytes)
+	b, err := readBody(resp, f.cfg.MaxResponseBytes, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -740,7 +749,9 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Acti
 		f.rot = (f.rot + step) % n
 	}
 	f.setStatus(func(s *Status) { s.Unsyncable = unsyncable })
-	b, err := f.call(ctx, epoch, http.MethodPost, PathFetch, req)
+	// The answer's records are appended (copied to the log) before the
+	// next fetch, so one buffer serves every fetch of this goroutine.
+	b, err := f.callInto(ctx, epoch, http.MethodPost, PathFetch, req, &f.fetchBuf)
 	if err != nil {
 		return replication.Action{}, err
 	}
@@ -877,16 +888,26 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 }
 
 // readBody reads at most limit+1 bytes of resp's body. With a
-// Content-Length it reads into one buffer of that size: io.ReadAll grows
-// its buffer by doubling, copying and zeroing megabytes per fetch answer
-// (about 30% of a follower's CPU in profiles, docs/BENCHMARKS.md).
-func readBody(resp *http.Response, limit int64) ([]byte, error) {
-	if n := resp.ContentLength; n >= 0 && n <= limit {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(resp.Body, b); err != nil {
-			return nil, err
-		}
-		return b, nil
+// Content-Length it reads into one buffer of that size (*buf's when it is
+// large enough): io.ReadAll grows its buffer by doubling, copying and
+// zeroing megabytes per fetch answer (about 30% of a follower's CPU in
+// profiles, docs/BENCHMARKS.md).
+func readBody(resp *http.Response, limit int64, buf *[]byte) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > limit {
+		return io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	var b []byte
+	if buf != nil && int64(cap(*buf)) >= n {
+		b = (*buf)[:n]
+	} else {
+		b = make([]byte, n)
+		if buf != nil {
+			*buf = b
+		}
+	}
+	if _, err := io.ReadFull(resp.Body, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
