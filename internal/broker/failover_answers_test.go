@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -152,5 +153,39 @@ func TestWaitEndsWhenLeadershipEnds(t *testing.T) {
 	}
 	if err := b.waitOwn(t.Context(), p, 10); !errors.Is(err, errStoppedLeading) || coordinatorCode(err) != errNotCoordinator {
 		t.Fatalf("coordinator wait after losing leadership: %v (code %d), want NOT_COORDINATOR", err, coordinatorCode(err))
+	}
+}
+
+// TestWaitNeverEndsInSuccessUnacknowledged: an acks=all wait that ends
+// because its connection (or the broker) is closing must not answer
+// success for records the high watermark does not cover: a stopping
+// leader's answers could still reach clients before the sockets closed,
+// and the fault harness saw such "acknowledged" records lost (seed 30).
+func TestWaitNeverEndsInSuccessUnacknowledged(t *testing.T) {
+	for _, failover := range []bool{false, true} {
+		cfg := config.Default()
+		b := &Broker{cfg: cfg, nodeID: 1, log: slog.New(slog.DiscardHandler)}
+		wait := b.waitDurable
+		if failover {
+			b.cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 1, Failover: config.Failover{Enabled: true}}
+			b.repl = newReplica(b)
+			b.repl.active.Store(true) // still leading
+			wait = b.waitReplicated
+		}
+		p := &partition{topic: "t", waiters: map[chan struct{}]struct{}{}}
+		p.hw.Store(5)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel() // the connection closed
+		res := &kmsg.ProduceResponseTopicPartition{}
+		wait(ctx, []produceWait{{p: p, end: 10, result: res}}, time.Minute)
+		if res.ErrorCode == 0 {
+			t.Fatalf("failover=%v: a wait cut short by its context answered success below the high watermark", failover)
+		}
+		// Covered: success.
+		res = &kmsg.ProduceResponseTopicPartition{}
+		wait(ctx, []produceWait{{p: p, end: 5, result: res}}, time.Minute)
+		if res.ErrorCode != 0 {
+			t.Fatalf("failover=%v: a covered write answered %d", failover, res.ErrorCode)
+		}
 	}
 }

@@ -154,35 +154,14 @@ func (b *Broker) refuseProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceRespons
 	return resp
 }
 
-// waitReplicated is waitDurable for a static replication leader: a
+// waitReplicated is waitDurable for a replication leader: in static mode a
 // partition is acknowledged once its high watermark covers the append and
-// every follower has reported it durable.
+// every follower has reported it durable (in failover mode the high
+// watermark already is the lowest position over the acks=all set).
 func (b *Broker) waitReplicated(ctx context.Context, waits []produceWait, timeout time.Duration) {
-	parts := make([]*partition, len(waits))
-	for i, w := range waits {
-		parts[i] = w.p
-	}
-	done := func(w produceWait) bool { return w.p.hw.Load() >= w.end && b.repl.acked(w.p, w.end) }
-	ok := waitUntil(ctx, parts, timeout, func() bool {
-		for _, w := range waits {
-			if !done(w) && !b.heldUnderMinISR(w.p) {
-				return false
-			}
-		}
-		return true
+	b.waitAcked(ctx, waits, timeout, func(w produceWait) bool {
+		return w.p.hw.Load() >= w.end && b.repl.acked(w.p, w.end)
 	})
-	if ctx.Err() != nil {
-		return
-	}
-	for _, w := range waits {
-		switch {
-		case done(w):
-		case b.heldUnderMinISR(w.p):
-			w.result.ErrorCode = errNotEnoughReplicasAfterAppend
-		case !ok:
-			w.result.ErrorCode = errRequestTimedOut
-		}
-	}
 }
 
 // waitDurable blocks until every partition's high watermark covers what the
@@ -190,11 +169,24 @@ func (b *Broker) waitReplicated(ctx context.Context, waits []produceWait, timeou
 // REQUEST_TIMED_OUT (their records may still become durable later, as in
 // Kafka: a timeout is an unknown outcome, not a failure).
 func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout time.Duration) {
+	b.waitAcked(ctx, waits, timeout, func(w produceWait) bool { return w.p.hw.Load() >= w.end })
+}
+
+// waitAcked waits until done holds for every wait, and then gives every
+// wait for which it does not hold an error code: NOT_LEADER_OR_FOLLOWER
+// when this replica stopped leading, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+// below min.insync.replicas, REQUEST_TIMED_OUT otherwise (the deadline
+// passed, or ctx ended: the connection or the broker is closing). A
+// result's code starts as success, so a wait must never end without this
+// pass: the fault harness lost acknowledged records when a stopping
+// leader's waits returned early on their closed context with success
+// still set, and the answer went out before the connection closed.
+func (b *Broker) waitAcked(ctx context.Context, waits []produceWait, timeout time.Duration, done func(produceWait) bool) {
 	parts := make([]*partition, len(waits))
 	for i, w := range waits {
 		parts[i] = w.p
 	}
-	durable := waitUntil(ctx, parts, timeout, func() bool {
+	waitUntil(ctx, parts, timeout, func() bool {
 		if b.fenced() {
 			// This replica stopped leading (stepDown wakes every
 			// waiter): its high watermark will not move again, so
@@ -203,23 +195,20 @@ func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout t
 			return true
 		}
 		for _, w := range waits {
-			if w.p.hw.Load() < w.end && !b.heldUnderMinISR(w.p) {
+			if !done(w) && !b.heldUnderMinISR(w.p) {
 				return false
 			}
 		}
 		return true
 	})
-	if ctx.Err() != nil {
-		return
-	}
 	for _, w := range waits {
 		switch {
-		case w.p.hw.Load() >= w.end:
+		case done(w):
 		case b.fenced():
 			w.result.ErrorCode = errNotLeaderOrFollower
 		case b.heldUnderMinISR(w.p):
 			w.result.ErrorCode = errNotEnoughReplicasAfterAppend
-		case !durable:
+		default:
 			w.result.ErrorCode = errRequestTimedOut
 		}
 	}
