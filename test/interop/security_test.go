@@ -171,8 +171,23 @@ func runRdkafkaSecurity(t *testing.T, py, addr, topic string, n int, settings ma
 
 func checkRdkafkaRoundTrip(t *testing.T, out rdkSecurityOut, n int) {
 	t.Helper()
-	if out.MetadataError != "" || len(out.Errors) > 0 {
-		t.Fatalf("librdkafka %s: metadata error %q, errors %v", out.Librdkafka, out.MetadataError, out.Errors)
+	var errs []string
+	for _, e := range out.Errors {
+		if strings.Contains(e, "Broker transport failure") {
+			// librdkafka 2.0.2 once reported a transport failure on
+			// its group-coordinator connection right after ApiVersions,
+			// before its SASL handshake ("after 0ms in state DOWN"; the
+			// broker logged no error and closed nothing), and
+			// reconnected; seen once, under the race detector. The
+			// round trip below must still be complete, and a refused
+			// login is reported differently ("Authentication failed").
+			t.Logf("librdkafka %s: transient connection error (reconnected): %s", out.Librdkafka, e)
+			continue
+		}
+		errs = append(errs, e)
+	}
+	if out.MetadataError != "" || len(errs) > 0 {
+		t.Fatalf("librdkafka %s: metadata error %q, errors %v", out.Librdkafka, out.MetadataError, errs)
 	}
 	if out.Produced != n || len(out.Consumed) != n {
 		t.Fatalf("librdkafka %s: %d acknowledged, %d read back, want %d", out.Librdkafka, out.Produced, len(out.Consumed), n)
