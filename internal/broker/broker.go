@@ -535,14 +535,19 @@ func (b *Broker) sortedTopics() []*topic {
 }
 
 func (b *Broker) retentionLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Duration(b.cfg.RetentionCheckMs) * time.Millisecond)
+	every(ctx, time.Duration(b.cfg.RetentionCheckMs)*time.Millisecond, b.EnforceRetention)
+}
+
+// every calls fn with the tick's time every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			b.EnforceRetention(now)
+			fn(now)
 		}
 	}
 }
@@ -697,16 +702,7 @@ const recoveryPointInterval = 2 * time.Second
 // recoveryPointLoop checkpoints recovery points until ctx ends; Close
 // writes the last ones after its final sync.
 func (b *Broker) recoveryPointLoop(ctx context.Context) {
-	t := time.NewTicker(recoveryPointInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			b.checkpointRecoveryPoints()
-		}
-	}
+	every(ctx, recoveryPointInterval, func(time.Time) { b.checkpointRecoveryPoints() })
 }
 
 func (b *Broker) checkpointRecoveryPoints() {

@@ -20,35 +20,13 @@ const RewrittenRead checker.Kind = "rewritten-read"
 // final leader's copy. pollEpochs and dumpEpochs run parallel to
 // h.Polls and h.Dumps.
 func checkEpochs(h checker.History, pollEpochs, dumpEpochs [][]int32, max int) (out []checker.Anomaly, count int) {
-	type key struct {
-		topic string
-		part  int32
-	}
-	type held struct {
-		value string
-		epoch int32
-	}
-	final := map[key]map[int64]held{}
-	finalOf := map[key]string{}
-	for di, d := range h.Dumps {
-		if !d.Leader || di >= len(dumpEpochs) {
-			continue
-		}
-		m := make(map[int64]held, len(d.Records))
-		for ri, r := range d.Records {
-			if !r.Control && ri < len(dumpEpochs[di]) {
-				m[r.Offset] = held{r.Value, dumpEpochs[di][ri]}
-			}
-		}
-		final[key{d.Topic, d.Partition}] = m
-		finalOf[key{d.Topic, d.Partition}] = d.Replica
-	}
+	final, finalOf := finalLeaderLogs(h, dumpEpochs, false)
 	seen := map[string]bool{}
 	for pi, p := range h.Polls {
 		if pi >= len(pollEpochs) {
 			break
 		}
-		m := final[key{p.Topic, p.Partition}]
+		m := final[tpKey{p.Topic, p.Partition}]
 		for ri, r := range p.Records {
 			f, ok := m[r.Offset]
 			if !ok || f.value != r.Value || ri >= len(pollEpochs[pi]) || pollEpochs[pi][ri] == f.epoch {
@@ -72,9 +50,45 @@ func checkEpochs(h checker.History, pollEpochs, dumpEpochs [][]int32, max int) (
 					fmt.Sprintf("poll #%d %s read offset=%d value=%q in a batch of leader epoch %d, %s the high watermark %d it reported [t=%d..%d]",
 						pi, p.Consumer, r.Offset, r.Value, pollEpochs[pi][ri], where, p.HW, p.Start, p.End),
 					fmt.Sprintf("the final leader %s holds the same value at offset %d in a batch of leader epoch %d: the copy read was truncated and the value appended again",
-						finalOf[key{p.Topic, p.Partition}], r.Offset, f.epoch),
+						finalOf[tpKey{p.Topic, p.Partition}], r.Offset, f.epoch),
 				}})
 		}
 	}
 	return out, count
+}
+
+// tpKey names a partition in the harness's own checks.
+type tpKey struct {
+	topic string
+	part  int32
+}
+
+// held is a record of the final leader's log: its value and its batch's
+// leader epoch.
+type held struct {
+	value string
+	epoch int32
+}
+
+// finalLeaderLogs indexes the final leader's dumps by partition and
+// offset, with each record's batch epoch (dumpEpochs runs parallel to
+// h.Dumps); control records only withControl. The second result names the
+// replica each partition's dump came from.
+func finalLeaderLogs(h checker.History, dumpEpochs [][]int32, withControl bool) (map[tpKey]map[int64]held, map[tpKey]string) {
+	final := map[tpKey]map[int64]held{}
+	from := map[tpKey]string{}
+	for di, d := range h.Dumps {
+		if !d.Leader || di >= len(dumpEpochs) {
+			continue
+		}
+		m := make(map[int64]held, len(d.Records))
+		for ri, r := range d.Records {
+			if (withControl || !r.Control) && ri < len(dumpEpochs[di]) {
+				m[r.Offset] = held{r.Value, dumpEpochs[di][ri]}
+			}
+		}
+		final[tpKey{d.Topic, d.Partition}] = m
+		from[tpKey{d.Topic, d.Partition}] = d.Replica
+	}
+	return final, from
 }

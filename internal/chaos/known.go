@@ -37,30 +37,10 @@ var FalseTruncation = KnownBug{
 // every record the consumer had read in the range it was told was lost is
 // in the final leader's log, same value, same leader epoch.
 func falseNotices(h checker.History, pollEpochs, dumpEpochs [][]int32, notices []lossNotice) []lossNotice {
-	type key struct {
-		topic string
-		part  int32
-	}
-	type held struct {
-		value string
-		epoch int32
-	}
-	final := map[key]map[int64]held{}
-	for di, d := range h.Dumps {
-		if !d.Leader || di >= len(dumpEpochs) {
-			continue
-		}
-		m := map[int64]held{}
-		for ri, r := range d.Records {
-			if ri < len(dumpEpochs[di]) {
-				m[r.Offset] = held{r.Value, dumpEpochs[di][ri]}
-			}
-		}
-		final[key{d.Topic, d.Partition}] = m
-	}
+	final, _ := finalLeaderLogs(h, dumpEpochs, true)
 	var out []lossNotice
 	for _, n := range notices {
-		m, ok := final[key{n.Topic, n.Partition}]
+		m, ok := final[tpKey{n.Topic, n.Partition}]
 		if !ok || n.ResetTo >= n.ConsumedTo {
 			continue
 		}
