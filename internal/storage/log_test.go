@@ -739,3 +739,32 @@ func BenchmarkOpenVerifyAll(b *testing.B) {
 		l.Close()
 	}
 }
+
+// TestReadInto: ReadInto returns what Read returns, in dst's memory when
+// dst is large enough, and in new memory otherwise.
+func TestReadInto(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for range 10 {
+		if _, err := l.Append(mkBatch(t, 3, 0, 100), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := l.Read(0, 1<<20, l.EndOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	got, err := l.ReadInto(big, 0, 1<<20, l.EndOffset())
+	if err != nil || !bytes.Equal(got, want) || &got[0] != &big[0] {
+		t.Fatalf("ReadInto a large buffer: equal=%v aliases=%v err=%v", bytes.Equal(got, want), len(got) > 0 && &got[0] == &big[0], err)
+	}
+	small := make([]byte, 10)
+	got, err = l.ReadInto(small, 0, 1<<20, l.EndOffset())
+	if err != nil || !bytes.Equal(got, want) || &got[0] == &small[0] {
+		t.Fatalf("ReadInto a small buffer: equal=%v err=%v", bytes.Equal(got, want), err)
+	}
+}
