@@ -113,6 +113,10 @@ type Log struct {
 	start   atomic.Int64
 	end     atomic.Int64
 	durable atomic.Int64
+	// syncedSeg and syncedPos (guarded by smu): the last Sync made
+	// syncedSeg's log file durable up to byte syncedPos.
+	syncedSeg *segment
+	syncedPos int64
 
 	// cmu serializes Compact calls and guards compactUnsynced, set when a
 	// pass failed after renaming files but maybe before fsyncing the
@@ -937,15 +941,17 @@ func (l *Log) Sync() (int64, error) {
 		return l.durable.Load(), err
 	}
 	end := l.end.Load()
-	f := l.active().log
+	seg := l.active()
+	pos := seg.size
 	l.mu.RUnlock()
 	if l.durable.Load() >= end {
 		return l.durable.Load(), nil
 	}
-	if err := f.Sync(); err != nil {
+	if err := seg.log.Sync(); err != nil {
 		l.fail(err)
 		return l.durable.Load(), err
 	}
+	l.syncedSeg, l.syncedPos = seg, pos
 	l.mu.Lock()
 	if end > l.durable.Load() {
 		l.durable.Store(end)
@@ -953,6 +959,38 @@ func (l *Log) Sync() (int64, error) {
 	d := l.durable.Load()
 	l.mu.Unlock()
 	return d, nil
+}
+
+// DropCache asks the operating system to evict the cached pages of the
+// log's durable bytes, except the newest keep bytes of the active segment
+// (the page being appended to stays cached, so an append never has to
+// read it back). A follower calls it after each Sync: it serves no reads,
+// and on a virtual machine the copy into never-touched page-cache memory
+// costs several times the copy into pages the kernel just freed
+// (docs/BENCHMARKS.md). Reads still work; they go to the disk.
+func (l *Log) DropCache(keep int64) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed || len(l.segs) == 0 {
+		return
+	}
+	last := len(l.segs) - 1
+	for i, s := range l.segs {
+		limit := s.size // a rolled segment was synced whole when it rolled
+		if i == last {
+			limit = 0
+			if l.syncedSeg == s {
+				limit = min(l.syncedPos, s.size) - keep
+			}
+		}
+		if limit > s.uncached {
+			// Best effort: failing advice changes nothing.
+			_ = vfs.DropCache(s.log, s.uncached, limit-s.uncached)
+			s.uncached = limit
+		}
+	}
 }
 
 // Dirty reports whether some appended data is not yet durable.
@@ -1202,6 +1240,7 @@ func (l *Log) Truncate(offset int64) error {
 	defer l.rpmu.Unlock()
 	l.smu.Lock()
 	defer l.smu.Unlock()
+	l.syncedSeg = nil // the synced bytes may be cut
 	if err := l.writable(); err != nil {
 		return err
 	}
@@ -1287,6 +1326,8 @@ func (l *Log) cutSegment(s *segment, pos int64) error {
 	if err := s.log.Truncate(pos); err != nil {
 		return err
 	}
+	// New bytes will be written above pos; they are not dropped yet.
+	s.uncached = min(s.uncached, pos)
 	res, err := s.rebuild(anyGaps, l.index)
 	if err != nil {
 		return err
@@ -1329,6 +1370,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	defer l.rpmu.Unlock()
 	l.smu.Lock()
 	defer l.smu.Unlock()
+	l.syncedSeg = nil // the synced bytes may be cut
 	if err := l.writable(); err != nil {
 		return err
 	}

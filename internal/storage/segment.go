@@ -54,6 +54,9 @@ type segment struct {
 	tindex []timeEntry
 
 	sinceIdx int // bytes appended since the last index entry (appender only)
+	// uncached: the page cache of the log file below this position has
+	// been dropped (Log.DropCache; guarded by Log.smu).
+	uncached int64
 }
 
 func segName(dir string, base int64, suffix string) string {

@@ -55,6 +55,23 @@ type FS interface {
 	SyncDir(dir string) error
 }
 
+// CacheDropper is implemented by files whose pages the operating system
+// caches and can be asked to evict (the OS filesystem on Linux).
+type CacheDropper interface {
+	// DropCache evicts the cached pages of [off, off+n) that are clean. It
+	// is advice: it changes no content and may do nothing.
+	DropCache(off, n int64) error
+}
+
+// DropCache evicts f's cached pages of [off, off+n) when f supports it
+// (CacheDropper) and does nothing otherwise.
+func DropCache(f File, off, n int64) error {
+	if d, ok := f.(CacheDropper); ok && n > 0 {
+		return d.DropCache(off, n)
+	}
+	return nil
+}
+
 // Default is the operating system's filesystem.
 var Default FS = osFS{}
 

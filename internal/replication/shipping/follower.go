@@ -41,6 +41,9 @@ type ReplicaLog interface {
 	EndOffset() int64
 	// DurableEnd is the offset below which every record is fsynced.
 	DurableEnd() int64
+	// DropCache evicts the log's durable bytes from the page cache except
+	// the newest keep bytes (storage.Log.DropCache).
+	DropCache(keep int64)
 	// LatestEpoch is the newest epoch in the history, or -1.
 	LatestEpoch() int32
 	// EpochHistory is the leader-epoch history, oldest first.
@@ -87,6 +90,10 @@ type FollowerConfig struct {
 	TLS *tls.Config
 	// MaxBytes bounds the record bytes asked for per fetch (default 8 MiB).
 	MaxBytes int32
+	// CacheKeep is how many of each partition's newest durable bytes stay
+	// in the page cache after an append (default 1 MiB); older ones are
+	// dropped, since a follower serves no reads. Negative keeps all.
+	CacheKeep int64
 	// MaxWait is the long-poll the follower asks for (default 500ms).
 	MaxWait time.Duration
 	// RequestTimeout bounds a request beyond MaxWait (default 10s).
@@ -104,6 +111,9 @@ type FollowerConfig struct {
 func (c *FollowerConfig) defaults() {
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = 8 << 20
+	}
+	if c.CacheKeep == 0 {
+		c.CacheKeep = 1 << 20
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = 500 * time.Millisecond
@@ -764,6 +774,7 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Acti
 		asked[replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.Offset
 	}
 	var corrupt, failed error
+	var synced []syncItem
 	act := replication.Action{Kind: replication.ActFetch, Epoch: epoch}
 	for _, p := range resp.parts {
 		tp := replication.TopicPartition{Topic: p.topic, Partition: p.partition}
@@ -778,7 +789,11 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Acti
 			if len(p.records) == 0 {
 				continue
 			}
-			if err := f.appendAll(tp, l, offset, epoch, p); err != nil {
+			appended, err := f.appendAll(tp, l, offset, epoch, p)
+			if appended {
+				synced = append(synced, syncItem{tp, l})
+			}
+			if err != nil {
 				if errors.Is(err, errCorrupt) {
 					corrupt = err
 				} else {
@@ -798,6 +813,9 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Acti
 		default:
 			failed = fmt.Errorf("shipping: leader failed to read %s-%d (code %d)", tp.Topic, tp.Partition, p.code)
 		}
+	}
+	if err := f.syncAll(synced); err != nil && failed == nil {
+		failed = err
 	}
 	f.digest = resp.digest
 	f.setStatus(func(s *Status) { s.Fetches++ })
@@ -827,10 +845,43 @@ func (f *Follower) durableEnd(tp replication.TopicPartition, l ReplicaLog) (int6
 	return end, true
 }
 
-// appendAll validates and appends p's batches to l (whose end is offset),
-// then fsyncs it. A batch that fails validation is not appended, nor is
-// anything after it.
-func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset int64, epoch int32, p fetchPart) error {
+// syncItem is a partition log that an answer appended to.
+type syncItem struct {
+	tp replication.TopicPartition
+	l  ReplicaLog
+}
+
+// syncAll fsyncs the logs an answer appended to, all at once (one after
+// the other, eight partitions cost eight fsync latencies before the next
+// fetch could report any of them), then drops their durable bytes from the
+// page cache. It returns the first error.
+func (f *Follower) syncAll(items []syncItem) error {
+	errs := make([]error, len(items))
+	syncOne := func(i int) {
+		if _, err := items[i].l.Sync(); err != nil {
+			errs[i] = fmt.Errorf("fsync %s-%d: %w", items[i].tp.Topic, items[i].tp.Partition, err)
+			return
+		}
+		if f.cfg.CacheKeep >= 0 {
+			items[i].l.DropCache(f.cfg.CacheKeep)
+		}
+	}
+	if len(items) == 1 {
+		syncOne(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range items {
+			wg.Go(func() { syncOne(i) })
+		}
+		wg.Wait()
+	}
+	return errors.Join(errs...)
+}
+
+// appendAll validates and appends p's batches to l (whose end is offset)
+// and reports whether it appended any; the caller fsyncs. A batch that
+// fails validation is not appended, nor is anything after it.
+func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset int64, epoch int32, p fetchPart) (bool, error) {
 	recs := p.records
 	next := offset
 	latest := l.LatestEpoch()
@@ -852,7 +903,7 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 			// (as Kafka does on UnexpectedAppendOffsetException), so
 			// that the batch is stored whole.
 			if err = l.TruncateFullyAndStartAt(h.BaseOffset); err != nil {
-				return fmt.Errorf("restart %s-%d at %d: %w", tp.Topic, tp.Partition, h.BaseOffset, err)
+				return false, fmt.Errorf("restart %s-%d at %d: %w", tp.Topic, tp.Partition, h.BaseOffset, err)
 			}
 			offset, next = h.BaseOffset, h.BaseOffset
 		}
@@ -879,12 +930,7 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 		next = h.LastOffset() + 1
 		recs = recs[h.Size():]
 	}
-	if next > offset {
-		if _, serr := l.Sync(); serr != nil && err == nil {
-			err = fmt.Errorf("fsync %s-%d: %w", tp.Topic, tp.Partition, serr)
-		}
-	}
-	return err
+	return next > offset, err
 }
 
 // readBody reads at most limit+1 bytes of resp's body. With a
