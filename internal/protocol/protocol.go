@@ -51,6 +51,12 @@ type Table map[int16]VersionRange
 // ReadFrame reads one size-prefixed frame from r into a new slice. It
 // rejects negative lengths and lengths over max before allocating.
 func ReadFrame(r io.Reader, max int) ([]byte, error) {
+	return ReadFrameInto(r, max, nil)
+}
+
+// ReadFrameInto is ReadFrame reading into buf's memory when the frame fits
+// in its capacity; the result aliases buf then.
+func ReadFrameInto(r io.Reader, max int, buf []byte) ([]byte, error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
 		return nil, err
@@ -64,6 +70,13 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	}
 	if n < 8 {
 		return nil, fmt.Errorf("%w: frame of %d bytes is shorter than a request header", ErrMalformed, n)
+	}
+	if int(n) <= cap(buf) {
+		buf = buf[:n]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
 	}
 	if n <= eagerFrameBytes {
 		buf := make([]byte, n)

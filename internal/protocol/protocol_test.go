@@ -190,3 +190,23 @@ func TestLargeFrameBufferGrowsWithData(t *testing.T) {
 		t.Fatalf("complete large frame: %v, %d bytes", err, len(got))
 	}
 }
+
+// TestReadFrameInto: a frame that fits reuses the buffer, one that does not
+// gets memory of its own, and the limits still apply before any read.
+func TestReadFrameInto(t *testing.T) {
+	frame := func(body []byte) io.Reader {
+		return bytes.NewReader(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
+	}
+	buf := make([]byte, 0, 64)
+	got, err := ReadFrameInto(frame(bytes.Repeat([]byte{7}, 40)), 1<<20, buf)
+	if err != nil || len(got) != 40 || &got[0] != &buf[:1][0] || got[39] != 7 {
+		t.Fatalf("fitting frame: len %d err %v aliases %v", len(got), err, len(got) > 0 && &got[0] == &buf[:1][0])
+	}
+	got, err = ReadFrameInto(frame(bytes.Repeat([]byte{8}, 100)), 1<<20, buf)
+	if err != nil || len(got) != 100 || &got[0] == &buf[:1][0] || got[99] != 8 {
+		t.Fatalf("larger frame: len %d err %v", len(got), err)
+	}
+	if _, err := ReadFrameInto(frame(make([]byte, 100)), 50, make([]byte, 0, 200)); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("over the limit with a large buffer: %v", err)
+	}
+}
