@@ -422,6 +422,29 @@ func (b *Broker) authorizeRequest(cn *conn, req protocol.Request) (kmsg.Response
 		}
 		resp, wait := splitRun(r, "Groups", "Groups", codes, run)
 		return resp, wait, true
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		if !z.allowed(opRead, resGroup, r.Group) {
+			return denyAll(r, errGroupAuthorizationFailed), nil, true
+		}
+		// As Kafka: a named topic the member may not describe fails the
+		// heartbeat. A regex is resolved for the whole group, over every
+		// topic: filtering it by each member's ACLs would give members
+		// different views and bump the group epoch back and forth.
+		for _, t := range r.SubscribedTopicNames {
+			if !z.allowed(opDescribe, resTopic, t) {
+				return denyAll(r, errTopicAuthorizationFailed), nil, true
+			}
+		}
+		return nil, nil, false
+	case *kmsg.ConsumerGroupDescribeRequest:
+		codes := make([]int16, len(r.Groups))
+		for i, g := range r.Groups {
+			if !z.allowed(opDescribe, resGroup, g) {
+				codes[i] = errGroupAuthorizationFailed
+			}
+		}
+		resp, wait := splitRun(r, "Groups", "Groups", codes, run)
+		return resp, wait, true
 	case *kmsg.DeleteGroupsRequest:
 		codes := make([]int16, len(r.Groups))
 		for i, g := range r.Groups {

@@ -16,6 +16,8 @@ const (
 	errNonEmptyGroup           int16 = 68
 	errGroupIDNotFound         int16 = 69
 	errUnstableOffsetCommit    int16 = 88
+	errIllegalGeneration       int16 = 22
+	errStaleMemberEpoch        int16 = 113
 )
 
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
@@ -157,6 +159,9 @@ func (b *Broker) handleOffsetFetch(r *kmsg.OffsetFetchRequest) kmsg.Response {
 			og.Group = g.Group
 			if g.Group == "" {
 				og.ErrorCode = errInvalidGroupID
+			} else if code := b.groups.ValidateFetch(g.Group, g.MemberID, g.MemberEpoch); code != 0 {
+				// v9+: a KIP-848 member fetching its group's offsets.
+				og.ErrorCode = code
 			} else {
 				topics := map[string][]int32{}
 				for _, t := range g.Topics {

@@ -130,6 +130,10 @@ func (b *Broker) serve(cn *conn, req protocol.Request) (kmsg.Response, func(cont
 		return b.groups.ListGroups(r), nil
 	case *kmsg.DeleteGroupsRequest:
 		return b.handleDeleteGroups(r)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return b.groups.ConsumerGroupHeartbeat(r, groupTopics{b: b}), nil
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return b.groups.ConsumerGroupDescribe(r, groupTopics{b: b}), nil
 	case *kmsg.DescribeUserSCRAMCredentialsRequest:
 		return b.handleDescribeUserScramCredentials(r), nil
 	case *kmsg.AlterUserSCRAMCredentialsRequest:

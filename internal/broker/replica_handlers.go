@@ -75,6 +75,12 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 			resp.NodeID, resp.Host, resp.Port = id, host, port
 		}
 		return resp, true
+	case *kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest:
+		// Only the leader coordinates groups: the client looks the
+		// coordinator up again (FindCoordinator names the leader).
+		resp := req.Body.ResponseKind()
+		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotCoordinator)
+		return resp, true
 	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
 		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
 		resp := req.Body.ResponseKind()

@@ -676,6 +676,10 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 	}
 	if r.Version >= 3 {
 		if code := b.groups.ValidateCommit(r.Group, r.MemberID, r.Generation, r.InstanceID); code != 0 {
+			if code == errStaleMemberEpoch {
+				// As Kafka: TxnOffsetCommit has no STALE_MEMBER_EPOCH.
+				code = errIllegalGeneration
+			}
 			fill(code)
 			return resp
 		}

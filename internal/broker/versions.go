@@ -33,8 +33,8 @@ var versions = protocol.Table{
 	65: {Min: 0, Max: 0},  // DescribeTransactions
 	66: {Min: 0, Max: 1},  // ListTransactions
 	10: {Min: 0, Max: 4},  // FindCoordinator (groups and transactions)
-	8:  {Min: 0, Max: 8},  // OffsetCommit
-	9:  {Min: 0, Max: 8},  // OffsetFetch
+	8:  {Min: 0, Max: 9},  // OffsetCommit (v9: generation is a KIP-848 member epoch for consumer groups)
+	9:  {Min: 0, Max: 9},  // OffsetFetch (v9: member id and epoch of a KIP-848 member)
 	47: {Min: 0, Max: 0},  // OffsetDelete
 	11: {Min: 0, Max: 9},  // JoinGroup
 	14: {Min: 0, Max: 5},  // SyncGroup
@@ -43,6 +43,8 @@ var versions = protocol.Table{
 	15: {Min: 0, Max: 5},  // DescribeGroups
 	16: {Min: 0, Max: 5},  // ListGroups
 	42: {Min: 0, Max: 2},  // DeleteGroups
+	68: {Min: 0, Max: 1},  // ConsumerGroupHeartbeat (KIP-848; v1: client-generated member ids, regex)
+	69: {Min: 0, Max: 1},  // ConsumerGroupDescribe
 	17: {Min: 0, Max: 1},  // SaslHandshake (v0: bare SASL tokens follow)
 	36: {Min: 0, Max: 2},  // SaslAuthenticate
 	50: {Min: 0, Max: 0},  // DescribeUserScramCredentials

@@ -99,7 +99,10 @@ func (c *Coordinator) leaveOne(g *group, it kmsg.LeaveGroupRequestMember, remove
 
 // DescribeGroups handles a DescribeGroups request (v0-6). Unknown groups
 // are reported as Dead with no error, as Kafka does. Member metadata and
-// assignments are filled only for Stable groups.
+// assignments are filled only for Stable groups. A consumer-protocol group
+// is reported as Kafka 4.x does: Dead, and from v6 (which has an error
+// message) GROUP_ID_NOT_FOUND "Group X is not a classic group."; clients
+// describe it with ConsumerGroupDescribe.
 func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) *kmsg.DescribeGroupsResponse {
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	c.lock()
@@ -108,6 +111,10 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) *kmsg.Desc
 		d := kmsg.NewDescribeGroupsResponseGroup()
 		d.Group = id
 		d.State = StateDead
+		if c.cgroups[id] != nil && req.Version >= 6 {
+			msg := "Group " + id + " is not a classic group."
+			d.ErrorCode, d.ErrorMessage = errGroupIDNotFound, &msg
+		}
 		if g := c.groups[id]; g != nil {
 			d.State = g.state
 			d.ProtocolType = g.protocolType
@@ -140,8 +147,9 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) *kmsg.Desc
 }
 
 // ListGroups handles a ListGroups request (v0-5), honouring the v4+
-// StatesFilter and v5+ TypesFilter (case-insensitive; every group here is
-// "classic"). Groups are sorted by id.
+// StatesFilter and v5+ TypesFilter (case-insensitive; "classic" or
+// "consumer" for KIP-848 groups, whose protocol type is "consumer" too).
+// Groups are sorted by id.
 func (c *Coordinator) ListGroups(req *kmsg.ListGroupsRequest) *kmsg.ListGroupsResponse {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	match := func(filter []string, v string) bool {
@@ -162,25 +170,28 @@ func (c *Coordinator) ListGroups(req *kmsg.ListGroupsRequest) *kmsg.ListGroupsRe
 	if req.Version < 5 {
 		types = nil
 	}
-	if !match(types, groupType) {
-		return resp
-	}
 	c.lock()
 	defer c.unlock()
-	for _, g := range c.groups {
-		if !match(states, g.state) {
-			continue
+	add := func(id, protocolType, state, typ string) {
+		if match(types, typ) && match(states, state) {
+			lg := kmsg.NewListGroupsResponseGroup()
+			lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = id, protocolType, state, typ
+			resp.Groups = append(resp.Groups, lg)
 		}
-		lg := kmsg.NewListGroupsResponseGroup()
-		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.id, g.protocolType, g.state, groupType
-		resp.Groups = append(resp.Groups, lg)
+	}
+	for _, g := range c.groups {
+		add(g.id, g.protocolType, g.state, groupType)
+	}
+	for _, g := range c.cgroups {
+		add(g.id, consumerGroupType, g.state(), consumerGroupType)
 	}
 	slices.SortFunc(resp.Groups, func(a, b kmsg.ListGroupsResponseGroup) int { return strings.Compare(a.Group, b.Group) })
 	return resp
 }
 
-// Delete deletes groups that are Empty, returning per group 0,
-// NON_EMPTY_GROUP (68), GROUP_ID_NOT_FOUND (69) or INVALID_GROUP_ID (24).
+// Delete deletes groups (of either protocol) that are Empty, returning per
+// group 0, NON_EMPTY_GROUP (68), GROUP_ID_NOT_FOUND (69) or INVALID_GROUP_ID
+// (24).
 // The WithOnDelete hook runs for each deleted group after the lock is
 // released, so the broker can drop the group's offsets there. Groups known
 // only to the broker's offset store should be registered with EnsureGroup
@@ -199,6 +210,14 @@ func (c *Coordinator) deleteOne(id string) int16 {
 	if id == "" {
 		return errInvalidGroupID
 	}
+	if cg := c.cgroups[id]; cg != nil {
+		if len(cg.members) > 0 {
+			return errNonEmptyGroup
+		}
+		delete(c.cgroups, id)
+		c.deleted(id)
+		return errNone
+	}
 	g := c.groups[id]
 	switch {
 	case g == nil:
@@ -208,12 +227,16 @@ func (c *Coordinator) deleteOne(id string) int16 {
 	}
 	delete(c.groups, id)
 	g.state = StateDead
+	c.deleted(id)
+	return errNone
+}
+
+func (c *Coordinator) deleted(id string) {
 	if c.onDelete != nil {
 		f := c.onDelete
 		c.pending = append(c.pending, func() { f(id) })
 	}
 	c.log.Info("group deleted", "group", id)
-	return errNone
 }
 
 // DeleteGroups handles a DeleteGroups request (v0-3) through Delete.
@@ -237,13 +260,18 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGr
 // FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while CompletingRebalance,
 // UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION. Commits at the current generation
 // are accepted while PreparingRebalance so members can commit before
-// rejoining. A successful member commit counts as a heartbeat.
+// rejoining. A successful member commit counts as a heartbeat. For a
+// consumer-protocol group, generation is the member epoch; see
+// validateConsumerCommit for its rules.
 func (c *Coordinator) ValidateCommit(group, memberID string, generation int32, instanceID *string) int16 {
 	if group == "" {
 		return errInvalidGroupID
 	}
 	c.lock()
 	defer c.unlock()
+	if cg := c.cgroups[group]; cg != nil {
+		return c.validateConsumerCommit(cg, memberID, generation)
+	}
 	g := c.groups[group]
 	if g == nil {
 		if generation >= 0 {

@@ -76,7 +76,8 @@ func WithOnEmpty(f func(group string)) Option { return func(co *Coordinator) { c
 // group id after Delete removed the group; the broker drops its offsets.
 func WithOnDelete(f func(group string)) Option { return func(co *Coordinator) { co.onDelete = f } }
 
-// Coordinator tracks classic consumer groups. It is safe for concurrent use.
+// Coordinator tracks classic and consumer-protocol (KIP-848) groups, which
+// share one namespace of group ids. It is safe for concurrent use.
 type Coordinator struct {
 	clock        Clock
 	log          *slog.Logger
@@ -89,9 +90,13 @@ type Coordinator struct {
 	onDelete     func(string)
 	newID        func(clientID string) string
 
+	consumerSession  time.Duration // consumer-protocol session timeout
+	consumerInterval time.Duration // consumer-protocol heartbeat interval
+
 	mu      sync.Mutex
-	groups  map[string]*group
-	pending []func() // hooks to run once mu is released
+	groups  map[string]*group  // classic groups
+	cgroups map[string]*cgroup // consumer-protocol (KIP-848) groups; ids never in groups too
+	pending []func()           // hooks to run once mu is released
 }
 
 // New returns a Coordinator configured by opts.
@@ -104,6 +109,10 @@ func New(opts ...Option) *Coordinator {
 		maxSession:   30 * time.Minute,
 		groups:       make(map[string]*group),
 		newID:        newMemberID,
+
+		consumerSession:  defaultConsumerSession,
+		consumerInterval: defaultConsumerHeartbeat,
+		cgroups:          make(map[string]*cgroup),
 	}
 	for _, o := range opts {
 		o(c)
@@ -133,12 +142,15 @@ func (c *Coordinator) unlock() {
 	}
 }
 
-func (c *Coordinator) notifyEmpty(g *group) {
+func (c *Coordinator) notifyEmpty(id string) {
 	if c.onEmpty != nil {
-		f, id := c.onEmpty, g.id
+		f := c.onEmpty
 		c.pending = append(c.pending, func() { f(id) })
 	}
 }
+
+// groupCount counts groups of both protocols (for WithMaxGroups).
+func (c *Coordinator) groupCount() int { return len(c.groups) + len(c.cgroups) }
 
 // group is one classic group. All fields are guarded by Coordinator.mu.
 type group struct {
@@ -215,10 +227,14 @@ func (g *group) maxRebalanceTimeout() time.Duration {
 }
 
 // State reports a group's state, and whether the coordinator knows it.
-// Unknown groups report StateDead.
+// Unknown groups report StateDead; consumer-protocol groups report Empty,
+// Assigning, Reconciling or Stable.
 func (c *Coordinator) State(group string) (state string, exists bool) {
 	c.lock()
 	defer c.unlock()
+	if cg := c.cgroups[group]; cg != nil {
+		return cg.state(), true
+	}
 	g := c.groups[group]
 	if g == nil {
 		return StateDead, false
@@ -237,15 +253,29 @@ func (c *Coordinator) EnsureGroup(group string) int16 {
 	}
 	c.lock()
 	defer c.unlock()
+	if c.cgroups[group] != nil {
+		return errNone
+	}
 	_, code := c.getOrCreate(group)
 	return code
 }
 
+// getOrCreate returns the classic group id, creating it Empty if unknown. A
+// consumer-protocol group with that id answers INCONSISTENT_GROUP_PROTOCOL
+// while it has members; an empty one is replaced by the classic group, as
+// Kafka converts empty groups between the protocols.
 func (c *Coordinator) getOrCreate(id string) (*group, int16) {
 	if g := c.groups[id]; g != nil {
 		return g, errNone
 	}
-	if c.maxGroups > 0 && len(c.groups) >= c.maxGroups {
+	if cg := c.cgroups[id]; cg != nil {
+		if len(cg.members) > 0 {
+			return nil, errInconsistentGroupProtocol
+		}
+		delete(c.cgroups, id)
+		c.log.Info("empty consumer group converted to a classic group", "group", id)
+	}
+	if c.maxGroups > 0 && c.groupCount() >= c.maxGroups {
 		return nil, errGroupMaxSizeReached
 	}
 	g := &group{
@@ -267,6 +297,9 @@ func (c *Coordinator) Tick(now time.Time) {
 	defer c.unlock()
 	for _, g := range c.groups {
 		c.tickGroup(g, now)
+	}
+	for _, g := range c.cgroups {
+		c.tickConsumer(g, now)
 	}
 }
 
@@ -473,7 +506,7 @@ func (c *Coordinator) becomeEmpty(g *group) {
 	g.state = StateEmpty
 	g.protocol = ""
 	g.leader = ""
-	c.notifyEmpty(g)
+	c.notifyEmpty(g.id)
 	c.log.Info("group is empty", "group", g.id, "generation", g.generation)
 }
 
