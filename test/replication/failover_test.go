@@ -94,6 +94,19 @@ func servingLeader(t *testing.T, ns []*node, not int, within time.Duration) *nod
 	return nil
 }
 
+// waitISRCommitted waits until leader's Raft log holds an ISR, so that
+// the other replicas may be elected.
+func waitISRCommitted(t *testing.T, leader *node) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for raftISR(t, leader) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no ISR committed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func TestFailover(t *testing.T) {
 	ns, _ := failoverGroup(t)
 	ctx := context.Background()
@@ -102,18 +115,7 @@ func TestFailover(t *testing.T) {
 	if first.id != 1 {
 		t.Fatalf("replica %d leads first; want 1 (the only one with Role leader)", first.id)
 	}
-	// Wait until the ISR is in the Raft log, so the others may be elected.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		raft, _ := status(t, first)["raft"].(map[string]any)
-		if raft["has_isr"] == true {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no ISR committed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitISRCommitted(t, first)
 
 	seeds := []string{ns[0].addr(), ns[1].addr(), ns[2].addr()}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -203,7 +205,7 @@ func TestFailover(t *testing.T) {
 
 	// The old leader comes back as a follower of the new one and catches up.
 	first.start(t, &testLog{t: t, done: true})
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		// The current leader (a spurious election on a loaded machine may
 		// have moved it).

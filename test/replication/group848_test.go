@@ -23,17 +23,7 @@ func TestConsumerGroupProtocolAcrossFailover(t *testing.T) {
 	ctx := context.Background()
 	const topic, group = "kip848", "g848"
 	first := servingLeader(t, ns, 0, 60*time.Second)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		raft, _ := status(t, first)["raft"].(map[string]any)
-		if raft["has_isr"] == true {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no ISR committed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitISRCommitted(t, first)
 	seeds := []string{ns[0].addr(), ns[1].addr(), ns[2].addr()}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
