@@ -68,47 +68,8 @@ func TestConsumerGroupProtocol(t *testing.T) {
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ClientID(name),
 			kgo.AutoCommitInterval(100*time.Millisecond))
 	}
-	start := func(cl *kgo.Client, stop <-chan struct{}) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					cl.CommitUncommittedOffsets(context.Background())
-					cl.Close() // leaves the group (member epoch -1)
-					return
-				case <-ctx.Done():
-					return
-				default:
-				}
-				pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				fs := cl.PollFetches(pctx)
-				pcancel()
-				fs.EachRecord(func(r *kgo.Record) {
-					mu.Lock()
-					seen[string(r.Value)]++
-					mu.Unlock()
-				})
-			}
-		}()
-	}
-	waitSeen := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			mu.Lock()
-			got := len(seen)
-			mu.Unlock()
-			if got == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the group consumed %d distinct records of %d", got, n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	start := func(cl *kgo.Client, stop <-chan struct{}) { pollUntilStopped(ctx, &wg, cl, stop, &mu, seen) }
+	waitSeen := func(n int) { t.Helper(); waitDistinct(t, &mu, seen, n) }
 	admin := client(t, in.Addr())
 	// waitStable waits until the group is Stable with want members whose
 	// assignments are disjoint and cover all four partitions.

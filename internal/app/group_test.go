@@ -36,30 +36,7 @@ func TestGroupConsumersJoinAndLeave(t *testing.T) {
 		cl := client(t, in.Addr(), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("grp"),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ClientID(name),
 			kgo.AutoCommitInterval(100*time.Millisecond), kgo.SessionTimeout(6*time.Second))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					cl.CommitUncommittedOffsets(context.Background())
-					cl.Close() // leaves the group
-					return
-				case <-ctx.Done():
-					cl.Close()
-					return
-				default:
-				}
-				pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				fs := cl.PollFetches(pctx)
-				pcancel()
-				fs.EachRecord(func(r *kgo.Record) {
-					mu.Lock()
-					seen[string(r.Value)]++
-					mu.Unlock()
-				})
-			}
-		}()
+		pollUntilStopped(ctx, &wg, cl, stop, &mu, seen)
 	}
 	stop1, stop2, stop3 := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	start("c1", stop1)
@@ -70,19 +47,7 @@ func TestGroupConsumersJoinAndLeave(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	close(stop2) // one member leaves mid-stream
 	produce(2*n/3, n)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		mu.Lock()
-		got := len(seen)
-		mu.Unlock()
-		if got == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group consumed %d distinct records of %d", got, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitDistinct(t, &mu, seen, n)
 	close(stop1)
 	close(stop3)
 	wg.Wait()
@@ -112,5 +77,53 @@ func TestGroupConsumersJoinAndLeave(t *testing.T) {
 	committed, _ = adm.FetchOffsets(ctxT(t), "g")
 	if len(committed) != 0 {
 		t.Fatalf("offsets survive DeleteGroups: %v", committed)
+	}
+}
+
+// pollUntilStopped polls cl on a goroutine that wg tracks, counting every
+// record's value in seen (under mu), until stop is closed (then it commits
+// and closes the client, which leaves the group) or ctx ends.
+func pollUntilStopped(ctx context.Context, wg *sync.WaitGroup, cl *kgo.Client, stop <-chan struct{}, mu *sync.Mutex, seen map[string]int) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				cl.CommitUncommittedOffsets(context.Background())
+				cl.Close()
+				return
+			case <-ctx.Done():
+				cl.Close()
+				return
+			default:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			fs := cl.PollFetches(pctx)
+			pcancel()
+			fs.EachRecord(func(r *kgo.Record) {
+				mu.Lock()
+				seen[string(r.Value)]++
+				mu.Unlock()
+			})
+		}
+	}()
+}
+
+// waitDistinct waits until seen (under mu) holds n distinct values.
+func waitDistinct(t *testing.T, mu *sync.Mutex, seen map[string]int, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		got := len(seen)
+		mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group consumed %d distinct records of %d", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
