@@ -107,19 +107,26 @@ func (w *workload) start(seed int64) error {
 			return err
 		}
 		w.consWG.Add(1)
-		go w.consume(cl, name, checker.Assign, rc, nil)
+		go w.consume(cl, name, checker.Assign, rc, nil, "")
 	}
-	for i := range 2 {
-		cl, err := w.client(kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.data, w.txn),
+	// Two members of a classic group and two of a KIP-848 group (the
+	// broker assigns their partitions).
+	for i := range 4 {
+		group, name, opts := w.group, fmt.Sprintf("group-%d", i+1), []kgo.Opt{}
+		if i >= 2 {
+			group, name = w.group848(), fmt.Sprintf("kip848-%d", i-1)
+			opts = []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(kgo.RangeBalancer())}
+		}
+		cl, err := w.client(append(opts, kgo.ConsumerGroup(group), kgo.ConsumeTopics(w.data, w.txn),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(300*time.Millisecond),
 			kgo.SessionTimeout(10*time.Second), kgo.HeartbeatInterval(time.Second),
-			kgo.RebalanceTimeout(10*time.Second))
+			kgo.RebalanceTimeout(10*time.Second))...)
 		if err != nil {
 			return err
 		}
 		w.consWG.Add(1)
-		go w.consume(cl, fmt.Sprintf("group-%d", i+1), checker.Group, true, cl)
+		go w.consume(cl, name, checker.Group, true, cl, group)
 	}
 	adm, err := w.client()
 	if err != nil {
@@ -129,6 +136,9 @@ func (w *workload) start(seed int64) error {
 	go w.fetchOffsets(kadm.NewClient(adm))
 	return nil
 }
+
+// group848 is the KIP-848 consumer group's id.
+func (w *workload) group848() string { return w.group + "-848" }
 
 func (w *workload) allFromZero() map[string]map[int32]kgo.Offset {
 	m := map[string]map[int32]kgo.Offset{w.data: {}, w.txn: {}}
@@ -266,9 +276,9 @@ func (w *workload) transact(seed int64) {
 }
 
 // consume polls until the run ends, recording every fetched partition
-// with records. A group member (commit != nil) commits what each poll
+// with records. A member of group (commit != nil) commits what each poll
 // returned and records the commit.
-func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bool, commit *kgo.Client) {
+func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bool, commit *kgo.Client, group string) {
 	defer w.consWG.Done()
 	for w.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(w.ctx, time.Second)
@@ -294,7 +304,7 @@ func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bo
 			offsets[p.Topic][p.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
 		})
 		if commit != nil && len(offsets) > 0 {
-			w.commit(commit, offsets)
+			w.commit(commit, group, offsets)
 		}
 	}
 }
@@ -303,7 +313,7 @@ func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bo
 // outcome. Errors a coordinator returns before writing anything (a stale
 // generation or member, a rebalance) are failures; every other error is
 // an unknown outcome.
-func (w *workload) commit(cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) {
+func (w *workload) commit(cl *kgo.Client, group string, offsets map[string]map[int32]kgo.EpochOffset) {
 	start := w.rec.now()
 	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
 	defer cancel()
@@ -327,20 +337,21 @@ func (w *workload) commit(cl *kgo.Client, offsets map[string]map[int32]kgo.Epoch
 					switch kerr.ErrorForCode(code) {
 					case nil:
 						out = checker.Acked
-					case kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress, kerr.FencedInstanceID:
+					case kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress, kerr.FencedInstanceID,
+						kerr.StaleMemberEpoch, kerr.FencedMemberEpoch:
 						out = checker.Failed
 					default:
 						w.rec.countErr("commit", kerr.ErrorForCode(code))
 					}
 				}
-				w.rec.addCommit(checker.OffsetCommit{Group: w.group, Topic: t, Partition: p, Offset: eo.Offset,
+				w.rec.addCommit(checker.OffsetCommit{Group: group, Topic: t, Partition: p, Offset: eo.Offset,
 					Start: start, End: end, Outcome: out})
 			}
 		}
 	})
 }
 
-// fetchOffsets reads the group's committed offsets every half second.
+// fetchOffsets reads both groups' committed offsets every half second.
 func (w *workload) fetchOffsets(adm *kadm.Client) {
 	defer w.consWG.Done()
 	for {
@@ -349,21 +360,23 @@ func (w *workload) fetchOffsets(adm *kadm.Client) {
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
-		start := w.rec.now()
-		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
-		resp, err := adm.FetchOffsets(ctx, w.group)
-		cancel()
-		end := w.rec.now()
-		if err != nil {
-			continue
-		}
-		resp.Each(func(o kadm.OffsetResponse) {
-			if o.Err != nil {
-				return
+		for _, group := range []string{w.group, w.group848()} {
+			start := w.rec.now()
+			ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+			resp, err := adm.FetchOffsets(ctx, group)
+			cancel()
+			end := w.rec.now()
+			if err != nil {
+				continue
 			}
-			w.rec.addFetch(checker.OffsetFetch{Group: w.group, Topic: o.Topic, Partition: o.Partition, Offset: o.At,
-				Start: start, End: end})
-		})
+			resp.Each(func(o kadm.OffsetResponse) {
+				if o.Err != nil {
+					return
+				}
+				w.rec.addFetch(checker.OffsetFetch{Group: group, Topic: o.Topic, Partition: o.Partition, Offset: o.At,
+					Start: start, End: end})
+			})
+		}
 	}
 }
 
