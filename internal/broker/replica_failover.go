@@ -506,6 +506,10 @@ func (b *Broker) rebuildLeaderState(ctx context.Context) error {
 	if err := b.loadOffsets(); err != nil {
 		return err
 	}
+	// Membership is not replicated: what this replica remembers from an
+	// earlier term of its own is stale (members have since rejoined
+	// another leader, with epochs and assignments that may collide).
+	b.groups.Reset()
 	b.pidMu.Lock()
 	b.pidNext, b.pidLimit = 0, 0
 	b.pidMu.Unlock()

@@ -209,7 +209,6 @@ type cmember struct {
 	clientHost       string
 	epoch            int32
 	prevEpoch        int32
-	joinEpoch        int32 // first epoch of this incarnation; -1 until reconciled
 	state            memberState
 	rebalanceTimeout time.Duration
 	assignor         string   // requested server assignor ("" = none)
@@ -684,7 +683,7 @@ func (c *Coordinator) consumerLeave(req *kmsg.ConsumerGroupHeartbeatRequest, res
 	var m *cmember
 	if req.InstanceID != nil {
 		sid, ok := g.statics[*req.InstanceID]
-		if !ok {
+		if !ok || g.members[sid] == nil {
 			return errUnknownMemberID, fmt.Sprintf("Instance id %s is unknown.", *req.InstanceID)
 		}
 		if sid != req.MemberID {
@@ -764,11 +763,16 @@ func (c *Coordinator) consumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest,
 	var m, replaced *cmember
 	if join {
 		if req.InstanceID != nil {
-			if sid, ok := g.statics[*req.InstanceID]; ok {
+			if sid, ok := g.statics[*req.InstanceID]; ok && g.members[sid] != nil {
 				old := g.members[sid]
 				switch {
 				case sid == memberID:
 					m = old
+				case g.members[memberID] != nil:
+					// The member id already names another member: taking
+					// the instance over would leave that member's
+					// partitions owned by nobody.
+					return errInvalidRequest, fmt.Sprintf("Member %s is already a member of group %s with another instance id.", memberID, g.id)
 				case old.epoch == staticLeaveEpoch:
 					replaced = old
 				default:
@@ -786,7 +790,7 @@ func (c *Coordinator) consumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest,
 	} else {
 		if req.InstanceID != nil {
 			sid, ok := g.statics[*req.InstanceID]
-			if !ok {
+			if !ok || g.members[sid] == nil {
 				return errUnknownMemberID, fmt.Sprintf("Instance id %s is unknown.", *req.InstanceID)
 			}
 			if sid != memberID {
@@ -821,7 +825,6 @@ func (c *Coordinator) consumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest,
 		m = &cmember{
 			id: memberID, rackID: replaced.rackID, rebalanceTimeout: replaced.rebalanceTimeout,
 			assignor: replaced.assignor, topics: replaced.topics, regex: replaced.regex, re: replaced.re,
-			joinEpoch: -1,
 		}
 		held, target := replaced.assigned, g.target[replaced.id]
 		g.remove(replaced)
@@ -832,14 +835,14 @@ func (c *Coordinator) consumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest,
 		}
 		c.log.Info("consumer group static member replaced", "group", g.id, "instance", *req.InstanceID, "old", replaced.id, "new", memberID)
 	case m == nil:
-		m = &cmember{id: memberID, joinEpoch: -1, assigned: partSet{}, revoking: partSet{}}
+		m = &cmember{id: memberID, assigned: partSet{}, revoking: partSet{}}
 		g.members[memberID] = m
 		bump = true
 		c.log.Info("consumer group member joined", "group", g.id, "member", memberID)
 	case join:
 		// A known member rejoining has given up its partitions.
 		g.setHeld(m, partSet{}, partSet{})
-		m.epoch, m.prevEpoch, m.joinEpoch = 0, 0, -1
+		m.epoch, m.prevEpoch = 0, 0
 		m.state, m.revokeBy, m.sentValid = memberStable, time.Time{}, false
 	}
 	if req.InstanceID != nil && (m.instanceID == nil || *m.instanceID != *req.InstanceID) {
@@ -887,9 +890,6 @@ func (c *Coordinator) consumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest,
 	}
 
 	g.reconcile(m, owned, now)
-	if m.joinEpoch < 0 {
-		m.joinEpoch = m.epoch
-	}
 	m.lastSeen = now
 
 	id := m.id
@@ -983,7 +983,12 @@ func (c *Coordinator) ConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeReque
 		default:
 			d.State = g.state()
 			d.Epoch, d.AssignmentEpoch = g.epoch, g.assignEpoch
-			d.AssignorName = g.preferredAssignor()
+			// The assignor the current target was computed with; before
+			// any, the one the members ask for.
+			d.AssignorName = g.assignor
+			if d.AssignorName == "" {
+				d.AssignorName = g.preferredAssignor()
+			}
 			d.Members = []kmsg.ConsumerGroupDescribeResponseGroupMember{}
 			for _, mid := range g.sortedIDs() {
 				m := g.members[mid]
@@ -1007,19 +1012,17 @@ func (c *Coordinator) ConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeReque
 	return resp
 }
 
-// validateConsumerCommit decides an OffsetCommit or TxnOffsetCommit to a
-// consumer-protocol group, generation being the member epoch:
-//   - a negative epoch (admin or manual commit) is accepted only while the
-//     group has no members; with members it answers UNKNOWN_MEMBER_ID (the
-//     empty member id is unknown), as Kafka does;
-//   - an unknown member answers UNKNOWN_MEMBER_ID;
-//   - an epoch above the member's answers STALE_MEMBER_EPOCH, as Kafka does
-//     (its TxnOffsetCommit maps that to ILLEGAL_GENERATION; the broker may);
-//   - an epoch at or below the member's is accepted as long as it is not
-//     older than the epoch the member (re)joined at. This is the lenient
-//     rule of Kafka 4.3 (KIP-1251) without its per-partition assignment
-//     epochs: a member whose epoch was bumped while its commit was in flight
-//     is not failed, while a commit from before a rejoin is STALE_MEMBER_EPOCH.
+// validateConsumerCommit decides an OffsetCommit (or TxnOffsetCommit) for
+// a consumer-protocol group:
+//   - generation -1 with no member (an admin commit) is accepted only while
+//     the group has no members, as in Kafka;
+//   - an unknown member gets UNKNOWN_MEMBER_ID;
+//   - any epoch but the member's current one gets STALE_MEMBER_EPOCH, as in
+//     Kafka 4.0-4.2. An older epoch is not accepted: without Kafka 4.3's
+//     per-partition assignment epochs (KIP-1251), a delayed commit from
+//     before a reassignment could overwrite the new owner's offsets. The
+//     client sees the error, and the records are read again (at least
+//     once).
 //
 // Commits do not extend a consumer-protocol member's session.
 func (c *Coordinator) validateConsumerCommit(g *cgroup, memberID string, epoch int32) int16 {
@@ -1030,7 +1033,7 @@ func (c *Coordinator) validateConsumerCommit(g *cgroup, memberID string, epoch i
 	if m == nil {
 		return errUnknownMemberID
 	}
-	if epoch > m.epoch || epoch < m.joinEpoch {
+	if epoch != m.epoch {
 		return errStaleMemberEpoch
 	}
 	return errNone

@@ -151,6 +151,42 @@ func (h *harness) hb(req *kmsg.ConsumerGroupHeartbeatRequest, tp Topics, want in
 	return resp
 }
 
+// converge heartbeats every live member (each acknowledging what it was
+// asked to give up) until all are stable at the target epoch, and checks
+// that no partition is held by two members.
+func (h *harness) converge(group string, tp Topics) {
+	h.t.Helper()
+	for range 20 {
+		g := h.cgroup(group)
+		done := true
+		for _, id := range g.sortedIDs() {
+			m := g.members[id]
+			if m.epoch < 0 {
+				continue // a static member away (-2) keeps its reservation
+			}
+			if m.state != memberStable || m.epoch != g.assignEpoch || g.epoch != g.assignEpoch {
+				done = false
+			}
+			h.hb(cowned(group, id, m.epoch, m.assigned.clone()), tp, 0)
+		}
+		held := map[topicPart]string{}
+		for id, m := range g.members {
+			for _, set := range []partSet{m.assigned, m.revoking} {
+				for p := range set {
+					if o, dup := held[p]; dup && o != id {
+						h.t.Fatalf("partition %v held by %s and %s", p, o, id)
+					}
+					held[p] = id
+				}
+			}
+		}
+		if done {
+			return
+		}
+	}
+	h.t.Fatalf("group %s did not converge: state %s", group, h.cgroup(group).state())
+}
+
 func (h *harness) cgroup(id string) *cgroup {
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
@@ -427,6 +463,30 @@ func TestConsumerStaticMember(t *testing.T) {
 	if g.members["m3"] != nil || g.statics["i1"] != "" {
 		t.Fatal("m3 still there")
 	}
+}
+
+// TestConsumerStaticTakeoverByLiveMember: a live member may not take over
+// another member's reserved instance id (review finding: it left its own
+// partitions owned by nobody and a later join with its old instance id
+// dereferenced a missing member).
+func TestConsumerStaticTakeoverByLiveMember(t *testing.T) {
+	h := newConsumerHarness(t)
+	tp := newTopics("t", 4)
+	join := func(member, instance string) *kmsg.ConsumerGroupHeartbeatRequest {
+		r := cjoin("g", member, "t")
+		r.InstanceID = ptr(instance)
+		return r
+	}
+	h.hb(join("s", "i2"), tp, 0)
+	h.hb(join("x", "i1"), tp, 0)
+	h.converge("g", tp)
+	h.hb(cleave("g", "s", -2), tp, 0)
+	h.hb(join("x", "i2"), tp, errInvalidRequest)
+	h.hb(cjoin("g", "y", "t"), tp, 0)
+	h.converge("g", tp)
+	h.hb(cleave("g", "x", -1), tp, 0)
+	h.hb(join("z", "i1"), tp, 0) // i1 is free again; must not crash
+	h.converge("g", tp)
 }
 
 func TestConsumerEpochChecks(t *testing.T) {
@@ -717,17 +777,19 @@ func TestConsumerCommitFetchValidation(t *testing.T) {
 	h.hb(cjoin("g", "a", "t"), tp, 0)
 	h.hb(cjoin("g", "b", "t"), tp, 0)
 	r := h.hb(ckeep("g", "a", 1), tp, 0)
-	h.hb(cowned("g", "a", 1, assigned(r)), tp, 0) // a: epoch 2, joined at 1; b joined at 2
+	h.hb(cowned("g", "a", 1, assigned(r)), tp, 0) // a: epoch 2 (was 1); b joined at 2
 	for _, c := range []struct {
 		member string
 		epoch  int32
 		want   int16
 	}{
 		{"a", 2, 0},
-		{"a", 1, 0},                    // lower than current: a commit in flight while the epoch moved
-		{"a", 3, errStaleMemberEpoch},  // ahead of the member
-		{"a", 0, errStaleMemberEpoch},  // from before a joined
-		{"b", 1, errStaleMemberEpoch},  // b joined at 2
+		// Older than current: it may be a delayed commit of a partition
+		// a gave up at epoch 1 and b now owns.
+		{"a", 1, errStaleMemberEpoch},
+		{"a", 3, errStaleMemberEpoch}, // ahead of the member
+		{"a", 0, errStaleMemberEpoch},
+		{"b", 1, errStaleMemberEpoch},
 		{"zz", 2, errUnknownMemberID},  // unknown member
 		{"", -1, errUnknownMemberID},   // admin commit to a group with members
 		{"a", -1, errStaleMemberEpoch}, // a member id with no epoch
@@ -1174,4 +1236,44 @@ func runConsumerRandom(t *testing.T, seed uint64, steps int) {
 		}
 	}
 	converge(steps)
+}
+
+// TestReset: a replica that starts leading forgets every group it knew
+// (review finding: members from an earlier term of its own kept stale
+// epochs and assignments). Waiting joins and syncs are answered
+// NOT_COORDINATOR.
+func TestReset(t *testing.T) {
+	h := newConsumerHarness(t)
+	tp := newTopics("t", 2)
+	h.hb(cjoin("cg", "a", "t"), tp, 0)
+	h.converge("cg", tp)
+	ids, gen := h.stable("classic", 2)
+	// A follower's SyncGroup waiting for the leader's, and a JoinGroup
+	// waiting out the initial rebalance delay.
+	ws := []*joinWaiter{h.joinNew("classic2", nil), h.joinNew("classic2", nil)}
+	h.advance(testDelay)
+	ids2, gen2 := h.finishJoins(ws)
+	sync := h.c.startSync(syncReq(5, "classic2", ids2[1], gen2, nil))
+	join := h.joinNew("classic3", nil)
+	if sync.isDone() || join.isDone() {
+		t.Fatal("the sync or the join did not wait")
+	}
+	h.c.Reset()
+	for name, w := range map[string]interface {
+		isDone() bool
+	}{"join": join, "sync": sync} {
+		if !w.isDone() {
+			t.Fatalf("%s still waiting after Reset", name)
+		}
+	}
+	if join.resp.ErrorCode != errNotCoordinator || sync.resp.ErrorCode != errNotCoordinator {
+		t.Fatalf("waiting join answered %d, sync %d, want NOT_COORDINATOR", join.resp.ErrorCode, sync.resp.ErrorCode)
+	}
+	if h.cgroup("cg") != nil {
+		t.Fatal("consumer group kept")
+	}
+	h.hb(ckeep("cg", "a", 1), tp, errUnknownMemberID)
+	if r := h.c.Heartbeat(hbReq("classic", ids[0], gen)); r.ErrorCode == 0 {
+		t.Fatal("classic member still known after Reset")
+	}
 }

@@ -149,6 +149,33 @@ func (c *Coordinator) notifyEmpty(id string) {
 	}
 }
 
+// Reset forgets every group of both protocols, as a coordinator that
+// starts leading must: membership is not replicated, and members a replica
+// remembers from an earlier term of its own would be stale (their epochs
+// and assignments may collide with those another leader gave out since).
+// JoinGroup and SyncGroup calls still waiting are answered NOT_COORDINATOR.
+// No hook runs: committed offsets are not the coordinator's.
+func (c *Coordinator) Reset() {
+	c.lock()
+	defer c.unlock()
+	for _, g := range c.groups {
+		for _, m := range g.members {
+			if w := m.join; w != nil {
+				w.resp.ErrorCode = errNotCoordinator
+				m.join = nil
+				w.finish()
+			}
+			if w := m.sync; w != nil {
+				w.resp.ErrorCode = errNotCoordinator
+				m.sync = nil
+				w.finish()
+			}
+		}
+	}
+	c.groups = make(map[string]*group)
+	c.cgroups = make(map[string]*cgroup)
+}
+
 // groupCount counts groups of both protocols (for WithMaxGroups).
 func (c *Coordinator) groupCount() int { return len(c.groups) + len(c.cgroups) }
 

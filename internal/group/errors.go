@@ -3,6 +3,7 @@ package group
 // Kafka error codes returned by the coordinator.
 const (
 	errNone                      int16 = 0
+	errNotCoordinator            int16 = 16
 	errIllegalGeneration         int16 = 22
 	errInconsistentGroupProtocol int16 = 23
 	errInvalidGroupID            int16 = 24
