@@ -131,9 +131,9 @@ func (b *Broker) serve(cn *conn, req protocol.Request) (kmsg.Response, func(cont
 	case *kmsg.DeleteGroupsRequest:
 		return b.handleDeleteGroups(r)
 	case *kmsg.ConsumerGroupHeartbeatRequest:
-		return b.groups.ConsumerGroupHeartbeat(r, groupTopics{b: b}), nil
+		return b.groups.ConsumerGroupHeartbeat(r, b.groupTopics()), nil
 	case *kmsg.ConsumerGroupDescribeRequest:
-		return b.groups.ConsumerGroupDescribe(r, groupTopics{b: b}), nil
+		return b.groups.ConsumerGroupDescribe(r, b.groupTopics()), nil
 	case *kmsg.DescribeUserSCRAMCredentialsRequest:
 		return b.handleDescribeUserScramCredentials(r), nil
 	case *kmsg.AlterUserSCRAMCredentialsRequest:
