@@ -131,7 +131,11 @@ func (b *Broker) serve(cn *conn, req protocol.Request) (kmsg.Response, func(cont
 	case *kmsg.DeleteGroupsRequest:
 		return b.handleDeleteGroups(r)
 	case *kmsg.ConsumerGroupHeartbeatRequest:
-		return b.groups.ConsumerGroupHeartbeat(r, b.groupTopics()), nil
+		clientID := ""
+		if req.ClientID != nil {
+			clientID = *req.ClientID
+		}
+		return b.groups.ConsumerGroupHeartbeat(r, b.groupTopics(), clientID, cn.host()), nil
 	case *kmsg.ConsumerGroupDescribeRequest:
 		return b.groups.ConsumerGroupDescribe(r, b.groupTopics()), nil
 	case *kmsg.DescribeUserSCRAMCredentialsRequest:

@@ -654,7 +654,10 @@ func validateHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest) (int16, string) 
 //   - A static temporary leave (-2) without InstanceID is accepted when the
 //     member id names a static member (franz-go sends it so); Kafka answers
 //     INVALID_REQUEST.
-func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, topics Topics) *kmsg.ConsumerGroupHeartbeatResponse {
+//
+// clientID and clientHost (the request header's client id and the peer's
+// address) are shown by ConsumerGroupDescribe.
+func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, topics Topics, clientID, clientHost string) *kmsg.ConsumerGroupHeartbeatResponse {
 	resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
 	code, msg := validateHeartbeat(req)
 	if code == errNone {
@@ -664,6 +667,10 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 			code, msg = c.consumerLeave(req, resp)
 		} else {
 			code, msg = c.consumerHeartbeat(req, topics, resp)
+			if code == errNone {
+				m := c.cgroups[req.Group].members[*resp.MemberID]
+				m.clientID, m.clientHost = clientID, clientHost
+			}
 		}
 	}
 	if code != errNone {

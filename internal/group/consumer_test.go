@@ -140,7 +140,7 @@ func assigned(resp *kmsg.ConsumerGroupHeartbeatResponse) partSet {
 // hb sends req and fails the test unless it answers want.
 func (h *harness) hb(req *kmsg.ConsumerGroupHeartbeatRequest, tp Topics, want int16) *kmsg.ConsumerGroupHeartbeatResponse {
 	h.t.Helper()
-	resp := h.c.ConsumerGroupHeartbeat(req, tp)
+	resp := h.c.ConsumerGroupHeartbeat(req, tp, "cli-"+req.MemberID, "/10.0.0.1")
 	if resp.ErrorCode != want {
 		msg := ""
 		if resp.ErrorMessage != nil {
@@ -551,7 +551,7 @@ func TestConsumerInvalidRequests(t *testing.T) {
 		"v0 empty id to leave": {mod(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Version, r.MemberID, r.MemberEpoch = 0, "", -1 }), errInvalidRequest},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := h.c.ConsumerGroupHeartbeat(c.req, tp)
+			r := h.c.ConsumerGroupHeartbeat(c.req, tp, "", "")
 			if r.ErrorCode != c.want || r.ErrorMessage == nil || r.MemberID != nil || r.Assignment != nil {
 				t.Fatalf("got %+v, want error %d", r, c.want)
 			}
@@ -844,6 +844,7 @@ func TestConsumerDescribeListDelete(t *testing.T) {
 	}
 	a, b := d.Members[0], d.Members[1]
 	if a.MemberID != "a" || *a.InstanceID != "i" || *a.RackID != "r1" || a.MemberEpoch != 1 || a.MemberType != 1 ||
+		a.ClientID != "cli-a" || a.ClientHost != "/10.0.0.1" ||
 		!slices.Equal(a.SubscribedTopics, []string{"t"}) || a.SubscribedTopicRegex != nil {
 		t.Fatalf("member a %+v", a)
 	}
@@ -994,7 +995,7 @@ func runConsumerRandom(t *testing.T, seed uint64, steps int) {
 	// send runs one request for c and applies what it learns; lost drops
 	// the response as if the connection broke.
 	send := func(c *simConsumer, req *kmsg.ConsumerGroupHeartbeatRequest, lost bool) {
-		resp := h.c.ConsumerGroupHeartbeat(req, tp)
+		resp := h.c.ConsumerGroupHeartbeat(req, tp, "cli-"+req.MemberID, "/10.0.0.1")
 		a := assigned(resp)
 		log = append(log, fmt.Sprintf("%s epoch %d topics %v lost=%v -> err %d epoch %d assignment %v",
 			c.id, req.MemberEpoch, req.Topics != nil, lost, resp.ErrorCode, resp.MemberEpoch, a.sorted()))
