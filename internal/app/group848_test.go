@@ -49,14 +49,7 @@ func TestConsumerGroupProtocol(t *testing.T) {
 	in := startBroker(t, dir)
 	createTopic(t, in.Addr(), "kip848", 4, nil)
 	prod := client(t, in.Addr(), kgo.DefaultProduceTopic("kip848"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			prod.Produce(ctxT(t), &kgo.Record{Value: []byte(fmt.Sprint(i))}, nil)
-		}
-		if err := prod.Flush(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produce := func(from, to int) { produceNumbers(t, prod, from, to) }
 	var mu sync.Mutex
 	seen := map[string]int{}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -19,14 +19,7 @@ func TestGroupConsumersJoinAndLeave(t *testing.T) {
 	createTopic(t, in.Addr(), "grp", 6, nil)
 	const n = 600
 	prod := client(t, in.Addr(), kgo.DefaultProduceTopic("grp"))
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			prod.Produce(ctxT(t), &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprint(i))}, nil)
-		}
-		if err := prod.Flush(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produce := func(from, to int) { produceNumbers(t, prod, from, to) }
 	var mu sync.Mutex
 	seen := map[string]int{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,5 +118,17 @@ func waitDistinct(t *testing.T, mu *sync.Mutex, seen map[string]int, n int) {
 			t.Fatalf("the group consumed %d distinct records of %d", got, n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// produceNumbers produces the values from..to-1 (as decimal strings, also
+// the keys) and waits until all are acknowledged.
+func produceNumbers(t *testing.T, prod *kgo.Client, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		prod.Produce(ctxT(t), &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprint(i))}, nil)
+	}
+	if err := prod.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
 }

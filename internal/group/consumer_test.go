@@ -99,6 +99,13 @@ func cjoin(group, member string, topics ...string) *kmsg.ConsumerGroupHeartbeatR
 }
 
 // ckeep is a keepalive heartbeat: nothing but the epoch.
+// cjoinStatic is cjoin for a static member with instance id instance.
+func cjoinStatic(group, member, instance string, topics ...string) *kmsg.ConsumerGroupHeartbeatRequest {
+	r := cjoin(group, member, topics...)
+	r.InstanceID = ptr(instance)
+	return r
+}
+
 func ckeep(group, member string, epoch int32) *kmsg.ConsumerGroupHeartbeatRequest {
 	r := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 	r.Version = 1
@@ -396,9 +403,7 @@ func TestConsumerStaticMember(t *testing.T) {
 	h := newConsumerHarness(t)
 	tp := newTopics("t", 4)
 	join := func(member, instance string) *kmsg.ConsumerGroupHeartbeatRequest {
-		r := cjoin("g", member, "t")
-		r.InstanceID = ptr(instance)
-		return r
+		return cjoinStatic("g", member, instance, "t")
 	}
 	r := h.hb(join("m1", "i1"), tp, 0)
 	wantSet(t, "m1", assigned(r), tp.all("t"))
@@ -473,9 +478,7 @@ func TestConsumerStaticTakeoverByLiveMember(t *testing.T) {
 	h := newConsumerHarness(t)
 	tp := newTopics("t", 4)
 	join := func(member, instance string) *kmsg.ConsumerGroupHeartbeatRequest {
-		r := cjoin("g", member, "t")
-		r.InstanceID = ptr(instance)
-		return r
+		return cjoinStatic("g", member, instance, "t")
 	}
 	h.hb(join("s", "i2"), tp, 0)
 	h.hb(join("x", "i1"), tp, 0)

@@ -869,14 +869,22 @@ func (f *Follower) syncAll(items []syncItem) error {
 	if len(items) == 1 {
 		syncOne(0)
 	} else {
+		// At most maxParallelSyncs at once: an answer may touch
+		// thousands of partitions.
+		sem := make(chan struct{}, maxParallelSyncs)
 		var wg sync.WaitGroup
 		for i := range items {
-			wg.Go(func() { syncOne(i) })
+			sem <- struct{}{}
+			wg.Go(func() { defer func() { <-sem }(); syncOne(i) })
 		}
 		wg.Wait()
 	}
 	return errors.Join(errs...)
 }
+
+// maxParallelSyncs bounds the fsyncs syncAll runs at once (as the
+// leader's flusher does).
+const maxParallelSyncs = 16
 
 // appendAll validates and appends p's batches to l (whose end is offset)
 // and reports whether it appended any; the caller fsyncs. A batch that

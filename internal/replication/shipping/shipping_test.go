@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -626,5 +627,44 @@ func TestRequestWindow(t *testing.T) {
 	}
 	if got := requestWindow(1, func(int) string { return strings.Repeat("x", MaxRequestBytes) }); got != 1 {
 		t.Fatalf("%d", got)
+	}
+}
+
+// countingLog is a ReplicaLog whose Sync records how many run at once.
+type countingLog struct {
+	ReplicaLog
+	mu        *sync.Mutex
+	now, peak *int
+}
+
+func (c countingLog) Sync() (int64, error) {
+	c.mu.Lock()
+	*c.now++
+	*c.peak = max(*c.peak, *c.now)
+	c.mu.Unlock()
+	time.Sleep(time.Millisecond)
+	c.mu.Lock()
+	*c.now--
+	c.mu.Unlock()
+	return 0, nil
+}
+
+func (countingLog) DropCache(int64) {}
+
+// TestSyncAllBounded: a fetch answer touching many partitions fsyncs them
+// in parallel, but at most maxParallelSyncs at once.
+func TestSyncAllBounded(t *testing.T) {
+	var mu sync.Mutex
+	var now, peak int
+	items := make([]syncItem, 100)
+	for i := range items {
+		items[i] = syncItem{l: countingLog{mu: &mu, now: &now, peak: &peak}}
+	}
+	f := &Follower{}
+	if err := f.syncAll(items); err != nil {
+		t.Fatal(err)
+	}
+	if peak < 2 || peak > maxParallelSyncs {
+		t.Fatalf("%d fsyncs at once, want between 2 and %d", peak, maxParallelSyncs)
 	}
 }
