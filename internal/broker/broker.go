@@ -534,8 +534,17 @@ func (b *Broker) sortedTopics() []*topic {
 	return ts
 }
 
+// retentionLoop enforces topic retention and compaction, and offsets
+// retention, until ctx ends.
 func (b *Broker) retentionLoop(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every(ctx, time.Duration(b.cfg.OffsetsRetentionCheckMs)*time.Millisecond, func(now time.Time) {
+			_, _, _ = b.ExpireOffsets(ctx, now) // logged; retried at the next check
+		})
+	})
 	every(ctx, time.Duration(b.cfg.RetentionCheckMs)*time.Millisecond, b.EnforceRetention)
+	wg.Wait()
 }
 
 // every calls fn with the tick's time every interval until ctx ends.

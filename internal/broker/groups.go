@@ -61,7 +61,7 @@ func (b *Broker) handleOffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response,
 	if r.Group == "" {
 		groupCode = errInvalidGroupID
 	} else {
-		groupCode = b.groups.ValidateCommit(r.Group, r.MemberID, r.Generation, r.InstanceID)
+		groupCode = b.groups.ValidateOffsetCommit(r.Group, r.MemberID, r.Generation, r.InstanceID, r.Version)
 	}
 	var writes []offsetWrite
 	type slot struct{ t, p int }

@@ -39,10 +39,17 @@ type committed struct {
 	leaderEpoch int32
 	metadata    string
 	logOffset   int64
+	commitMs    int64 // when it was committed (the record's CommitTimestamp)
 }
 
 // offsetStore is the in-memory view of __consumer_offsets.
 type offsetStore struct {
+	// writes is held shared by every commit from its append to
+	// __consumer_offsets until it is applied here, and exclusively by the
+	// offsets-retention pass, so that an expiry tombstone is never
+	// appended after a commit it did not see (on a reload the tombstone
+	// would delete that acknowledged commit).
+	writes sync.RWMutex
 	mu     sync.RWMutex
 	byKey  map[offsetKey]committed
 	groups map[string]map[offsetKey]struct{}
@@ -188,6 +195,7 @@ func decodeOffsetRecord(r recordbatch.Record) (offsetWrite, bool, error) {
 			return offsetWrite{}, false, err
 		}
 		w.value.offset, w.value.leaderEpoch, w.value.metadata = v.Offset, v.LeaderEpoch, v.Metadata
+		w.value.commitMs = v.CommitTimestamp
 		if v.Version < 3 {
 			w.value.leaderEpoch = -1
 		}
@@ -276,9 +284,12 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 	if err != nil {
 		return err
 	}
+	b.offsets.writes.RLock()
+	defer b.offsets.writes.RUnlock()
 	now := time.Now()
 	recs := make([]recordbatch.Record, len(writes))
 	for i, w := range writes {
+		writes[i].value.commitMs = now.UnixMilli()
 		recs[i] = encodeOffsetRecord(w, now)
 	}
 	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: -1, Transactional: true}, recs)
@@ -346,6 +357,14 @@ func (b *Broker) waitOwn(ctx context.Context, p *partition, end int64) error {
 // writeOffsets appends commits to __consumer_offsets, waits until they are
 // durable, then applies them to memory.
 func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
+	b.offsets.writes.RLock()
+	defer b.offsets.writes.RUnlock()
+	return b.writeOffsetsGated(ctx, writes)
+}
+
+// writeOffsetsGated is writeOffsets for a caller that holds
+// b.offsets.writes.
+func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite) error {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -372,6 +391,7 @@ func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 	base := end - int64(len(writes))
 	for i, w := range writes {
 		w.value.logOffset = base + int64(i)
+		w.value.commitMs = now.UnixMilli()
 		b.offsets.apply(w.key, w.value, w.tombstone)
 	}
 	return nil

@@ -75,6 +75,15 @@ type Server struct {
 	RetentionBytes int64
 	// RetentionCheckMs is how often retention is enforced. Default 30000.
 	RetentionCheckMs int64
+	// OffsetsRetentionMinutes is Kafka's offsets.retention.minutes: the
+	// committed offsets of a group that has had no member for this long
+	// are deleted (tombstoned in __consumer_offsets), and so is the group.
+	// Default 10080 (7 days); -1 keeps them forever.
+	OffsetsRetentionMinutes int64
+	// OffsetsRetentionCheckMs is how often expired offsets and empty groups
+	// are looked for (Kafka's offsets.retention.check.interval.ms).
+	// Default 600000.
+	OffsetsRetentionCheckMs int64
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// Replication configures the replication group (seed 000).
@@ -165,8 +174,13 @@ const (
 	DefaultSegmentBytes         = 1 << 30
 	DefaultRetentionMs          = 7 * 24 * 3600 * 1000
 	DefaultRetentionCheckMs     = 30000
-	DefaultAckTimeoutSeconds    = 5
-	DefaultIsrLagSeconds        = 10
+	// DefaultOffsetsRetentionMinutes is Kafka's offsets.retention.minutes.
+	DefaultOffsetsRetentionMinutes = 7 * 24 * 60
+	// DefaultOffsetsRetentionCheckMs is Kafka's
+	// offsets.retention.check.interval.ms.
+	DefaultOffsetsRetentionCheckMs = 600000
+	DefaultAckTimeoutSeconds       = 5
+	DefaultIsrLagSeconds           = 10
 )
 
 // Default returns the configuration `moonmq serve` runs with when given no
@@ -287,6 +301,12 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if s.RetentionCheckMs == 0 {
 		s.RetentionCheckMs = DefaultRetentionCheckMs
 	}
+	if s.OffsetsRetentionMinutes == 0 {
+		s.OffsetsRetentionMinutes = DefaultOffsetsRetentionMinutes
+	}
+	if s.OffsetsRetentionCheckMs == 0 {
+		s.OffsetsRetentionCheckMs = DefaultOffsetsRetentionCheckMs
+	}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -362,6 +382,12 @@ func (s *Server) Validate() error {
 	}
 	if s.RetentionCheckMs < 10 {
 		bad("RetentionCheckMs", "%d must be at least 10", s.RetentionCheckMs)
+	}
+	if s.OffsetsRetentionMinutes < -1 {
+		bad("OffsetsRetentionMinutes", "%d must be positive, or -1 to keep committed offsets forever", s.OffsetsRetentionMinutes)
+	}
+	if s.OffsetsRetentionCheckMs < 10 {
+		bad("OffsetsRetentionCheckMs", "%d must be at least 10", s.OffsetsRetentionCheckMs)
 	}
 	if _, err := ParseLevel(s.LogLevel); err != nil {
 		bad("LogLevel", "%v", err)

@@ -264,13 +264,26 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGr
 // consumer-protocol group, generation is the member epoch; see
 // validateConsumerCommit for its rules.
 func (c *Coordinator) ValidateCommit(group, memberID string, generation int32, instanceID *string) int16 {
+	return c.validateCommit(group, memberID, generation, instanceID, -1)
+}
+
+// ValidateOffsetCommit is ValidateCommit for an OffsetCommit request of the
+// given version: as in Kafka, a member of a consumer-protocol group must
+// commit with version 9 or above (UNSUPPORTED_VERSION otherwise), the
+// first that carries its member epoch in place of a generation.
+func (c *Coordinator) ValidateOffsetCommit(group, memberID string, generation int32, instanceID *string, version int16) int16 {
+	return c.validateCommit(group, memberID, generation, instanceID, version)
+}
+
+// validateCommit serves both; version is -1 for a TxnOffsetCommit.
+func (c *Coordinator) validateCommit(group, memberID string, generation int32, instanceID *string, version int16) int16 {
 	if group == "" {
 		return errInvalidGroupID
 	}
 	c.lock()
 	defer c.unlock()
 	if cg := c.cgroups[group]; cg != nil {
-		return c.validateConsumerCommit(cg, memberID, generation)
+		return c.validateConsumerCommit(cg, memberID, generation, version)
 	}
 	g := c.groups[group]
 	if g == nil {

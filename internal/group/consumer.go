@@ -50,6 +50,7 @@ const consumerGroupType = "consumer"
 
 // Kafka error codes used only by consumer-protocol groups.
 const (
+	errUnsupportedVersion       int16 = 35
 	errInvalidRequest           int16 = 42
 	errFencedMemberEpoch        int16 = 110
 	errUnreleasedInstanceID     int16 = 111
@@ -198,6 +199,7 @@ type cgroup struct {
 	target      map[string]partSet   // member id -> target assignment
 	owners      map[topicPart]string // partition -> member that assigned it or is revoking it
 	subscribed  map[string]TopicMeta // metadata of the subscribed topics at the last epoch bump
+	emptySince  time.Time            // when it lost its last member
 }
 
 // cmember is one consumer-protocol member.
@@ -727,6 +729,7 @@ func (c *Coordinator) removeConsumerMember(g *cgroup, m *cmember) {
 	g.remove(m)
 	g.epoch++
 	if len(g.members) == 0 {
+		g.emptySince = c.clock.Now()
 		c.notifyEmpty(g.id)
 		c.log.Info("consumer group is empty", "group", g.id, "epoch", g.epoch)
 	}
@@ -1024,6 +1027,8 @@ func (c *Coordinator) ConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeReque
 //   - generation -1 with no member (an admin commit) is accepted only while
 //     the group has no members, as in Kafka;
 //   - an unknown member gets UNKNOWN_MEMBER_ID;
+//   - a member's OffsetCommit below version 9 gets UNSUPPORTED_VERSION
+//     (version is -1 for a TxnOffsetCommit, which is not checked);
 //   - any epoch but the member's current one gets STALE_MEMBER_EPOCH, as in
 //     Kafka 4.0-4.2. An older epoch is not accepted: without Kafka 4.3's
 //     per-partition assignment epochs (KIP-1251), a delayed commit from
@@ -1032,13 +1037,16 @@ func (c *Coordinator) ConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeReque
 //     once).
 //
 // Commits do not extend a consumer-protocol member's session.
-func (c *Coordinator) validateConsumerCommit(g *cgroup, memberID string, epoch int32) int16 {
+func (c *Coordinator) validateConsumerCommit(g *cgroup, memberID string, epoch int32, version int16) int16 {
 	if epoch < 0 && len(g.members) == 0 {
 		return errNone
 	}
 	m := g.members[memberID]
 	if m == nil {
 		return errUnknownMemberID
+	}
+	if version >= 0 && version < 9 {
+		return errUnsupportedVersion
 	}
 	if epoch != m.epoch {
 		return errStaleMemberEpoch

@@ -800,6 +800,21 @@ func TestConsumerCommitFetchValidation(t *testing.T) {
 		if got := h.c.ValidateCommit("g", c.member, c.epoch, nil); got != c.want {
 			t.Fatalf("commit %s@%d: %d, want %d", c.member, c.epoch, got, c.want)
 		}
+		if got := h.c.ValidateOffsetCommit("g", c.member, c.epoch, nil, 9); got != c.want {
+			t.Fatalf("OffsetCommit v9 %s@%d: %d, want %d", c.member, c.epoch, got, c.want)
+		}
+	}
+	// A member must use OffsetCommit v9+ (Kafka: UNSUPPORTED_VERSION); the
+	// check is the member's, so an unknown member still gets
+	// UNKNOWN_MEMBER_ID, and a TxnOffsetCommit (ValidateCommit) is not
+	// checked.
+	for _, v := range []int16{0, 2, 8} {
+		if got := h.c.ValidateOffsetCommit("g", "a", 2, nil, v); got != errUnsupportedVersion {
+			t.Fatalf("OffsetCommit v%d from member a: %d, want UNSUPPORTED_VERSION", v, got)
+		}
+		if got := h.c.ValidateOffsetCommit("g", "zz", 2, nil, v); got != errUnknownMemberID {
+			t.Fatalf("OffsetCommit v%d from unknown member: %d", v, got)
+		}
 	}
 	for _, c := range []struct {
 		member *string
@@ -825,6 +840,9 @@ func TestConsumerCommitFetchValidation(t *testing.T) {
 	h.hb(cleave("g", "b", -1), tp, 0)
 	if got := h.c.ValidateCommit("g", "", -1, nil); got != 0 {
 		t.Fatal(got)
+	}
+	if got := h.c.ValidateOffsetCommit("g", "", -1, nil, 2); got != 0 {
+		t.Fatalf("admin OffsetCommit v2 to an empty consumer group: %d", got)
 	}
 	if got := h.c.ValidateCommit("g", "a", 2, nil); got != errUnknownMemberID {
 		t.Fatal(got)

@@ -191,6 +191,7 @@ type group struct {
 	order        []string             // member ids in join order (leader choice)
 	statics      map[string]string    // instance id -> member id
 	pendingIDs   map[string]time.Time // KIP-394 ids awaiting their rejoin, by expiry
+	emptySince   time.Time            // when it was created or last became Empty
 
 	rebalanceDeadline time.Time // PreparingRebalance: give up on missing members
 	initialUntil      time.Time // PreparingRebalance from Empty: initial delay end
@@ -269,6 +270,32 @@ func (c *Coordinator) State(group string) (state string, exists bool) {
 	return g.state, true
 }
 
+// EmptyGroups returns the groups of either protocol that have no member,
+// each with the time it became empty: when it was created (EnsureGroup
+// included, so after Reset no group is older than the reset) or lost its
+// last member. A classic group with member ids awaiting their second
+// JoinGroup is not listed. The broker expires the committed offsets of groups empty
+// for longer than offsets.retention.minutes, and deletes empty groups that
+// have none.
+func (c *Coordinator) EmptyGroups() map[string]time.Time {
+	c.lock()
+	defer c.unlock()
+	out := make(map[string]time.Time)
+	for id, g := range c.groups {
+		// Member ids handed out and awaiting their rejoin (KIP-394)
+		// make a group about to be joined, not an abandoned one.
+		if g.state == StateEmpty && len(g.members) == 0 && len(g.pendingIDs) == 0 {
+			out[id] = g.emptySince
+		}
+	}
+	for id, cg := range c.cgroups {
+		if len(cg.members) == 0 {
+			out[id] = cg.emptySince
+		}
+	}
+	return out
+}
+
 // EnsureGroup registers group as Empty if it is unknown, for groups that
 // exist only through committed offsets (for instance loaded from
 // __consumer_offsets at startup), so ListGroups, DescribeGroups and
@@ -311,6 +338,7 @@ func (c *Coordinator) getOrCreate(id string) (*group, int16) {
 		members:    make(map[string]*member),
 		statics:    make(map[string]string),
 		pendingIDs: make(map[string]time.Time),
+		emptySince: c.clock.Now(),
 	}
 	c.groups[id] = g
 	return g, errNone
@@ -533,6 +561,7 @@ func (c *Coordinator) becomeEmpty(g *group) {
 	g.state = StateEmpty
 	g.protocol = ""
 	g.leader = ""
+	g.emptySince = c.clock.Now()
 	c.notifyEmpty(g.id)
 	c.log.Info("group is empty", "group", g.id, "generation", g.generation)
 }

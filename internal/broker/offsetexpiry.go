@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"context"
+	"sort"
+	"time"
+)
+
+// Offsets retention, as Kafka's offsets.retention.minutes (KIP-211): the
+// committed offsets of a group expire once the group has had no member for
+// the retention period, and an empty group without offsets is deleted.
+// Expiry is written as tombstones to __consumer_offsets, so a restart or a
+// new leader rebuilds the same store, and the compaction cleaner later
+// drops both.
+
+// expiredOffsets returns the keys of offsets whose retention has passed as
+// of now, sorted. empty holds the groups with no member and the time each
+// became empty; groups missing from it have members (or are unknown to the
+// coordinator) and keep their offsets. An offset expires when both its
+// group's empty time and its own commit time are at least retention old:
+// a simple consumer that commits without joining keeps every partition it
+// still commits, as in Kafka. pending keys (transactional commits awaiting
+// their marker) never expire.
+func expiredOffsets(offsets map[offsetKey]committed, empty map[string]time.Time, pending map[offsetKey]bool, now time.Time, retention time.Duration) []offsetKey {
+	var out []offsetKey
+	for k, c := range offsets {
+		since, ok := empty[k.group]
+		if !ok || pending[k] {
+			continue
+		}
+		if committedAt := time.UnixMilli(c.commitMs); committedAt.After(since) {
+			since = committedAt
+		}
+		if now.Sub(since) >= retention {
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.group != b.group {
+			return a.group < b.group
+		}
+		if a.topic != b.topic {
+			return a.topic < b.topic
+		}
+		return a.partition < b.partition
+	})
+	return out
+}
+
+// ExpireOffsets runs one offsets-retention pass as of now: it tombstones
+// the committed offsets of groups empty for longer than
+// OffsetsRetentionMinutes, then deletes the empty groups that have no
+// offsets left. It returns how many offsets and groups it removed. Only a
+// broker that writes its own state runs it (a single node, a static
+// leader, a failover leader that serves); it is a no-op with
+// OffsetsRetentionMinutes -1.
+func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, groups int, err error) {
+	if b.cfg.OffsetsRetentionMinutes < 0 || b.following() || b.fenced() {
+		return 0, 0, nil
+	}
+	retention := time.Duration(b.cfg.OffsetsRetentionMinutes) * time.Minute
+	empty := b.groups.EmptyGroups()
+	// Exclusive: no commit is between its append and its apply while
+	// the tombstones are chosen and written, and none starts until the
+	// empty groups without offsets are deleted.
+	b.offsets.writes.Lock()
+	defer b.offsets.writes.Unlock()
+	expired := expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)
+	if len(expired) > 0 {
+		writes := make([]offsetWrite, len(expired))
+		for i, k := range expired {
+			writes[i] = offsetWrite{key: k, tombstone: true}
+		}
+		if err := b.writeOffsetsGated(ctx, writes); err != nil {
+			b.log.Error("offsets retention: writing tombstones failed; retrying at the next check", "offsets", len(writes), "err", err)
+			return 0, 0, err
+		}
+		b.log.Info("offsets retention: expired committed offsets", "offsets", len(expired), "retention_minutes", b.cfg.OffsetsRetentionMinutes)
+	}
+	var drop []string
+	for g := range empty {
+		if !b.offsets.hasGroup(g) {
+			drop = append(drop, g)
+		}
+	}
+	sort.Strings(drop)
+	for g, code := range b.groups.Delete(drop) {
+		if code == 0 {
+			groups++
+			b.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
+		}
+	}
+	return len(expired), groups, nil
+}
+
+// snapshot copies the committed offsets of the given groups.
+func (s *offsetStore) snapshot(groups map[string]time.Time) map[offsetKey]committed {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[offsetKey]committed)
+	for g := range groups {
+		for k := range s.groups[g] {
+			out[k] = s.byKey[k]
+		}
+	}
+	return out
+}
+
+// pendingKeys returns the keys that open transactions have commits for.
+func (s *offsetStore) pendingKeys() map[offsetKey]bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[offsetKey]bool)
+	for _, writes := range s.pending {
+		for _, w := range writes {
+			out[w.key] = true
+		}
+	}
+	return out
+}
+
+// hasGroup reports whether group has committed offsets, applied or
+// pending in an open transaction.
+func (s *offsetStore) hasGroup(group string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.groups[group]) > 0 {
+		return true
+	}
+	for _, writes := range s.pending {
+		for _, w := range writes {
+			if w.key.group == group {
+				return true
+			}
+		}
+	}
+	return false
+}
