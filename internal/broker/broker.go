@@ -253,8 +253,14 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		go func() { defer b.wg.Done(); b.txc.run(ctx) }()
 		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.recoveryPointLoop(ctx) }()
+	// Every replica: producer state is memory derived from each one's
+	// own copy of the log.
+	go func() {
+		defer b.wg.Done()
+		every(ctx, time.Duration(b.cfg.ProducerIdExpirationCheckMs)*time.Millisecond, func(now time.Time) { b.ExpireProducers(now) })
+	}()
 	if b.repl != nil {
 		if err := b.repl.start(ctx); err != nil {
 			return fail(err)

@@ -30,9 +30,10 @@ const producerIDBlock = 1000
 // shutdown, so start-up scans only what was appended after it.
 const producerSnapshotFile = "producer-snapshot.json"
 
-func batchInfo(h recordbatch.Header) producer.BatchInfo {
+// batchInfo is what the producer state needs of a batch appended at nowMs.
+func batchInfo(h recordbatch.Header, nowMs int64) producer.BatchInfo {
 	return producer.BatchInfo{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch,
-		BaseSequence: h.BaseSequence, Count: h.LastOffsetDelta + 1}
+		BaseSequence: h.BaseSequence, Count: h.LastOffsetDelta + 1, AppendMs: nowMs}
 }
 
 // scanBatches calls fn for every stored batch in [from, to) of p.
@@ -70,8 +71,10 @@ type partitionSnapshot struct {
 
 // applyBatch updates a partition's producer and transaction state for a
 // stored batch. It is used both when rebuilding from the log and after
-// every append, so the two can never disagree.
-func applyBatch(p *partition, h recordbatch.Header, batch []byte) error {
+// every append, so the two can never disagree. nowMs is the append's time
+// (the rebuild's, for a batch found in the log), from which an idle
+// producer's expiry is measured.
+func applyBatch(p *partition, h recordbatch.Header, batch []byte, nowMs int64) error {
 	if h.ProducerID < 0 {
 		return nil
 	}
@@ -87,11 +90,11 @@ func applyBatch(p *partition, h recordbatch.Header, batch []byte) error {
 		p.txnMu.Lock()
 		p.txns.OnMarker(h.ProducerID, h.ProducerEpoch, typ, h.BaseOffset)
 		p.txnMu.Unlock()
-		p.producers.ObserveEpoch(h.ProducerID, h.ProducerEpoch)
+		p.producers.ObserveEpoch(h.ProducerID, h.ProducerEpoch, nowMs)
 		return nil
 	}
 	if h.BaseSequence >= 0 {
-		p.producers.Record(batchInfo(h), h.BaseOffset)
+		p.producers.Record(batchInfo(h, nowMs), h.BaseOffset)
 	}
 	if h.Transactional() {
 		p.txnMu.Lock()
@@ -108,13 +111,14 @@ func (b *Broker) loadProducerState(p *partition) error {
 	path := filepath.Join(p.log.Dir(), producerSnapshotFile)
 	p.producers, p.txns = producer.New(), txn.NewPartition()
 	from := p.log.StartOffset()
+	now := time.Now().UnixMilli()
 	if data, err := vfs.ReadFile(b.fs, path); err == nil {
 		var snap partitionSnapshot
 		err := json.Unmarshal(data, &snap)
 		var ps *producer.State
 		var ts *txn.Partition
 		if err == nil {
-			ps, _, err = producer.Load(snap.Producers)
+			ps, _, err = producer.Load(snap.Producers, now)
 		}
 		if err == nil {
 			ts, err = txn.LoadPartition(snap.Txns)
@@ -131,7 +135,7 @@ func (b *Broker) loadProducerState(p *partition) error {
 	// so a crash later cannot pair it with a truncated log.
 	_ = b.fs.Remove(path)
 	return scanBatches(p, from, p.log.EndOffset(), func(h recordbatch.Header, batch []byte) error {
-		return applyBatch(p, h, batch)
+		return applyBatch(p, h, batch, now)
 	})
 }
 
@@ -151,6 +155,34 @@ func (b *Broker) saveProducerState(p *partition) {
 	if err := vfs.WriteFileAtomic(b.fs, path, data); err != nil {
 		b.log.Warn("could not write producer snapshot; the next start rescans the log", "topic", p.topic, "partition", p.index, "err", err)
 	}
+}
+
+// ExpireProducers forgets, in every partition, the idempotent producers
+// that have written nothing there for ProducerIdExpirationMs as of now and
+// have no open transaction there (Kafka's producer.id.expiration.ms), and
+// returns how many it forgot. Every replica runs it on its own state;
+// nothing is written.
+func (b *Broker) ExpireProducers(now time.Time) int {
+	n := 0
+	for _, t := range b.sortedTopics() {
+		for _, p := range t.partitions {
+			p.appendMu.Lock()
+			var gone []int64
+			if p.producers != nil {
+				gone = p.producers.ExpireIdle(now.UnixMilli(), b.cfg.ProducerIdExpirationMs, func(id int64) bool {
+					p.txnMu.Lock()
+					defer p.txnMu.Unlock()
+					return p.txns.IsOpen(id)
+				})
+			}
+			p.appendMu.Unlock()
+			if len(gone) > 0 {
+				n += len(gone)
+				b.log.Info("forgot idle producers", "topic", t.name, "partition", p.index, "producers", len(gone), "expiration_ms", b.cfg.ProducerIdExpirationMs)
+			}
+		}
+	}
+	return n
 }
 
 // nextProducerID hands out a producer id, reserving a new block in

@@ -431,7 +431,7 @@ func (b *Broker) appendOwnSync(p *partition, batch []byte, kick bool) (int64, er
 	}
 	if err == nil {
 		h.BaseOffset = base
-		err = applyBatch(p, h, batch)
+		err = applyBatch(p, h, batch, time.Now().UnixMilli())
 	}
 	p.appendMu.Unlock()
 	if err != nil {

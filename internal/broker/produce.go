@@ -336,7 +336,7 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 		}
 	}
 	if h := headers[0]; h.ProducerID >= 0 {
-		v := p.producers.Check(batchInfo(h))
+		v := p.producers.Check(batchInfo(h, 0)) // Check reads no time
 		if v.Code != 0 {
 			return res, v.Code, ""
 		}
@@ -351,6 +351,7 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 		// Checked under the append lock: this replica stopped leading.
 		return res, errNotLeaderOrFollower, ""
 	}
+	now := time.Now().UnixMilli()
 	for i, batch := range batches {
 		base, err := p.log.Append(batch, b.epoch.Load())
 		if err != nil {
@@ -362,7 +363,7 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 		}
 		res.last = base + int64(headers[i].LastOffsetDelta)
 		headers[i].BaseOffset = base
-		if err := applyBatch(p, headers[i], batch); err != nil {
+		if err := applyBatch(p, headers[i], batch, now); err != nil {
 			b.log.Error("producer state update failed", "topic", t.name, "partition", p.index, "err", err)
 		}
 	}

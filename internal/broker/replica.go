@@ -921,7 +921,7 @@ func (l replicaLog) AppendReplica(batch []byte) error {
 	}
 	h, err := recordbatch.ParseHeader(batch)
 	if err == nil {
-		err = applyBatch(p, h, batch)
+		err = applyBatch(p, h, batch, time.Now().UnixMilli())
 	}
 	if err != nil {
 		l.b.log.Error("producer state update failed", "topic", p.topic, "partition", p.index, "err", err)
@@ -961,8 +961,9 @@ func (l replicaLog) rebuildAfter(cut func() error) error {
 	p.txnMu.Lock()
 	p.producers, p.txns = ps, ts
 	p.txnMu.Unlock()
+	now := time.Now().UnixMilli()
 	return scanBatches(p, p.log.StartOffset(), p.log.EndOffset(), func(h recordbatch.Header, batch []byte) error {
-		return applyBatch(p, h, batch)
+		return applyBatch(p, h, batch, now)
 	})
 }
 

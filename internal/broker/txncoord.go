@@ -937,10 +937,10 @@ func (b *Broker) handleDescribeProducers(r *kmsg.DescribeProducersRequest) kmsg.
 			p.appendMu.Lock()
 			p.txnMu.Lock()
 			open := p.txns.OpenTransactions()
-			p.producers.Each(func(id int64, epoch int16, lastSeq int32, lastOffset int64) {
+			p.producers.Each(func(id int64, epoch int16, lastSeq int32, lastOffset, lastMs int64) {
 				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
 				ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = id, int32(epoch), lastSeq
-				ap.LastTimestamp, ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = -1, 0, -1
+				ap.LastTimestamp, ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = lastMs, 0, -1
 				if first, ok := open[id]; ok {
 					ap.CurrentTxnStartOffset = first
 					delete(open, id)

@@ -84,6 +84,14 @@ type Server struct {
 	// are looked for (Kafka's offsets.retention.check.interval.ms).
 	// Default 600000.
 	OffsetsRetentionCheckMs int64
+	// ProducerIdExpirationMs is Kafka's producer.id.expiration.ms: a
+	// partition forgets an idempotent producer that has written nothing to
+	// it for this long (and has no open transaction there). Default
+	// 86400000 (1 day).
+	ProducerIdExpirationMs int64
+	// ProducerIdExpirationCheckMs is how often idle producers are looked
+	// for (producer.id.expiration.check.interval.ms). Default 600000.
+	ProducerIdExpirationCheckMs int64
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// Replication configures the replication group (seed 000).
@@ -179,8 +187,13 @@ const (
 	// DefaultOffsetsRetentionCheckMs is Kafka's
 	// offsets.retention.check.interval.ms.
 	DefaultOffsetsRetentionCheckMs = 600000
-	DefaultAckTimeoutSeconds       = 5
-	DefaultIsrLagSeconds           = 10
+	// DefaultProducerIdExpirationMs is Kafka's producer.id.expiration.ms.
+	DefaultProducerIdExpirationMs = 24 * 3600 * 1000
+	// DefaultProducerIdExpirationCheckMs is Kafka's
+	// producer.id.expiration.check.interval.ms.
+	DefaultProducerIdExpirationCheckMs = 600000
+	DefaultAckTimeoutSeconds           = 5
+	DefaultIsrLagSeconds               = 10
 )
 
 // Default returns the configuration `moonmq serve` runs with when given no
@@ -307,6 +320,12 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if s.OffsetsRetentionCheckMs == 0 {
 		s.OffsetsRetentionCheckMs = DefaultOffsetsRetentionCheckMs
 	}
+	if s.ProducerIdExpirationMs == 0 {
+		s.ProducerIdExpirationMs = DefaultProducerIdExpirationMs
+	}
+	if s.ProducerIdExpirationCheckMs == 0 {
+		s.ProducerIdExpirationCheckMs = DefaultProducerIdExpirationCheckMs
+	}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -388,6 +407,12 @@ func (s *Server) Validate() error {
 	}
 	if s.OffsetsRetentionCheckMs < 10 {
 		bad("OffsetsRetentionCheckMs", "%d must be at least 10", s.OffsetsRetentionCheckMs)
+	}
+	if s.ProducerIdExpirationMs < 1 {
+		bad("ProducerIdExpirationMs", "%d must be positive", s.ProducerIdExpirationMs)
+	}
+	if s.ProducerIdExpirationCheckMs < 10 {
+		bad("ProducerIdExpirationCheckMs", "%d must be at least 10", s.ProducerIdExpirationCheckMs)
 	}
 	if _, err := ParseLevel(s.LogLevel); err != nil {
 		bad("LogLevel", "%v", err)

@@ -1,9 +1,12 @@
 // Package producer owns the per-partition state of idempotent producers:
-// for each producer id its epoch and the sequence ranges of its last five
-// batches, and the rules that turn a new batch into "append", "duplicate of
-// an earlier append" or an error (Kafka's KIP-98 semantics).
+// for each producer id its epoch, the sequence ranges of its last five
+// batches and when it last wrote, and the rules that turn a new batch into
+// "append", "duplicate of an earlier append" or an error (Kafka's KIP-98
+// semantics), and that forget producers idle for longer than
+// producer.id.expiration.ms.
 //
-// It is a pure state machine: no I/O, no clocks, no locks. The caller
+// It is a pure state machine: no I/O, no clocks (the caller passes times
+// in), no locks. The caller
 // serialises Check and Record with the partition's appends, rebuilds state
 // by calling Record for every stored batch (or loads a Snapshot), and
 // persists snapshots where it likes.
@@ -34,6 +37,10 @@ type BatchInfo struct {
 	BaseSequence  int32
 	// Count is the number of records (lastOffsetDelta + 1).
 	Count int32
+	// AppendMs is when the batch was appended, in Unix milliseconds, by
+	// the broker's clock (a batch found while rebuilding from the log
+	// counts as appended at the rebuild); expiry is measured from it.
+	AppendMs int64
 }
 
 // LastSequence is the sequence of the batch's last record; sequences wrap
@@ -52,6 +59,7 @@ type entry struct {
 type producer struct {
 	Epoch   int16
 	Batches []entry // oldest first, at most keep
+	LastMs  int64   // latest AppendMs of its batches and markers
 }
 
 // State is the idempotence state of one partition.
@@ -126,6 +134,7 @@ func (s *State) Record(b BatchInfo, baseOffset int64) {
 		p.Epoch = b.ProducerEpoch
 		p.Batches = p.Batches[:0]
 	}
+	p.LastMs = max(p.LastMs, b.AppendMs)
 	p.Batches = append(p.Batches, entry{FirstSeq: b.BaseSequence, LastSeq: b.LastSequence(), BaseOffset: baseOffset})
 	if len(p.Batches) > keep {
 		p.Batches = append(p.Batches[:0], p.Batches[len(p.Batches)-keep:]...)
@@ -136,13 +145,14 @@ func (s *State) Record(b BatchInfo, baseOffset int64) {
 // at epoch. A marker with a newer epoch (a fencing abort, or a transactions
 // v2 commit) raises the stored epoch, so a delayed batch from the older
 // epoch is refused with INVALID_PRODUCER_EPOCH instead of landing after the
-// marker, as Kafka does.
-func (s *State) ObserveEpoch(producerID int64, epoch int16) {
+// marker, as Kafka does. nowMs is when the marker was appended.
+func (s *State) ObserveEpoch(producerID int64, epoch int16, nowMs int64) {
 	p := s.producers[producerID]
 	if p == nil {
-		s.producers[producerID] = &producer{Epoch: epoch}
+		s.producers[producerID] = &producer{Epoch: epoch, LastMs: nowMs}
 		return
 	}
+	p.LastMs = max(p.LastMs, nowMs)
 	if epoch > p.Epoch {
 		p.Epoch = epoch
 		p.Batches = p.Batches[:0]
@@ -167,9 +177,10 @@ func (s *State) Truncate(offset int64) {
 	}
 }
 
-// Each calls fn for every producer with its epoch, last sequence and the
-// base offset of its last batch (for DescribeProducers).
-func (s *State) Each(fn func(id int64, epoch int16, lastSeq int32, lastOffset int64)) {
+// Each calls fn for every producer with its epoch, last sequence, the
+// base offset of its last batch and the time of its last write (for
+// DescribeProducers).
+func (s *State) Each(fn func(id int64, epoch int16, lastSeq int32, lastOffset, lastMs int64)) {
 	ids := make([]int64, 0, len(s.producers))
 	for id := range s.producers {
 		ids = append(ids, id)
@@ -181,7 +192,7 @@ func (s *State) Each(fn func(id int64, epoch int16, lastSeq int32, lastOffset in
 		if n := len(p.Batches); n > 0 {
 			lastSeq, lastOff = p.Batches[n-1].LastSeq, p.Batches[n-1].BaseOffset
 		}
-		fn(id, p.Epoch, lastSeq, lastOff)
+		fn(id, p.Epoch, lastSeq, lastOff, p.LastMs)
 	}
 }
 
@@ -192,6 +203,28 @@ func (s *State) EpochOf(producerID int64) (int16, bool) {
 		return 0, false
 	}
 	return p.Epoch, true
+}
+
+// ExpireIdle forgets every producer that has written nothing (no batch, no
+// marker) for maxIdleMs as of nowMs, except those busy reports (the
+// caller's test for an open transaction, which must keep its producer: its
+// epoch fences zombies until the transaction ends). It returns the ids
+// forgotten, sorted. A forgotten producer that writes again must start a
+// new sequence (a batch at sequence 0 is accepted; any other gets
+// UNKNOWN_PRODUCER_ID, and clients then reset), as in Kafka after
+// producer.id.expiration.ms.
+func (s *State) ExpireIdle(nowMs, maxIdleMs int64, busy func(id int64) bool) []int64 {
+	var out []int64
+	for id, p := range s.producers {
+		if nowMs-p.LastMs >= maxIdleMs && (busy == nil || !busy(id)) {
+			out = append(out, id)
+		}
+	}
+	for _, id := range out {
+		delete(s.producers, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // Len is the number of producers tracked.
@@ -207,6 +240,7 @@ type snapshotProducer struct {
 	ID      int64
 	Epoch   int16
 	Batches []entry
+	LastMs  int64 `json:",omitempty"`
 }
 
 // Snapshot serialises the state as of log offset end (the next offset to
@@ -214,15 +248,17 @@ type snapshotProducer struct {
 func (s *State) Snapshot(end int64) []byte {
 	snap := snapshot{Offset: end}
 	for id, p := range s.producers {
-		snap.Producers = append(snap.Producers, snapshotProducer{ID: id, Epoch: p.Epoch, Batches: p.Batches})
+		snap.Producers = append(snap.Producers, snapshotProducer{ID: id, Epoch: p.Epoch, Batches: p.Batches, LastMs: p.LastMs})
 	}
 	sort.Slice(snap.Producers, func(i, j int) bool { return snap.Producers[i].ID < snap.Producers[j].ID })
 	b, _ := json.Marshal(snap)
 	return b
 }
 
-// Load restores a snapshot and returns the offset it covers.
-func Load(data []byte) (*State, int64, error) {
+// Load restores a snapshot and returns the offset it covers. A producer
+// without a last-write time (a snapshot from before expiry existed) counts
+// as having written at nowMs.
+func Load(data []byte, nowMs int64) (*State, int64, error) {
 	var snap snapshot
 	if err := json.Unmarshal(data, &snap); err != nil {
 		return nil, 0, fmt.Errorf("producer snapshot: %w", err)
@@ -232,7 +268,11 @@ func Load(data []byte) (*State, int64, error) {
 		if len(p.Batches) > keep {
 			return nil, 0, fmt.Errorf("producer snapshot: %d batches for producer %d", len(p.Batches), p.ID)
 		}
-		s.producers[p.ID] = &producer{Epoch: p.Epoch, Batches: p.Batches}
+		last := p.LastMs
+		if last == 0 {
+			last = nowMs
+		}
+		s.producers[p.ID] = &producer{Epoch: p.Epoch, Batches: p.Batches, LastMs: last}
 	}
 	return s, snap.Offset, nil
 }

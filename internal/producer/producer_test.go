@@ -44,15 +44,15 @@ func TestSequenceRules(t *testing.T) {
 func TestMarkerEpochFencesOlderBatches(t *testing.T) {
 	s := New()
 	s.Record(BatchInfo{ProducerID: 4, ProducerEpoch: 1, BaseSequence: 0, Count: 2}, 10)
-	s.ObserveEpoch(4, 2) // an abort marker written with a bumped epoch
+	s.ObserveEpoch(4, 2, 0) // an abort marker written with a bumped epoch
 	if v := s.Check(BatchInfo{ProducerID: 4, ProducerEpoch: 1, BaseSequence: 2, Count: 1}); v.Code != ErrInvalidProducerEpoch {
 		t.Fatalf("a delayed batch of the fenced epoch: %+v", v)
 	}
 	if v := s.Check(BatchInfo{ProducerID: 4, ProducerEpoch: 2, BaseSequence: 0, Count: 1}); v.Code != 0 {
 		t.Fatalf("the new epoch starting at 0: %+v", v)
 	}
-	s.ObserveEpoch(4, 2) // a repeated marker changes nothing
-	s.ObserveEpoch(9, 0) // a marker for an unknown producer
+	s.ObserveEpoch(4, 2, 0) // a repeated marker changes nothing
+	s.ObserveEpoch(9, 0, 0) // a marker for an unknown producer
 	if v := s.Check(BatchInfo{ProducerID: 9, ProducerEpoch: 0, BaseSequence: 0, Count: 1}); v.Code != 0 {
 		t.Fatalf("after a marker for an unknown producer: %+v", v)
 	}
@@ -110,7 +110,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	s := New()
 	s.Record(BatchInfo{ProducerID: 9, ProducerEpoch: 2, BaseSequence: 0, Count: 2}, 40)
 	s.Record(BatchInfo{ProducerID: 10, ProducerEpoch: 0, BaseSequence: 0, Count: 1}, 42)
-	got, off, err := Load(s.Snapshot(43))
+	got, off, err := Load(s.Snapshot(43), 0)
 	if err != nil || off != 43 || got.Len() != 2 {
 		t.Fatalf("load: %v %d %d", err, off, got.Len())
 	}
@@ -121,7 +121,71 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if got.Len() != 1 {
 		t.Fatalf("truncate kept %d producers", got.Len())
 	}
-	if _, _, err := Load([]byte("{")); err == nil {
+	if _, _, err := Load([]byte("{"), 0); err == nil {
 		t.Fatal("damaged snapshot accepted")
+	}
+}
+
+// TestExpireIdle checks producer.id.expiration.ms: a producer is forgotten
+// once neither a batch nor a marker came from it for the expiration time,
+// unless the caller says it is busy (an open transaction); the time
+// survives a snapshot, and a snapshot without times counts as "now".
+func TestExpireIdle(t *testing.T) {
+	const day = 24 * 3600 * 1000
+	s := New()
+	at := func(id int64, epoch int16, seq, n int32, ms int64) BatchInfo {
+		return BatchInfo{ProducerID: id, ProducerEpoch: epoch, BaseSequence: seq, Count: n, AppendMs: ms}
+	}
+	s.Record(at(1, 0, 0, 1, 1000), 0)     // idle since 1000
+	s.Record(at(2, 0, 0, 1, 1000), 1)     // writes again later
+	s.Record(at(2, 0, 1, 1, 5000), 2)     //
+	s.Record(at(3, 0, 0, 1, 1000), 3)     // a marker later
+	s.ObserveEpoch(3, 1, 6000)            //
+	s.Record(at(4, 0, 0, 1, 1000), 4)     // busy: an open transaction
+	s.Record(at(5, 0, 0, 1, 1000+day), 5) // recent
+
+	if got := s.ExpireIdle(1000+day-1, day, nil); len(got) != 0 {
+		t.Fatalf("a millisecond early: expired %v", got)
+	}
+	snap := s.Snapshot(6)
+	busy := func(id int64) bool { return id == 4 }
+	got := s.ExpireIdle(1000+day, day, busy)
+	if len(got) != 1 || got[0] != 1 {
+		t.Fatalf("at 1 day: expired %v, want [1]", got)
+	}
+	if got := s.ExpireIdle(6000+day, day, busy); len(got) != 2 || got[0] != 2 || got[1] != 3 {
+		t.Fatalf("later: expired %v, want [2 3]", got)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("%d producers left, want 2 (the busy one and the recent one)", s.Len())
+	}
+	// A forgotten producer may start again at sequence 0 only.
+	if v := s.Check(at(1, 0, 1, 1, 0)); v.Code != ErrUnknownProducerID {
+		t.Fatalf("expired producer continuing its sequence: %+v", v)
+	}
+	if v := s.Check(at(1, 0, 0, 1, 0)); v.Code != 0 {
+		t.Fatalf("expired producer starting over: %+v", v)
+	}
+
+	// The snapshot taken before keeps the times.
+	loaded, _, err := Load(snap, 9*day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded.ExpireIdle(1000+day, day, busy); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("after a snapshot: expired %v, want [1]", got)
+	}
+	// A snapshot without times (older format) counts every producer as
+	// having written when it is loaded.
+	old := []byte(`{"Offset":6,"Producers":[{"ID":7,"Epoch":0,"Batches":[{"FirstSeq":0,"LastSeq":0,"BaseOffset":0}]}]}`)
+	loaded, _, err = Load(old, 9*day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded.ExpireIdle(10*day-1, day, nil); len(got) != 0 {
+		t.Fatalf("old snapshot, before a day since loading: expired %v", got)
+	}
+	if got := loaded.ExpireIdle(10*day, day, nil); len(got) != 1 {
+		t.Fatalf("old snapshot, a day after loading: expired %v", got)
 	}
 }
