@@ -40,6 +40,10 @@ type txnEntry struct {
 	// stateEnd is the __transaction_state offset durability must reach
 	// for meta to be on disk (guarded by mu).
 	stateEnd int64
+	// removed is set (under mu) once the id expired and the entry left
+	// the coordinator's maps: a caller that found the entry before must
+	// look the id up again (lockEntry).
+	removed bool
 }
 
 func newTxnCoordinator(b *Broker) *txnCoordinator {
@@ -55,6 +59,22 @@ func (c *txnCoordinator) entry(id string, create bool) *txnEntry {
 		c.byID[id] = e
 	}
 	return e
+}
+
+// lockEntry finds and locks a transactional id's entry (creating it if
+// create), never one that expired meanwhile; nil when there is none.
+func (c *txnCoordinator) lockEntry(id string, create bool) *txnEntry {
+	for {
+		e := c.entry(id, create)
+		if e == nil {
+			return nil
+		}
+		e.mu.Lock()
+		if !e.removed {
+			return e
+		}
+		e.mu.Unlock()
+	}
 }
 
 // install publishes m as e's state.
@@ -130,6 +150,9 @@ func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.removed {
+		return nil, 0, txn.ErrInvalidProducerIDMapping
+	}
 	m := e.meta.Load()
 	if code := m.CheckProducer(pid, epoch, true); code != 0 {
 		if epoch < m.Epoch {
@@ -422,8 +445,7 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 		resp.ErrorCode = txn.ErrInvalidTransactionTimeout
 		return resp
 	}
-	e := c.entry(id, true)
-	e.mu.Lock()
+	e := c.lockEntry(id, true)
 	defer e.mu.Unlock()
 	now := time.Now().UnixMilli()
 	m := e.meta.Load()
@@ -493,11 +515,10 @@ func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProduc
 // lockTxn finds and locks a transactional id's entry and validates the
 // producer; the caller unlocks e.mu when code is 0.
 func (c *txnCoordinator) lockTxn(id string, pid int64, epoch int16, newErrors bool) (*txnEntry, int16) {
-	e := c.entry(id, false)
+	e := c.lockEntry(id, false)
 	if e == nil {
 		return nil, txn.ErrInvalidProducerIDMapping
 	}
-	e.mu.Lock()
 	m := e.meta.Load()
 	if m == nil {
 		e.mu.Unlock()
@@ -590,8 +611,7 @@ func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.R
 	// (if an earlier attempt was cut short) and answer as the first
 	// attempt would have. Under transactions v2 the retry carries the
 	// epoch from before the bump.
-	if e := b.txc.entry(r.TransactionalID, false); e != nil {
-		e.mu.Lock()
+	if e := b.txc.lockEntry(r.TransactionalID, false); e != nil {
 		m := e.meta.Load()
 		sameEpoch := m != nil && r.ProducerID == m.ProducerID && (r.ProducerEpoch == m.Epoch || v2 && r.ProducerEpoch == m.Epoch-1)
 		var handled bool
@@ -846,14 +866,84 @@ func (c *txnCoordinator) abortExpired(ctx context.Context, now time.Time) {
 func (c *txnCoordinator) run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	idle := time.NewTicker(time.Duration(c.b.cfg.TransactionalIdExpirationCheckMs) * time.Millisecond)
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			c.abortExpired(ctx, now)
+		case now := <-idle.C:
+			c.b.ExpireTransactionalIDs(ctx, now)
 		}
 	}
+}
+
+// ExpireTransactionalIDs deletes the transactional ids that have had no
+// transaction and no change for TransactionalIdExpirationMs as of now
+// (Kafka's transactional.id.expiration.ms), each with a tombstone in
+// __transaction_state that is durable before the id leaves memory, and
+// returns how many it deleted. The id's next InitProducerId starts afresh
+// with a new producer id. Only a broker that writes its own state runs it.
+func (b *Broker) ExpireTransactionalIDs(ctx context.Context, now time.Time) int {
+	if b.following() || b.fenced() {
+		return 0
+	}
+	c := b.txc
+	exp := b.cfg.TransactionalIdExpirationMs
+	c.mu.Lock()
+	var due []*txnEntry
+	for _, e := range c.byID {
+		if m := e.meta.Load(); m != nil && m.Idle(now.UnixMilli(), exp) {
+			due = append(due, e)
+		}
+	}
+	c.mu.Unlock()
+	n := 0
+	for _, e := range due {
+		e.mu.Lock()
+		if m := e.meta.Load(); !e.removed && m.Idle(now.UnixMilli(), exp) {
+			if err := c.writeTombstone(ctx, e, m.ID); err != nil {
+				b.log.Error("expiring an idle transactional id failed; retrying at the next check", "transactional_id", m.ID, "err", err)
+			} else {
+				c.mu.Lock()
+				if c.byID[m.ID] == e {
+					delete(c.byID, m.ID)
+				}
+				if c.byPID[m.ProducerID] == e {
+					delete(c.byPID, m.ProducerID)
+				}
+				c.mu.Unlock()
+				e.removed = true
+				n++
+				b.log.Info("expired an idle transactional id", "transactional_id", m.ID, "producer_id", m.ProducerID, "expiration_ms", exp)
+			}
+		}
+		e.mu.Unlock()
+	}
+	return n
+}
+
+// writeTombstone appends a null value for id to __transaction_state and
+// waits until it is durable. The caller holds e.mu.
+func (c *txnCoordinator) writeTombstone(ctx context.Context, e *txnEntry, id string) error {
+	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
+	if err != nil {
+		return err
+	}
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{
+		Key: txn.EncodeKey(id), Timestamp: time.Now().UnixMilli(),
+	}})
+	if err != nil {
+		return err
+	}
+	end, err := c.b.appendOwn(p, batch)
+	if err != nil {
+		return err
+	}
+	e.stateEnd = end
+	return c.b.waitOwn(ctx, p, end)
 }
 
 func (b *Broker) handleDescribeTransactions(r *kmsg.DescribeTransactionsRequest) kmsg.Response {

@@ -92,6 +92,17 @@ type Server struct {
 	// ProducerIdExpirationCheckMs is how often idle producers are looked
 	// for (producer.id.expiration.check.interval.ms). Default 600000.
 	ProducerIdExpirationCheckMs int64
+	// TransactionalIdExpirationMs is Kafka's
+	// transactional.id.expiration.ms: a transactional id with no
+	// transaction and no change for this long is deleted (a tombstone in
+	// __transaction_state); its next InitProducerId gets a new producer
+	// id. Default 604800000 (7 days).
+	TransactionalIdExpirationMs int64
+	// TransactionalIdExpirationCheckMs is how often idle transactional ids
+	// are looked for (Kafka's
+	// transaction.remove.expired.transaction.cleanup.interval.ms).
+	// Default 3600000.
+	TransactionalIdExpirationCheckMs int64
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// Replication configures the replication group (seed 000).
@@ -192,8 +203,14 @@ const (
 	// DefaultProducerIdExpirationCheckMs is Kafka's
 	// producer.id.expiration.check.interval.ms.
 	DefaultProducerIdExpirationCheckMs = 600000
-	DefaultAckTimeoutSeconds           = 5
-	DefaultIsrLagSeconds               = 10
+	// DefaultTransactionalIdExpirationMs is Kafka's
+	// transactional.id.expiration.ms.
+	DefaultTransactionalIdExpirationMs = 7 * 24 * 3600 * 1000
+	// DefaultTransactionalIdExpirationCheckMs is Kafka's
+	// transaction.remove.expired.transaction.cleanup.interval.ms.
+	DefaultTransactionalIdExpirationCheckMs = 3600000
+	DefaultAckTimeoutSeconds                = 5
+	DefaultIsrLagSeconds                    = 10
 )
 
 // Default returns the configuration `moonmq serve` runs with when given no
@@ -326,6 +343,12 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if s.ProducerIdExpirationCheckMs == 0 {
 		s.ProducerIdExpirationCheckMs = DefaultProducerIdExpirationCheckMs
 	}
+	if s.TransactionalIdExpirationMs == 0 {
+		s.TransactionalIdExpirationMs = DefaultTransactionalIdExpirationMs
+	}
+	if s.TransactionalIdExpirationCheckMs == 0 {
+		s.TransactionalIdExpirationCheckMs = DefaultTransactionalIdExpirationCheckMs
+	}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -413,6 +436,12 @@ func (s *Server) Validate() error {
 	}
 	if s.ProducerIdExpirationCheckMs < 10 {
 		bad("ProducerIdExpirationCheckMs", "%d must be at least 10", s.ProducerIdExpirationCheckMs)
+	}
+	if s.TransactionalIdExpirationMs < 1 {
+		bad("TransactionalIdExpirationMs", "%d must be positive", s.TransactionalIdExpirationMs)
+	}
+	if s.TransactionalIdExpirationCheckMs < 10 {
+		bad("TransactionalIdExpirationCheckMs", "%d must be at least 10", s.TransactionalIdExpirationCheckMs)
 	}
 	if _, err := ParseLevel(s.LogLevel); err != nil {
 		bad("LogLevel", "%v", err)

@@ -174,6 +174,18 @@ func (m *Metadata) Expired(nowMs int64) bool {
 	return m.State == kmsg.TransactionStateOngoing && nowMs-m.StartMs > int64(m.TimeoutMs)
 }
 
+// Idle reports whether a transactional id has had no transaction and no
+// change for expirationMs as of nowMs (Kafka's
+// transactional.id.expiration.ms): only an id with nothing in flight
+// (Empty, CompleteCommit, CompleteAbort) can be idle.
+func (m *Metadata) Idle(nowMs, expirationMs int64) bool {
+	switch m.State {
+	case kmsg.TransactionStateEmpty, kmsg.TransactionStateCompleteCommit, kmsg.TransactionStateCompleteAbort:
+		return nowMs-m.UpdateMs >= expirationMs
+	}
+	return false
+}
+
 // EncodeKey and EncodeValue give the __transaction_state record of m in
 // Kafka's own format (kmsg's TxnMetadataKey v0 and TxnMetadataValue v0).
 func EncodeKey(id string) []byte {

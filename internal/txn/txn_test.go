@@ -157,3 +157,26 @@ func TestLastMarker(t *testing.T) {
 		t.Fatal("truncation kept a marker at the cut")
 	}
 }
+
+func TestIdle(t *testing.T) {
+	const week = 7 * 24 * 3600 * 1000
+	for _, c := range []struct {
+		state kmsg.TransactionState
+		idle  bool
+	}{
+		{kmsg.TransactionStateEmpty, true},
+		{kmsg.TransactionStateCompleteCommit, true},
+		{kmsg.TransactionStateCompleteAbort, true},
+		{kmsg.TransactionStateOngoing, false},
+		{kmsg.TransactionStatePrepareCommit, false},
+		{kmsg.TransactionStatePrepareAbort, false},
+	} {
+		m := &Metadata{State: c.state, UpdateMs: 1000}
+		if got := m.Idle(1000+week, week); got != c.idle {
+			t.Errorf("%v a week after its last change: idle %v, want %v", c.state, got, c.idle)
+		}
+		if m.Idle(1000+week-1, week) {
+			t.Errorf("%v idle a millisecond early", c.state)
+		}
+	}
+}
