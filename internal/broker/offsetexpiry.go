@@ -61,9 +61,17 @@ func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, gro
 	}
 	retention := time.Duration(b.cfg.OffsetsRetentionMinutes) * time.Minute
 	empty := b.groups.EmptyGroups()
+	if len(empty) == 0 {
+		return 0, 0, nil
+	}
 	// Exclusive: no commit is between its append and its apply while
 	// the tombstones are chosen and written, and none starts until the
-	// empty groups without offsets are deleted.
+	// empty groups without offsets are deleted. Taking it waits for the
+	// commits in flight and holds up new ones, so it is taken only when
+	// a look without it finds something to do.
+	if len(expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)) == 0 && !b.offsets.anyMissing(empty) {
+		return 0, 0, nil
+	}
 	b.offsets.writes.Lock()
 	defer b.offsets.writes.Unlock()
 	expired := expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)
@@ -118,6 +126,16 @@ func (s *offsetStore) pendingKeys() map[offsetKey]bool {
 		}
 	}
 	return out
+}
+
+// anyMissing reports whether one of groups has no committed offsets.
+func (s *offsetStore) anyMissing(groups map[string]time.Time) bool {
+	for g := range groups {
+		if !s.hasGroup(g) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasGroup reports whether group has committed offsets, applied or
