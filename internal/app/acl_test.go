@@ -272,6 +272,12 @@ func TestACLs(t *testing.T) {
 	if _, err := kadm.NewClient(bob).DescribeUserSCRAMs(ctxT(t)); !errors.Is(err, kerr.ClusterAuthorizationFailed) {
 		t.Fatalf("bob describes users: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
 	}
+	// Straight to the broker: kgo merges a DescribeLogDirs sent to the
+	// cluster, and the merge drops the top-level error.
+	logDirs, err := bob.DiscoveredBrokers()[0].Request(ctxT(t), kmsg.NewPtrDescribeLogDirsRequest())
+	if ld, _ := logDirs.(*kmsg.DescribeLogDirsResponse); err != nil || ld == nil || ld.ErrorCode != 31 || len(ld.Dirs) != 0 {
+		t.Fatalf("bob describes log dirs: %v %+v, want CLUSTER_AUTHORIZATION_FAILED (31)", err, logDirs)
+	}
 	if _, err := kadm.NewClient(bob).CreateTopic(ctxT(t), 1, 1, nil, "orders-3"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("bob creates a topic: %v, want TOPIC_AUTHORIZATION_FAILED", err)
 	}

@@ -498,6 +498,14 @@ func (b *Broker) authorizeRequest(cn *conn, req protocol.Request) (kmsg.Response
 		return resp, nil, true
 	case *kmsg.DescribeACLsRequest:
 		return whole(cluster(opDescribe), errClusterAuthorizationFailed)
+	case *kmsg.DescribeLogDirsRequest:
+		if cluster(opDescribe) {
+			return nil, nil, false
+		}
+		// Kafka: the error from v3, an empty answer before.
+		resp := r.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+		resp.ErrorCode = errClusterAuthorizationFailed
+		return resp, nil, true
 	case *kmsg.CreateACLsRequest:
 		if cluster(opAlter) {
 			return nil, nil, false

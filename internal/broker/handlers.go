@@ -83,6 +83,8 @@ func (b *Broker) serve(cn *conn, req protocol.Request) (kmsg.Response, func(cont
 		return b.handleDeleteRecords(r), nil
 	case *kmsg.DescribeClusterRequest:
 		return b.handleDescribeCluster(r), nil
+	case *kmsg.DescribeLogDirsRequest:
+		return b.handleDescribeLogDirs(r), nil
 	case *kmsg.OffsetForLeaderEpochRequest:
 		return b.handleOffsetForLeaderEpoch(r), nil
 	case *kmsg.InitProducerIDRequest:

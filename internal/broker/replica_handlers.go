@@ -35,7 +35,8 @@ func (r *replica) endpoints() []replicaEndpoint {
 
 // refuseOnFollower answers a client request a static-mode follower does
 // not serve: only the leader takes writes, reads and coordinator traffic.
-// Metadata, DescribeCluster, DescribeConfigs and ApiVersions are served;
+// Metadata, DescribeCluster, DescribeConfigs, DescribeLogDirs (its own
+// copy) and ApiVersions are served;
 // ListGroups and ListTransactions answer empty; FindCoordinator names the
 // leader; admin writes get NOT_CONTROLLER (the
 // controller id in Metadata is the leader); everything else gets
@@ -44,7 +45,8 @@ func (r *replica) endpoints() []replicaEndpoint {
 func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 	r := b.repl
 	switch q := req.Body.(type) {
-	case *kmsg.ApiVersionsRequest, *kmsg.MetadataRequest, *kmsg.DescribeClusterRequest, *kmsg.DescribeConfigsRequest:
+	case *kmsg.ApiVersionsRequest, *kmsg.MetadataRequest, *kmsg.DescribeClusterRequest, *kmsg.DescribeConfigsRequest,
+		*kmsg.DescribeLogDirsRequest: // each replica describes its own copy
 		return nil, false
 	case *kmsg.ListGroupsRequest, *kmsg.ListTransactionsRequest:
 		// Admin clients ask every broker and merge the answers: groups

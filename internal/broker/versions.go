@@ -24,6 +24,7 @@ var versions = protocol.Table{
 	37: {Min: 0, Max: 3},  // CreatePartitions
 	44: {Min: 0, Max: 1},  // IncrementalAlterConfigs
 	60: {Min: 0, Max: 1},  // DescribeCluster
+	35: {Min: 0, Max: 4},  // DescribeLogDirs (one directory: <DataDir>/topics)
 	22: {Min: 0, Max: 4},  // InitProducerId
 	24: {Min: 0, Max: 3},  // AddPartitionsToTxn (v4+ is transactions v2, not served)
 	25: {Min: 0, Max: 3},  // AddOffsetsToTxn
