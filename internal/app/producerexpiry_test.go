@@ -11,8 +11,8 @@ import (
 
 // TestProducerIdExpiration checks Kafka's producer.id.expiration.ms with
 // real clients: a partition forgets an idle idempotent producer, the same
-// client then goes on producing (it resets after UNKNOWN_PRODUCER_ID) with
-// every record stored exactly once, and a producer with an open transaction
+// client then goes on producing without an error (KIP-360) with every
+// record stored exactly once, and a producer with an open transaction
 // is kept until its transaction ends. The check runs on the broker's own
 // method with a "now" a day ahead, instead of waiting a day.
 func TestProducerIdExpiration(t *testing.T) {
@@ -71,8 +71,8 @@ func TestProducerIdExpiration(t *testing.T) {
 	}
 
 	// The forgotten producer goes on: its next batch continues a sequence
-	// the partition no longer knows; the client resets (a new producer id
-	// or epoch, sequence 0) and retries.
+	// the partition no longer knows, which is accepted (KIP-360), so the
+	// client keeps its identity and sees no error.
 	var old kadm.DescribedProducer
 	for _, p := range ps {
 		old = p
@@ -83,11 +83,11 @@ func TestProducerIdExpiration(t *testing.T) {
 		t.Fatalf("producers of pe after the reset: %v", ps)
 	}
 	for _, p := range ps {
-		if p.ProducerID == old.ProducerID && p.ProducerEpoch == old.ProducerEpoch {
-			t.Fatalf("producer %d/%d went on with its old identity after being forgotten", p.ProducerID, p.ProducerEpoch)
+		if p.ProducerID != old.ProducerID || p.ProducerEpoch != old.ProducerEpoch {
+			t.Fatalf("producer %d/%d became %d/%d: the client had to reset", old.ProducerID, old.ProducerEpoch, p.ProducerID, p.ProducerEpoch)
 		}
-		if p.LastSequence != 49 {
-			t.Fatalf("last sequence %d after 50 records of the reset producer, want 49", p.LastSequence)
+		if p.LastSequence != 99 {
+			t.Fatalf("last sequence %d after 100 records, want 99", p.LastSequence)
 		}
 	}
 	ends, err := adm.ListEndOffsets(ctxT(t), "pe")

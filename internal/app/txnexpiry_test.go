@@ -24,6 +24,9 @@ func TestTransactionalIdExpiration(t *testing.T) {
 	idle := txnClient(t, in.Addr(), "idle")
 	runTxn(t, idle, "first", 4, true)
 	idle.Close()
+	idle2 := txnClient(t, in.Addr(), "idle2")
+	runTxn(t, idle2, "aborted", 2, false)
+	idle2.Close()
 	busy := txnClient(t, in.Addr(), "busy", kgo.TransactionTimeout(time.Minute))
 	if err := busy.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -53,8 +56,8 @@ func TestTransactionalIdExpiration(t *testing.T) {
 	if n := in.Broker.ExpireTransactionalIDs(ctx, time.Now()); n != 0 {
 		t.Fatalf("expired %d ids right away", n)
 	}
-	if n := in.Broker.ExpireTransactionalIDs(ctx, time.Now().Add(8*24*time.Hour)); n != 1 {
-		t.Fatalf("eight days on: expired %d ids, want 1", n)
+	if n := in.Broker.ExpireTransactionalIDs(ctx, time.Now().Add(8*24*time.Hour)); n != 2 {
+		t.Fatalf("eight days on: expired %d ids, want 2 (one committed, one aborted last)", n)
 	}
 	if got := ids(); !slices.Equal(got, []string{"busy"}) {
 		t.Fatalf("transactional ids after the check: %v, want [busy]", got)

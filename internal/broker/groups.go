@@ -104,7 +104,12 @@ func (b *Broker) handleOffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response,
 			for _, s := range slots {
 				resp.Topics[s.t].Partitions[s.p].ErrorCode = code
 			}
+			return resp
 		}
+		// An offsets-retention pass may have deleted the (empty) group
+		// between the validation and the write: a group with offsets
+		// must exist, to be listed, described and expired later.
+		b.groups.EnsureGroup(r.Group)
 		return resp
 	}
 }
@@ -152,6 +157,10 @@ func (b *Broker) fetchGroupOffsets(group string, topics map[string][]int32, all,
 }
 
 func (b *Broker) handleOffsetFetch(r *kmsg.OffsetFetchRequest) kmsg.Response {
+	// Shared with commits: an offsets-retention pass that is deleting a
+	// group's offsets finishes before a member of it reads them.
+	b.offsets.writes.RLock()
+	defer b.offsets.writes.RUnlock()
 	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if r.Version >= 8 {
 		for _, g := range r.Groups {

@@ -64,40 +64,53 @@ func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, gro
 	if len(empty) == 0 {
 		return 0, 0, nil
 	}
-	// Exclusive: no commit is between its append and its apply while
-	// the tombstones are chosen and written, and none starts until the
-	// empty groups without offsets are deleted. Taking it waits for the
-	// commits in flight and holds up new ones, so it is taken only when
-	// a look without it finds something to do.
+	// The exclusive lock waits for the commits in flight and holds up
+	// new commits and offset fetches, so it is taken only when a look
+	// without it finds something to do.
 	if len(expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)) == 0 && !b.offsets.anyMissing(empty) {
 		return 0, 0, nil
 	}
+	// Exclusive: no commit is between its append and its apply while
+	// the tombstones are chosen and written, and no OffsetFetch reads
+	// offsets about to go.
 	b.offsets.writes.Lock()
 	defer b.offsets.writes.Unlock()
+	// Taking the lock may have waited for commits: a group that got a
+	// member meanwhile (or lost one and is empty since later) is looked
+	// at again at the next check, not now. A member joining from here on
+	// fetches its offsets only after this pass (OffsetFetch takes the
+	// lock shared), so it sees them gone, never half gone.
+	still := b.groups.EmptyGroups()
+	for g, since := range empty {
+		if s, ok := still[g]; !ok || !s.Equal(since) {
+			delete(empty, g)
+		}
+	}
 	expired := expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)
 	if len(expired) > 0 {
 		writes := make([]offsetWrite, len(expired))
 		for i, k := range expired {
 			writes[i] = offsetWrite{key: k, tombstone: true}
 		}
-		if err := b.writeOffsetsGated(ctx, writes); err != nil {
+		// Applied as soon as they are appended: should the wait fail,
+		// the tombstones may still become durable, and offsets that a
+		// restart would not bring back must not stay in memory (an
+		// expired offset deleted early is harmless).
+		if err := b.writeOffsetsGated(ctx, writes, true); err != nil {
 			b.log.Error("offsets retention: writing tombstones failed; retrying at the next check", "offsets", len(writes), "err", err)
 			return 0, 0, err
 		}
 		b.log.Info("offsets retention: expired committed offsets", "offsets", len(expired), "retention_minutes", b.cfg.OffsetsRetentionMinutes)
 	}
-	var drop []string
-	for g := range empty {
+	drop := make(map[string]time.Time)
+	for g, since := range empty {
 		if !b.offsets.hasGroup(g) {
-			drop = append(drop, g)
+			drop[g] = since
 		}
 	}
-	sort.Strings(drop)
-	for g, code := range b.groups.Delete(drop) {
-		if code == 0 {
-			groups++
-			b.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
-		}
+	for _, g := range b.groups.DeleteEmpty(drop) {
+		groups++
+		b.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
 	}
 	return len(expired), groups, nil
 }

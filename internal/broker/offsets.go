@@ -359,12 +359,13 @@ func (b *Broker) waitOwn(ctx context.Context, p *partition, end int64) error {
 func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
 	b.offsets.writes.RLock()
 	defer b.offsets.writes.RUnlock()
-	return b.writeOffsetsGated(ctx, writes)
+	return b.writeOffsetsGated(ctx, writes, false)
 }
 
 // writeOffsetsGated is writeOffsets for a caller that holds
-// b.offsets.writes.
-func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite) error {
+// b.offsets.writes. With applyFirst the writes are applied to memory once
+// appended, before the wait, whatever it brings.
+func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite, applyFirst bool) error {
 	if len(writes) == 0 {
 		return nil
 	}
@@ -385,14 +386,22 @@ func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite) er
 	if err != nil {
 		return err
 	}
+	apply := func() {
+		base := end - int64(len(writes))
+		for i, w := range writes {
+			w.value.logOffset = base + int64(i)
+			w.value.commitMs = now.UnixMilli()
+			b.offsets.apply(w.key, w.value, w.tombstone)
+		}
+	}
+	if applyFirst {
+		apply()
+	}
 	if err := b.waitOwn(ctx, p, end); err != nil {
 		return err
 	}
-	base := end - int64(len(writes))
-	for i, w := range writes {
-		w.value.logOffset = base + int64(i)
-		w.value.commitMs = now.UnixMilli()
-		b.offsets.apply(w.key, w.value, w.tombstone)
+	if !applyFirst {
+		apply()
 	}
 	return nil
 }

@@ -722,6 +722,9 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 		fill(coordinatorCode(err))
 		return resp
 	}
+	// Registered as a commit registers it (v0-2 are not validated
+	// against the group, so nothing else would).
+	b.groups.EnsureGroup(r.Group)
 	fill(0)
 	return resp
 }
@@ -864,28 +867,38 @@ func (c *txnCoordinator) abortExpired(ctx context.Context, now time.Time) {
 }
 
 func (c *txnCoordinator) run(ctx context.Context) {
+	// Idle ids are expired on their own goroutine: a pass waits for
+	// durable writes, and must not hold up timeout aborts.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every(ctx, time.Duration(c.b.cfg.TransactionalIdExpirationCheckMs)*time.Millisecond, func(now time.Time) {
+			c.b.ExpireTransactionalIDs(ctx, now)
+		})
+	})
+	defer wg.Wait()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	idle := time.NewTicker(time.Duration(c.b.cfg.TransactionalIdExpirationCheckMs) * time.Millisecond)
-	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			c.abortExpired(ctx, now)
-		case now := <-idle.C:
-			c.b.ExpireTransactionalIDs(ctx, now)
 		}
 	}
 }
 
+// maxTombstonesPerWrite bounds the ids one durable write of
+// ExpireTransactionalIDs deletes (and so the entries it holds locked).
+const maxTombstonesPerWrite = 1000
+
 // ExpireTransactionalIDs deletes the transactional ids that have had no
 // transaction and no change for TransactionalIdExpirationMs as of now
-// (Kafka's transactional.id.expiration.ms), each with a tombstone in
-// __transaction_state that is durable before the id leaves memory, and
-// returns how many it deleted. The id's next InitProducerId starts afresh
-// with a new producer id. Only a broker that writes its own state runs it.
+// (Kafka's transactional.id.expiration.ms): their tombstones go to
+// __transaction_state in batches of up to maxTombstonesPerWrite, one
+// durable write each, before the ids leave memory. It returns how many it
+// deleted. An id's next InitProducerId starts afresh with a new producer
+// id. Only a broker that writes its own state runs it.
 func (b *Broker) ExpireTransactionalIDs(ctx context.Context, now time.Time) int {
 	if b.following() || b.fenced() {
 		return 0
@@ -901,49 +914,71 @@ func (b *Broker) ExpireTransactionalIDs(ctx context.Context, now time.Time) int 
 	}
 	c.mu.Unlock()
 	n := 0
-	for _, e := range due {
-		e.mu.Lock()
-		if m := e.meta.Load(); !e.removed && m.Idle(now.UnixMilli(), exp) {
-			if err := c.writeTombstone(ctx, e, m.ID); err != nil {
-				b.log.Error("expiring an idle transactional id failed; retrying at the next check", "transactional_id", m.ID, "err", err)
-			} else {
-				c.mu.Lock()
-				if c.byID[m.ID] == e {
-					delete(c.byID, m.ID)
-				}
-				if c.byPID[m.ProducerID] == e {
-					delete(c.byPID, m.ProducerID)
-				}
-				c.mu.Unlock()
-				e.removed = true
-				n++
-				b.log.Info("expired an idle transactional id", "transactional_id", m.ID, "producer_id", m.ProducerID, "expiration_ms", exp)
-			}
-		}
-		e.mu.Unlock()
+	for len(due) > 0 && ctx.Err() == nil {
+		k := min(len(due), maxTombstonesPerWrite)
+		n += c.expireBatch(ctx, due[:k], now, exp)
+		due = due[k:]
 	}
 	return n
 }
 
-// writeTombstone appends a null value for id to __transaction_state and
-// waits until it is durable. The caller holds e.mu.
-func (c *txnCoordinator) writeTombstone(ctx context.Context, e *txnEntry, id string) error {
+// expireBatch deletes those of entries that are still idle, with one
+// durable write, and returns how many. Entries are locked in turn and
+// released together; no other path holds two entries at once, and every
+// path takes an entry's mu before c.mu, as this one does.
+func (c *txnCoordinator) expireBatch(ctx context.Context, entries []*txnEntry, now time.Time, exp int64) int {
+	var locked []*txnEntry
+	var metas []*txn.Metadata
+	defer func() {
+		for _, e := range locked {
+			e.mu.Unlock()
+		}
+	}()
+	for _, e := range entries {
+		e.mu.Lock()
+		locked = append(locked, e)
+		if m := e.meta.Load(); !e.removed && m != nil && m.Idle(now.UnixMilli(), exp) {
+			metas = append(metas, m)
+		}
+	}
+	if len(metas) == 0 {
+		return 0
+	}
 	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
-	if err != nil {
-		return err
+	var end int64
+	if err == nil {
+		recs := make([]recordbatch.Record, len(metas))
+		for i, m := range metas {
+			recs[i] = recordbatch.Record{Key: txn.EncodeKey(m.ID), Timestamp: now.UnixMilli()}
+		}
+		var batch []byte
+		if batch, err = recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs); err == nil {
+			end, err = c.b.appendOwn(p, batch)
+		}
 	}
-	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{
-		Key: txn.EncodeKey(id), Timestamp: time.Now().UnixMilli(),
-	}})
-	if err != nil {
-		return err
+	if err == nil {
+		err = c.b.waitOwn(ctx, p, end)
 	}
-	end, err := c.b.appendOwn(p, batch)
 	if err != nil {
-		return err
+		// A tombstone that becomes durable anyway only deletes an id
+		// that was idle: its owner's next InitProducerId starts afresh.
+		c.b.log.Error("expiring idle transactional ids failed; retrying at the next check", "ids", len(metas), "err", err)
+		return 0
 	}
-	e.stateEnd = end
-	return c.b.waitOwn(ctx, p, end)
+	c.mu.Lock()
+	for _, m := range metas {
+		e := c.byID[m.ID]
+		if e != nil && e.meta.Load() == m {
+			delete(c.byID, m.ID)
+			if c.byPID[m.ProducerID] == e {
+				delete(c.byPID, m.ProducerID)
+			}
+			e.removed = true
+		}
+		c.b.log.Info("expired an idle transactional id", "transactional_id", m.ID, "producer_id", m.ProducerID, "expiration_ms", exp)
+	}
+	c.mu.Unlock()
+	return len(metas)
 }
 
 func (b *Broker) handleDescribeTransactions(r *kmsg.DescribeTransactionsRequest) kmsg.Response {

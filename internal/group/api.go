@@ -3,6 +3,7 @@ package group
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -203,6 +204,32 @@ func (c *Coordinator) Delete(groups []string) map[string]int16 {
 	for _, id := range groups {
 		out[id] = c.deleteOne(id)
 	}
+	return out
+}
+
+// DeleteEmpty deletes each of the given groups that is still empty
+// since the same time (as EmptyGroups reported it, so it has had no
+// member, and no member id handed out, in between), and returns the ids
+// it deleted, sorted. The broker's offsets retention uses it to drop
+// empty groups without offsets without racing a join.
+func (c *Coordinator) DeleteEmpty(groups map[string]time.Time) []string {
+	c.lock()
+	defer c.unlock()
+	var out []string
+	for id, since := range groups {
+		if cg := c.cgroups[id]; cg != nil {
+			if len(cg.members) > 0 || !cg.emptySince.Equal(since) {
+				continue
+			}
+		} else if g := c.groups[id]; g == nil || g.state != StateEmpty || len(g.members) > 0 ||
+			len(g.pendingIDs) > 0 || !g.emptySince.Equal(since) {
+			continue
+		}
+		if c.deleteOne(id) == errNone {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

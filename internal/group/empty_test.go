@@ -59,3 +59,45 @@ func TestEmptyGroups(t *testing.T) {
 	h.c.EnsureGroup("g")
 	want("after reset", map[string]time.Time{"g": t3})
 }
+
+// TestDeleteEmpty: the retention pass deletes a group only if it is still
+// empty since the time it saw, so a join (or a KIP-394 member id handed
+// out) in between saves it.
+func TestDeleteEmpty(t *testing.T) {
+	h := newConsumerHarness(t)
+	h.c.EnsureGroup("a")
+	h.c.EnsureGroup("b")
+	h.c.EnsureGroup("c")
+	seen := h.c.EmptyGroups()
+
+	// b gets a KIP-394 member id (its first JoinGroup) and is no longer
+	// listed as empty; c gets a consumer-protocol member.
+	first := h.c.startJoin(joinReq(9, "b", "", nil), "cli", "/10.0.0.1")
+	if !done(first) || first.resp.ErrorCode != errMemberIDRequired {
+		t.Fatalf("first join: %+v", first.resp)
+	}
+	if _, ok := h.c.EmptyGroups()["b"]; ok {
+		t.Fatal("a group with a member id awaiting its second JoinGroup is listed as empty")
+	}
+	tp := newTopics("t", 1)
+	h.hb(cjoin("c", "m", "t"), tp, 0)
+
+	got := h.c.DeleteEmpty(seen)
+	if len(got) != 1 || got[0] != "a" {
+		t.Fatalf("deleted %v, want [a]", got)
+	}
+	for _, g := range []string{"b", "c"} {
+		if _, ok := h.c.State(g); !ok {
+			t.Fatalf("%s was deleted", g)
+		}
+	}
+	// c empties again, later: the old time no longer matches.
+	h.clk.add(time.Minute)
+	h.hb(cleave("c", "m", -1), tp, 0)
+	if got := h.c.DeleteEmpty(map[string]time.Time{"c": seen["c"]}); len(got) != 0 {
+		t.Fatalf("deleted %v with a stale empty time", got)
+	}
+	if got := h.c.DeleteEmpty(h.c.EmptyGroups()); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("deleted %v, want [c]", got)
+	}
+}

@@ -22,7 +22,6 @@ import (
 const (
 	ErrOutOfOrderSequence   int16 = 45
 	ErrInvalidProducerEpoch int16 = 47
-	ErrUnknownProducerID    int16 = 59
 )
 
 // keep is how many recent batches per producer are remembered, as in Kafka:
@@ -85,12 +84,13 @@ type Verdict struct {
 func (s *State) Check(b BatchInfo) Verdict {
 	p := s.producers[b.ProducerID]
 	if p == nil {
-		// A producer we have no state for must start at sequence 0;
-		// otherwise its earlier batches were lost to retention or
-		// truncation and the client has to reset (UNKNOWN_PRODUCER_ID).
-		if b.BaseSequence != 0 {
-			return Verdict{Code: ErrUnknownProducerID}
-		}
+		// A producer we have no state for (its batches were removed by
+		// retention or truncation, or it was idle past
+		// producer.id.expiration.ms) is accepted at any sequence, as
+		// Kafka does since 2.5 (KIP-360): UNKNOWN_PRODUCER_ID is
+		// retried forever by the Java client, fatal or abortable for
+		// others, and a duplicate of a batch we no longer know cannot
+		// be detected either way.
 		return Verdict{}
 	}
 	switch {
@@ -209,10 +209,10 @@ func (s *State) EpochOf(producerID int64) (int16, bool) {
 // marker) for maxIdleMs as of nowMs, except those busy reports (the
 // caller's test for an open transaction, which must keep its producer: its
 // epoch fences zombies until the transaction ends). It returns the ids
-// forgotten, sorted. A forgotten producer that writes again must start a
-// new sequence (a batch at sequence 0 is accepted; any other gets
-// UNKNOWN_PRODUCER_ID, and clients then reset), as in Kafka after
-// producer.id.expiration.ms.
+// forgotten, sorted. A forgotten producer that writes again is accepted at
+// whatever sequence it is at, as in Kafka after producer.id.expiration.ms;
+// a retry of a batch it wrote before it was forgotten can then no longer
+// be recognised as a duplicate.
 func (s *State) ExpireIdle(nowMs, maxIdleMs int64, busy func(id int64) bool) []int64 {
 	var out []int64
 	for id, p := range s.producers {

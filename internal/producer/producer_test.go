@@ -10,8 +10,8 @@ func TestSequenceRules(t *testing.T) {
 	b := func(seq, n int32) BatchInfo {
 		return BatchInfo{ProducerID: 7, ProducerEpoch: 0, BaseSequence: seq, Count: n}
 	}
-	if v := s.Check(b(5, 1)); v.Code != ErrUnknownProducerID {
-		t.Fatalf("unknown producer at seq 5: %+v", v)
+	if v := s.Check(b(5, 1)); v.Code != 0 || v.Duplicate {
+		t.Fatalf("unknown producer at seq 5 (accepted since KIP-360): %+v", v)
 	}
 	if v := s.Check(b(0, 3)); v.Code != 0 || v.Duplicate {
 		t.Fatalf("first batch: %+v", v)
@@ -159,12 +159,13 @@ func TestExpireIdle(t *testing.T) {
 	if s.Len() != 2 {
 		t.Fatalf("%d producers left, want 2 (the busy one and the recent one)", s.Len())
 	}
-	// A forgotten producer may start again at sequence 0 only.
-	if v := s.Check(at(1, 0, 1, 1, 0)); v.Code != ErrUnknownProducerID {
+	// A forgotten producer goes on at its sequence (KIP-360); a retry of
+	// its last batch is no longer recognised.
+	if v := s.Check(at(1, 0, 1, 1, 0)); v.Code != 0 || v.Duplicate {
 		t.Fatalf("expired producer continuing its sequence: %+v", v)
 	}
-	if v := s.Check(at(1, 0, 0, 1, 0)); v.Code != 0 {
-		t.Fatalf("expired producer starting over: %+v", v)
+	if v := s.Check(at(1, 0, 0, 1, 0)); v.Code != 0 || v.Duplicate {
+		t.Fatalf("expired producer retrying its last batch: %+v", v)
 	}
 
 	// The snapshot taken before keeps the times.
