@@ -1,5 +1,5 @@
 // Command moonmq is the MoonMQ broker: `moonmq serve` runs it, `moonmq
-// status` and `moonmq topic` ask a running one, `moonmq bench` measures
+// status`, `moonmq topic` and `moonmq group` ask a running one, `moonmq bench` measures
 // any Kafka-protocol broker, and `moonmq chaos` puts a replication group of
 // its own processes through faults. The work lives in internal/; this file
 // only parses the command line.
@@ -33,6 +33,10 @@ commands:
                           topics, partitions, leader, replicas and ISR as
                           kafka-topics --describe prints them
   topic list              topic names (moonmq topic -h)
+  group list|describe|delete|seek
+                          consumer groups: committed offsets and lag as
+                          kafka-consumer-groups prints them, deletion, and
+                          resetting an idle group's offsets (moonmq group -h)
   bench [flags]           benchmark a Kafka-protocol broker (moonmq bench -h)
   chaos [flags]           fault-injection run: a replication group of this
                           binary's processes under seeded faults, every client
@@ -61,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.Status(ctx, args[1:], stdout, stderr)
 	case "topic", "topics":
 		return cli.Topic(ctx, args[1:], stdout, stderr)
+	case "group", "groups":
+		return cli.Group(ctx, args[1:], stdout, stderr)
 	case "bench":
 		if err := bench.Command(ctx, args[1:], stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "moonmq bench:", err)

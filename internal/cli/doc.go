@@ -1,12 +1,13 @@
 // Package cli owns the human-facing output of MoonMQ's operator commands:
 // `moonmq status` (a broker's replication status, or its /stats when
-// replication is off) and `moonmq topic describe|list` (the kafka-topics
-// view of seed 002).
+// replication is off), `moonmq topic describe|list` (the kafka-topics
+// view of seed 002) and `moonmq group list|describe|delete|seek` (the
+// kafka-consumer-groups view: committed offsets and lag).
 //
 // It touches nothing but HTTP and Kafka clients: it reads a config file to
 // learn addresses, the token and the replication port's TLS, asks a running
 // broker, and prints. The
 // formatting is pure functions over decoded structs (FormatStatus,
-// FormatStats, FormatTopics) so it is tested without sockets; Status and
-// Topic do the asking.
+// FormatStats, FormatTopics, FormatGroups, BuildGroupView) so it is tested
+// without sockets; Status, Topic and Group do the asking.
 package cli

@@ -11,10 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
@@ -197,39 +195,26 @@ func Topic(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("topic "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, TopicUsage); fs.PrintDefaults() }
-	bootstrap := fs.String("bootstrap", "", "brokers to ask, HOST:PORT[,HOST:PORT...] (default: from --config, else 127.0.0.1:9092)")
-	path := fs.String("config", "", "a broker's config file: its client address, and in a replication group every replica's")
-	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for the brokers")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	af := addAdminFlags(fs)
+	if code := parseAdmin(fs, args[1:]); code >= 0 {
+		return code
 	}
 	names := fs.Args()
 	if sub == "list" && len(names) > 0 {
 		fmt.Fprintf(stderr, "moonmq topic list: unexpected argument %q\n", names[0])
 		return 2
 	}
-	seeds, err := seedBrokers(*bootstrap, *path)
-	if err != nil {
-		fmt.Fprintln(stderr, "moonmq topic:", err)
+	adm, seeds, ok := af.client("moonmq topic", stderr)
+	if !ok {
 		return 2
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DialTimeout(3*time.Second), kgo.RetryTimeout(*timeout))
-	if err != nil {
-		fmt.Fprintln(stderr, "moonmq topic:", err)
-		return 2
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(ctx, *af.timeout)
 	defer cancel()
 
 	tds, err := adm.ListTopics(ctx, names...)
 	if err != nil {
-		fmt.Fprintf(stderr, "moonmq topic: no broker answered at %s within %v (%v): is the broker running? pass --bootstrap HOST:PORT or --config FILE\n",
-			strings.Join(seeds, ","), *timeout, err)
+		af.noBroker("moonmq topic", stderr, seeds, err)
 		return 1
 	}
 	if sub == "list" {
