@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +55,8 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	tolerate := fs.Bool("tolerate-known", false, "report the anomalies of known, unfixed broker bugs apart instead of failing on them")
 	keep := fs.Bool("keep", false, "keep the replicas' data directories, configurations and logs (the directory is printed)")
 	binary := fs.String("binary", "", "moonmq binary the replicas run (default: this executable)")
+	var server serverOverrides
+	fs.Var(&server, "server", "KEY=VALUE: set a key of every replica's Server block, VALUE in JSON (repeatable), e.g. --server TransactionalIdExpirationMs=5000")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -120,6 +123,9 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	if *rate != 100 {
 		replay += fmt.Sprintf(" --rate %d", *rate)
 	}
+	for _, kv := range server.raw {
+		replay += " --server " + kv
+	}
 	fmt.Fprintf(stdout, "moonmq chaos: seed %d, %d replicas of %s, fault phase %v, faults %s, report %s\n",
 		*seed, *replicas, *binary, *duration, chaos.KindList(kinds), *report)
 	fmt.Fprintf(stdout, "moonmq chaos: replicas' data in %s (%s); Ctrl-C ends the fault phase early\n", dir,
@@ -152,7 +158,7 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 		Seed: *seed, Duration: *duration, Replicas: *replicas, Kinds: kinds, Rate: *rate,
 		ReportPath: *report, Progress: stdout, ProgressEvery: *progress, TolerateKnown: *tolerate,
 		Binary: *binary, Stop: stop, Replay: replay,
-		Options: []testcluster.Option{testcluster.WithOwnProcessGroup()},
+		Options: append([]testcluster.Option{testcluster.WithOwnProcessGroup()}, server.opts...),
 	}
 	var res *chaos.Result
 	done := make(chan error, 1)
@@ -236,4 +242,26 @@ func writable(dir string) error {
 	}
 	f.Close()
 	return os.Remove(f.Name())
+}
+
+// serverOverrides collects --server KEY=VALUE flags as testcluster options.
+type serverOverrides struct {
+	raw  []string
+	opts []testcluster.Option
+}
+
+func (o *serverOverrides) String() string { return strings.Join(o.raw, " ") }
+
+func (o *serverOverrides) Set(kv string) error {
+	key, val, ok := strings.Cut(kv, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("%q: want KEY=VALUE, e.g. TransactionalIdExpirationMs=5000", kv)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(val), &v); err != nil {
+		return fmt.Errorf("%q: VALUE must be JSON (a number, true/false, or a quoted string): %v", kv, err)
+	}
+	o.raw = append(o.raw, kv)
+	o.opts = append(o.opts, testcluster.WithServer(key, v))
+	return nil
 }
