@@ -118,6 +118,9 @@ func TestOffsetsRetention(t *testing.T) {
 		t.Fatalf("check 8 days on: %d offsets, %d groups, %v; want 3, 2", n, g, err)
 	}
 	want("eight days on", []string{"live"}, map[string]int{"gone": 0, "live": 2, "simple": 0})
+	if e := in.Broker.Snapshot().Expired; e.Offsets != 3 || e.Groups != 3 {
+		t.Fatalf("/stats expired %+v, want 3 offsets and 3 groups", e)
+	}
 
 	// The member of "live" goes on consuming and committing, and a
 	// restart rebuilds the same store from __consumer_offsets.

@@ -63,6 +63,9 @@ func TestProducerIdExpiration(t *testing.T) {
 	if n := in.Broker.ExpireProducers(time.Now().Add(25 * time.Hour)); n != 1 {
 		t.Fatalf("a day on: expired %d producers, want 1 (the idle idempotent one)", n)
 	}
+	if e := in.Broker.Snapshot().Expired; e.Producers != 1 {
+		t.Fatalf("/stats expired %+v, want 1 producer", e)
+	}
 	if ps := producers("pe", 0); len(ps) != 0 {
 		t.Fatalf("pe still lists producers: %v", ps)
 	}

@@ -62,6 +62,9 @@ func TestTransactionalIdExpiration(t *testing.T) {
 	if got := ids(); !slices.Equal(got, []string{"busy"}) {
 		t.Fatalf("transactional ids after the check: %v, want [busy]", got)
 	}
+	if e := in.Broker.Snapshot().Expired; e.TransactionalIDs != 2 {
+		t.Fatalf("/stats expired %+v, want 2 transactional ids", e)
+	}
 
 	// The deletion is in __transaction_state: a restart keeps it.
 	adm.Close()

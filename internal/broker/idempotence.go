@@ -182,6 +182,7 @@ func (b *Broker) ExpireProducers(now time.Time) int {
 			}
 		}
 	}
+	b.stats.expiredProducers.Add(int64(n))
 	return n
 }
 

@@ -112,6 +112,8 @@ func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, gro
 		groups++
 		b.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
 	}
+	b.stats.expiredOffsets.Add(int64(len(expired)))
+	b.stats.expiredGroups.Add(int64(groups))
 	return len(expired), groups, nil
 }
 

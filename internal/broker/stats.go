@@ -24,6 +24,12 @@ type Stats struct {
 	fetchedRecords  atomic.Int64
 	requestCount    atomic.Int64
 
+	// Expiry (Kafka's retention of consumer-group and producer state).
+	expiredOffsets   atomic.Int64
+	expiredGroups    atomic.Int64
+	expiredProducers atomic.Int64
+	expiredTxnIDs    atomic.Int64
+
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	fsyncHist  prometheus.Histogram
@@ -57,6 +63,10 @@ func newStats() *Stats {
 		counter("moonmq_produced_records_total", "Records appended.", &s.producedRecords),
 		counter("moonmq_fetched_bytes_total", "Record batch bytes returned to consumers.", &s.fetchedBytes),
 		counter("moonmq_fetched_records_total", "Records returned to consumers (and followers' fetches through the Kafka port).", &s.fetchedRecords),
+		counter("moonmq_expired_offsets_total", "Committed offsets deleted by offsets retention (OffsetsRetentionMinutes).", &s.expiredOffsets),
+		counter("moonmq_expired_groups_total", "Empty groups without committed offsets deleted by offsets retention.", &s.expiredGroups),
+		counter("moonmq_expired_producers_total", "Idle producers forgotten by a partition (ProducerIdExpirationMs), summed over partitions.", &s.expiredProducers),
+		counter("moonmq_expired_transactional_ids_total", "Idle transactional ids deleted (TransactionalIdExpirationMs).", &s.expiredTxnIDs),
 		prometheus.NewGoCollector(),
 	)
 	return s
@@ -151,21 +161,32 @@ type PartitionStats struct {
 	SizeBytes      int64  `json:"size_bytes"`
 }
 
+// ExpiredStats counts what offsets retention and producer and
+// transactional-id expiry removed since the broker started.
+type ExpiredStats struct {
+	Offsets          int64 `json:"offsets"`
+	Groups           int64 `json:"groups"`
+	Producers        int64 `json:"producers"`
+	TransactionalIDs int64 `json:"transactional_ids"`
+}
+
 // StatsSnapshot is the /stats JSON document.
 type StatsSnapshot struct {
-	NodeID          int32            `json:"node_id"`
-	ClusterID       string           `json:"cluster_id"`
-	Role            string           `json:"role"`
-	Connections     int64            `json:"connections"`
-	Requests        int64            `json:"requests"`
-	BadFrames       int64            `json:"bad_frames"`
-	ProducedBytes   int64            `json:"produced_bytes"`
-	ProducedRecords int64            `json:"produced_records"`
-	FetchedBytes    int64            `json:"fetched_bytes"`
-	Fsyncs          int64            `json:"fsyncs"`
-	FsyncAvgMicros  int64            `json:"fsync_avg_us"`
-	Topics          int              `json:"topics"`
-	Partitions      []PartitionStats `json:"partitions"`
+	NodeID          int32  `json:"node_id"`
+	ClusterID       string `json:"cluster_id"`
+	Role            string `json:"role"`
+	Connections     int64  `json:"connections"`
+	Requests        int64  `json:"requests"`
+	BadFrames       int64  `json:"bad_frames"`
+	ProducedBytes   int64  `json:"produced_bytes"`
+	ProducedRecords int64  `json:"produced_records"`
+	FetchedBytes    int64  `json:"fetched_bytes"`
+	Fsyncs          int64  `json:"fsyncs"`
+	FsyncAvgMicros  int64  `json:"fsync_avg_us"`
+	// Expired counts what retention and expiry removed since start.
+	Expired    ExpiredStats     `json:"expired"`
+	Topics     int              `json:"topics"`
+	Partitions []PartitionStats `json:"partitions"`
 	// Replication is GET /replication/status's object (replicas only).
 	Replication any `json:"replication,omitempty"`
 }
@@ -178,6 +199,8 @@ func (b *Broker) Snapshot() StatsSnapshot {
 		Connections: s.connections.Load(), Requests: s.requestCount.Load(), BadFrames: s.badFrames.Load(),
 		ProducedBytes: s.producedBytes.Load(), ProducedRecords: s.producedRecords.Load(),
 		FetchedBytes: s.fetchedBytes.Load(), Fsyncs: s.fsyncCount.Load(),
+		Expired: ExpiredStats{Offsets: s.expiredOffsets.Load(), Groups: s.expiredGroups.Load(),
+			Producers: s.expiredProducers.Load(), TransactionalIDs: s.expiredTxnIDs.Load()},
 	}
 	if n := snap.Fsyncs; n > 0 {
 		snap.FsyncAvgMicros = s.fsyncNanos.Load() / n / 1000

@@ -978,6 +978,7 @@ func (c *txnCoordinator) expireBatch(ctx context.Context, entries []*txnEntry, n
 		c.b.log.Info("expired an idle transactional id", "transactional_id", m.ID, "producer_id", m.ProducerID, "expiration_ms", exp)
 	}
 	c.mu.Unlock()
+	c.b.stats.expiredTxnIDs.Add(int64(len(metas)))
 	return len(metas)
 }
 
