@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -913,6 +915,10 @@ func (b *Broker) ExpireTransactionalIDs(ctx context.Context, now time.Time) int 
 		}
 	}
 	c.mu.Unlock()
+	// One global order: two passes (a test's and the ticker's, or an
+	// ending term's and the next one's) that lock entries in different
+	// orders could each hold what the other waits for.
+	slices.SortFunc(due, func(a, b *txnEntry) int { return strings.Compare(a.meta.Load().ID, b.meta.Load().ID) })
 	n := 0
 	for len(due) > 0 && ctx.Err() == nil {
 		k := min(len(due), maxTombstonesPerWrite)
@@ -924,8 +930,9 @@ func (b *Broker) ExpireTransactionalIDs(ctx context.Context, now time.Time) int 
 
 // expireBatch deletes those of entries that are still idle, with one
 // durable write, and returns how many. Entries are locked in turn and
-// released together; no other path holds two entries at once, and every
-// path takes an entry's mu before c.mu, as this one does.
+// released together; entries are taken in the order of their ids (the
+// caller sorts them), no other path holds two at once, and every path
+// takes an entry's mu before c.mu, as this one does.
 func (c *txnCoordinator) expireBatch(ctx context.Context, entries []*txnEntry, now time.Time, exp int64) int {
 	var locked []*txnEntry
 	var metas []*txn.Metadata

@@ -1,0 +1,49 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/txn"
+)
+
+// TestExpireTransactionalIDsConcurrentPasses runs passes at once over the
+// same idle ids: each locks a batch of entries before its durable write,
+// so passes that took them in different orders would deadlock. Every id
+// must be expired exactly once.
+func TestExpireTransactionalIDsConcurrentPasses(t *testing.T) {
+	b := openTestBroker(t)
+	const ids = 200
+	for i := range ids {
+		id := fmt.Sprintf("tx-%03d", i)
+		b.txc.install(b.txc.entry(id, true), &txn.Metadata{ID: id, ProducerID: int64(i),
+			State: kmsg.TransactionStateCompleteCommit, Partitions: map[txn.TP]struct{}{}, UpdateMs: 1})
+	}
+	const passes = 8
+	done := make(chan int, passes)
+	for range passes {
+		go func() { done <- b.ExpireTransactionalIDs(context.Background(), time.Now()) }()
+	}
+	total := 0
+	for range passes {
+		select {
+		case n := <-done:
+			total += n
+		case <-time.After(30 * time.Second):
+			t.Fatal("concurrent expiry passes deadlocked")
+		}
+	}
+	if total != ids {
+		t.Fatalf("expired %d ids in all, want %d (each exactly once)", total, ids)
+	}
+	b.txc.mu.Lock()
+	left := len(b.txc.byID)
+	b.txc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d ids left", left)
+	}
+}
