@@ -153,3 +153,56 @@ func TestOffsetsRetention(t *testing.T) {
 		t.Fatalf("with retention -1: %d offsets, %d groups, %v", n, g, err)
 	}
 }
+
+// TestOffsetsRetentionAcrossRestart: the time a group became empty is
+// recorded in __consumer_offsets, so a restart does not restart the
+// retention clock. The check runs just past seven days after the group
+// emptied: with the record the offsets go, without it (the clock
+// restarted at the broker's start, later) they would stay.
+func TestOffsetsRetentionAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	in := startBroker(t, dir)
+	createTopic(t, in.Addr(), "ret", 1, nil)
+	produceNumbers(t, client(t, in.Addr(), kgo.DefaultProduceTopic("ret")), 0, 5)
+	cl := client(t, in.Addr(), kgo.ConsumerGroup("left"), kgo.ConsumeTopics("ret"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	for got := 0; got < 5; {
+		fs := cl.PollFetches(ctxT(t))
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		got += fs.NumRecords()
+	}
+	if err := cl.CommitUncommittedOffsets(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close() // the group is empty from here
+	leftBy := time.Now()
+	if n, err := in.Broker.RecordGroupStates(time.Now()); err != nil || n != 1 {
+		t.Fatalf("recorded %d group states, %v; want 1", n, err)
+	}
+	// A gap, so that "since the restart" and "since the group emptied"
+	// differ by more than the margin below.
+	time.Sleep(1500 * time.Millisecond)
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in = startBroker(t, dir)
+	at := leftBy.Add(7*24*time.Hour + time.Millisecond)
+	if n, g, err := in.Broker.ExpireOffsets(ctxT(t), at); err != nil || n != 1 || g != 1 {
+		t.Fatalf("check seven days after the group emptied, across a restart: %d offsets, %d groups, %v; want 1, 1", n, g, err)
+	}
+	// The deleted group's record goes with it: another restart does not
+	// bring the group back.
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in = startBroker(t, dir)
+	ls, err := kadm.NewClient(client(t, in.Addr())).ListGroups(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := ls.Groups(); len(names) != 0 {
+		t.Fatalf("groups after the deletion and a restart: %v", names)
+	}
+}

@@ -237,11 +237,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 			return fail(err)
 		}
 	}
-	// Groups known only through committed offsets exist as Empty, as in
-	// Kafka, so they can be listed, described and deleted.
-	for _, g := range b.offsets.groupNames() {
-		b.groups.EnsureGroup(g)
-	}
+	b.registerLoadedGroups()
 	if following {
 		// Retention and compaction come from the leader's log start and
 		// bytes, so the copy stays identical.
@@ -541,12 +537,22 @@ func (b *Broker) sortedTopics() []*topic {
 }
 
 // retentionLoop enforces topic retention and compaction, and offsets
-// retention, until ctx ends.
+// retention (recording when groups became empty, which it measures from),
+// until ctx ends.
 func (b *Broker) retentionLoop(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		every(ctx, time.Duration(b.cfg.OffsetsRetentionCheckMs)*time.Millisecond, func(now time.Time) {
 			_, _, _ = b.ExpireOffsets(ctx, now) // logged; retried at the next check
+		})
+	})
+	wg.Go(func() {
+		every(ctx, time.Second, func(now time.Time) {
+			if _, err := b.RecordGroupStates(now); err != nil {
+				// Below min.insync.replicas this fails every second: the
+				// ISR is reported loudly elsewhere.
+				b.log.Debug("recording when groups became empty failed; retrying in a second", "err", err)
+			}
 		})
 	})
 	every(ctx, time.Duration(b.cfg.RetentionCheckMs)*time.Millisecond, b.EnforceRetention)

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -245,6 +246,12 @@ func (b *Broker) handleOffsetDelete(r *kmsg.OffsetDeleteRequest) (kmsg.Response,
 func (b *Broker) handleDeleteGroups(r *kmsg.DeleteGroupsRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
 	resp := r.ResponseKind().(*kmsg.DeleteGroupsResponse)
 	codes := b.groups.Delete(r.Groups)
+	// The deleted groups' "empty since" records go before the offsets'
+	// tombstones, whose durable write then covers them: a restart must
+	// not bring a deleted group back.
+	if _, err := b.RecordGroupStates(time.Now()); err != nil {
+		b.log.Warn("recording deleted groups failed; retrying in a second", "err", err)
+	}
 	var writes []offsetWrite
 	for _, g := range r.Groups {
 		code := codes[g]

@@ -112,6 +112,13 @@ func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, gro
 		groups++
 		b.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
 	}
+	if groups > 0 {
+		// Their "empty since" records go now, not at the next second:
+		// a restart must not bring them back.
+		if _, err := b.RecordGroupStates(now); err != nil {
+			b.log.Warn("recording deleted groups failed; retrying in a second", "err", err)
+		}
+	}
 	b.stats.expiredOffsets.Add(int64(len(expired)))
 	b.stats.expiredGroups.Add(int64(groups))
 	return len(expired), groups, nil

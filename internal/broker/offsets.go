@@ -56,11 +56,16 @@ type offsetStore struct {
 	// pending holds transactional commits by producer id until their
 	// transaction's marker decides them.
 	pending map[int64][]offsetWrite
+	// emptySince is what the group-metadata records say: since when
+	// each group has been empty (groupstate.go). metaMu serialises the
+	// writers of those records.
+	emptySince map[string]time.Time
+	metaMu     sync.Mutex
 }
 
 func newOffsetStore() *offsetStore {
 	return &offsetStore{byKey: map[offsetKey]committed{}, groups: map[string]map[offsetKey]struct{}{},
-		pending: map[int64][]offsetWrite{}}
+		pending: map[int64][]offsetWrite{}, emptySince: map[string]time.Time{}}
 }
 
 // addPending holds transactional commits until their transaction ends.
@@ -247,6 +252,15 @@ func (b *Broker) loadOffsets() error {
 		}
 		var txnWrites []offsetWrite
 		for _, r := range recs {
+			if v, err := keyVersion(r.Key); err == nil && v >= groupMetaKeyVersion {
+				g, since, empty, err := decodeGroupMeta(r)
+				if err != nil {
+					b.log.Warn("skipping undecodable group-metadata record", "offset", r.Offset, "err", err)
+				} else {
+					b.offsets.setEmptySince(g, since, empty)
+				}
+				continue
+			}
 			w, ok, err := decodeOffsetRecord(r)
 			if err != nil {
 				b.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)

@@ -520,9 +520,7 @@ func (b *Broker) rebuildLeaderState(ctx context.Context) error {
 	if err := b.txc.sweepOrphans(ctx); err != nil {
 		return err
 	}
-	for _, g := range b.offsets.groupNames() {
-		b.groups.EnsureGroup(g)
-	}
+	b.registerLoadedGroups()
 	return nil
 }
 
@@ -532,6 +530,7 @@ func (s *offsetStore) reset() {
 	s.byKey = map[offsetKey]committed{}
 	s.groups = map[string]map[offsetKey]struct{}{}
 	s.pending = map[int64][]offsetWrite{}
+	s.emptySince = map[string]time.Time{}
 	s.mu.Unlock()
 }
 

@@ -302,15 +302,25 @@ func (c *Coordinator) EmptyGroups() map[string]time.Time {
 // DeleteGroups see them. It returns INVALID_GROUP_ID for an empty id,
 // GROUP_MAX_SIZE_REACHED when WithMaxGroups is exceeded, else 0.
 func (c *Coordinator) EnsureGroup(group string) int16 {
+	return c.EnsureGroupSince(group, time.Time{})
+}
+
+// EnsureGroupSince is EnsureGroup for a group known to have been empty
+// since a time before now (the broker's record of it): a group it creates
+// counts as empty since then instead of since now. A zero since is now.
+func (c *Coordinator) EnsureGroupSince(group string, since time.Time) int16 {
 	if group == "" {
 		return errInvalidGroupID
 	}
 	c.lock()
 	defer c.unlock()
-	if c.cgroups[group] != nil {
+	if c.cgroups[group] != nil || c.groups[group] != nil {
 		return errNone
 	}
-	_, code := c.getOrCreate(group)
+	g, code := c.getOrCreate(group)
+	if g != nil && !since.IsZero() && since.Before(g.emptySince) {
+		g.emptySince = since
+	}
 	return code
 }
 
