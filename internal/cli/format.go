@@ -234,6 +234,9 @@ func FormatStats(w io.Writer, s Stats) {
 	} else {
 		fmt.Fprintln(w, "fsyncs:      0")
 	}
+	if e := s.Expired; e != (ExpiredStats{}) {
+		fmt.Fprintf(w, "expired:     %d offsets, %d groups, %d producers, %d transactional ids\n", e.Offsets, e.Groups, e.Producers, e.TransactionalIDs)
+	}
 	fmt.Fprintf(w, "topics:      %d\n", s.Topics)
 	if len(s.Partitions) == 0 {
 		return

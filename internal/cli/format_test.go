@@ -162,6 +162,16 @@ topics:      2
   a-1        2          8               9        10 B
   b-0        0          5               5        1.5 KiB
 `)
+	s.Expired = ExpiredStats{Offsets: 3, Groups: 1, Producers: 2}
+	s.Partitions = nil
+	got = render(func(b *bytes.Buffer) { FormatStats(b, s) })
+	wantSame(t, got, `node 1 (standalone), cluster c1
+connections: 2, requests: 10, bad frames: 0
+produced:    5 records, 1.5 KiB; fetched: 3.0 MiB
+fsyncs:      4, average 350µs
+expired:     3 offsets, 1 groups, 2 producers, 0 transactional ids
+topics:      2
+`)
 }
 
 func TestTopicViewsAndFormat(t *testing.T) {

@@ -98,11 +98,21 @@ type Stats struct {
 	FetchedBytes    int64            `json:"fetched_bytes"`
 	Fsyncs          int64            `json:"fsyncs"`
 	FsyncAvgMicros  int64            `json:"fsync_avg_us"`
+	Expired         ExpiredStats     `json:"expired"`
 	Topics          int              `json:"topics"`
 	Partitions      []PartitionStats `json:"partitions"`
 	// Replication is the replication status object, where the broker puts
 	// it into /stats (issue 4 asks for it; absent on a single node).
 	Replication *StatusDoc `json:"replication,omitempty"`
+}
+
+// ExpiredStats is what offsets retention and producer and
+// transactional-id expiry removed since the broker started.
+type ExpiredStats struct {
+	Offsets          int64 `json:"offsets"`
+	Groups           int64 `json:"groups"`
+	Producers        int64 `json:"producers"`
+	TransactionalIDs int64 `json:"transactional_ids"`
 }
 
 // PartitionStats is one partition in /stats.
