@@ -257,9 +257,10 @@ func New(t Harness, opts ...Option) *Cluster {
 		c.binary = Binary(t)
 	}
 	logs := t.TempDir()
+	ports := freePorts(t, 3*o.replicas)
 	for i := range o.replicas {
 		c.Replicas = append(c.Replicas, &Replica{
-			ID: i + 1, ClientPort: freePort(t), MetricsPort: freePort(t), ReplicatePort: freePort(t),
+			ID: i + 1, ClientPort: ports[3*i], MetricsPort: ports[3*i+1], ReplicatePort: ports[3*i+2],
 			DataDir: t.TempDir(), LogPath: filepath.Join(logs, fmt.Sprintf("replica-%d.log", i+1)), c: c,
 		})
 	}
@@ -337,14 +338,23 @@ func (c *Cluster) linkAddr(l Link, real string) string {
 	return real
 }
 
-func freePort(t Harness) int {
+// freePorts returns n distinct loopback ports that were free a moment
+// ago. All n listeners stay open until every port is picked: closing each
+// before picking the next let the kernel hand the same port out twice (a
+// replica once failed to start because its client port was another's
+// metrics port).
+func freePorts(t Harness, n int) []int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // cleanup kills what still runs, reports processes that ended on their
