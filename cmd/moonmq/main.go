@@ -1,7 +1,7 @@
 // Command moonmq is the MoonMQ broker: `moonmq serve` runs it, `moonmq
-// status`, `moonmq topic` and `moonmq group` ask a running one, `moonmq bench` measures
-// any Kafka-protocol broker, and `moonmq chaos` puts a replication group of
-// its own processes through faults. The work lives in internal/; this file
+// status`, `moonmq topic` and `moonmq group` ask a running one, `moonmq
+// bench` measures any Kafka-protocol broker, and `moonmq chaos` puts a
+// replication group of its own processes through faults. The work lives in internal/; this file
 // only parses the command line.
 package main
 

@@ -96,3 +96,31 @@ func TestExpireOffsetsSparesGroupJoinedMeanwhile(t *testing.T) {
 		t.Fatal("g was deleted")
 	}
 }
+
+// TestExpireOffsetsAppliesTombstonesWhenTheWaitFails: once the tombstones
+// are in the log they may become durable whatever the wait says, so memory
+// must drop the offsets even when the pass gives up waiting (here: its
+// context is already over, so it gives up before the flusher's fsync).
+func TestExpireOffsetsAppliesTombstonesWhenTheWaitFails(t *testing.T) {
+	b := openTestBroker(t)
+	if _, code := b.lookupOrCreate("t", true); code != 0 {
+		t.Fatalf("create topic: %d", code)
+	}
+	if code := b.groups.ValidateCommit("g", "", -1, nil); code != 0 {
+		t.Fatalf("simple commit refused: %d", code)
+	}
+	key := offsetKey{"g", "t", 0}
+	if err := b.writeOffsets(context.Background(), []offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// The fsync almost never beats the first look at the high watermark;
+	// if it does, the pass succeeds and the offset must be gone all the
+	// same.
+	_, _, err := b.ExpireOffsets(ctx, time.Now().Add(8*24*time.Hour))
+	t.Logf("the pass returned %v", err)
+	if c, ok := b.offsets.get(key); ok {
+		t.Fatalf("offset %+v still in memory after its tombstone was appended", c)
+	}
+}

@@ -16,6 +16,12 @@ func TestDefaults(t *testing.T) {
 	if !*s.AutoCreateTopics || s.DefaultPartitions != 1 || s.MaxRequestBytes != 100<<20 {
 		t.Fatalf("unexpected defaults: %+v", s)
 	}
+	// Kafka's defaults for the state that expires.
+	if s.OffsetsRetentionMinutes != 10080 || s.OffsetsRetentionCheckMs != 600000 ||
+		s.ProducerIdExpirationMs != 86400000 || s.ProducerIdExpirationCheckMs != 600000 ||
+		s.TransactionalIdExpirationMs != 604800000 || s.TransactionalIdExpirationCheckMs != 3600000 {
+		t.Fatalf("unexpected expiry defaults: %+v", s)
+	}
 }
 
 func TestParseSeedExample(t *testing.T) {
@@ -61,6 +67,12 @@ func TestRefusals(t *testing.T) {
 		{`{"Server": {}} {}`, `trailing data`},
 		{`{}`, `missing "Server"`},
 		{`{"Server": {"Users": [{"Username": "app"}]}}`, `Users[0].Password`},
+		{`{"Server": {"OffsetsRetentionMinutes": -2}}`, `key "OffsetsRetentionMinutes"`},
+		{`{"Server": {"OffsetsRetentionCheckMs": 5}}`, `key "OffsetsRetentionCheckMs"`},
+		{`{"Server": {"ProducerIdExpirationMs": -1}}`, `key "ProducerIdExpirationMs"`},
+		{`{"Server": {"ProducerIdExpirationCheckMs": 1}}`, `key "ProducerIdExpirationCheckMs"`},
+		{`{"Server": {"TransactionalIdExpirationMs": -5}}`, `key "TransactionalIdExpirationMs"`},
+		{`{"Server": {"TransactionalIdExpirationCheckMs": 0.5}}`, `key "TransactionalIdExpirationCheckMs"`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.json))
