@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/protocol"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -187,5 +188,53 @@ func TestWaitNeverEndsInSuccessUnacknowledged(t *testing.T) {
 		if res.ErrorCode != 0 {
 			t.Fatalf("failover=%v: a covered write answered %d", failover, res.ErrorCode)
 		}
+	}
+}
+
+// TestCoordinatorAnswersWhileNotServing: a replica that does not serve
+// clients answers coordinator requests NOT_COORDINATOR (clients look the
+// coordinator up again), and a leader still rebuilding its state
+// COORDINATOR_LOAD_IN_PROGRESS (clients retry it), as Kafka's coordinators
+// answer; a non-transactional InitProducerId is not a coordinator request.
+func TestCoordinatorAnswersWhileNotServing(t *testing.T) {
+	cfg := config.Default()
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 2, Failover: config.Failover{Enabled: true},
+		Peers: []config.Peer{{Id: 1, Address: "127.0.0.1:9195", ClientAddress: "127.0.0.1:9092"}}}
+	b := &Broker{cfg: cfg, nodeID: 2, log: slog.New(slog.DiscardHandler)}
+	b.repl = newReplica(b)
+	commit := kmsg.NewPtrOffsetCommitRequest()
+	commit.Group = "g"
+	commit.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0}}}}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID = "tx"
+	codeOf := func(req kmsg.Request) int16 {
+		resp, refused := b.refuseOnFollower(protocol.Request{Body: req})
+		if !refused {
+			t.Fatalf("%s served on a follower", kmsg.NameForKey(req.Key()))
+		}
+		switch r := resp.(type) {
+		case *kmsg.OffsetCommitResponse:
+			return r.Topics[0].Partitions[0].ErrorCode
+		case *kmsg.EndTxnResponse:
+			return r.ErrorCode
+		case *kmsg.InitProducerIDResponse:
+			return r.ErrorCode
+		}
+		t.Fatalf("unexpected response %T", resp)
+		return 0
+	}
+	for _, req := range []kmsg.Request{commit, end} {
+		if c := codeOf(req); c != errNotCoordinator {
+			t.Fatalf("follower: %s answered %d, want NOT_COORDINATOR", kmsg.NameForKey(req.Key()), c)
+		}
+	}
+	b.repl.active.Store(true) // promoted, rebuilding: not serving yet
+	for _, req := range []kmsg.Request{commit, end} {
+		if c := codeOf(req); c != errCoordinatorLoadProgress {
+			t.Fatalf("rebuilding leader: %s answered %d, want COORDINATOR_LOAD_IN_PROGRESS", kmsg.NameForKey(req.Key()), c)
+		}
+	}
+	if c := codeOf(kmsg.NewPtrInitProducerIDRequest()); c == errNotCoordinator || c == errCoordinatorLoadProgress {
+		t.Fatalf("a non-transactional InitProducerId answered as a coordinator request (%d)", c)
 	}
 }

@@ -332,8 +332,10 @@ var errCommitTimeout = errors.New("commit not durable before the timeout")
 var errBelowMinISR = errors.New("fewer in-sync replicas than min.insync.replicas")
 
 // errStoppedLeading fails an internal write whose replica stopped leading
-// before the write was on the ISR: the new leader may not have it.
-var errStoppedLeading = errors.New("this replica stopped leading before the write was replicated")
+// before the write was known to be on the ISR. Its fate is unknown: the
+// new leader may or may not have it (a follower that fetched it keeps it
+// and, leading, commits it), as in Kafka.
+var errStoppedLeading = errors.New("this replica stopped leading before the write was known to be on the in-sync replicas; the next leader may keep it")
 
 // coordinatorCode is the error a coordinator (group or transaction)
 // answers when writing its state failed with err: COORDINATOR_NOT_AVAILABLE

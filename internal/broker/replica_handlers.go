@@ -10,9 +10,9 @@ import (
 
 // Error codes a static-mode follower answers with.
 const (
-	errNotLeaderOrFollower    int16 = 6
-	errCoordinatorNotAvailble int16 = 15
-	errNotController          int16 = 41
+	errNotLeaderOrFollower     int16 = 6
+	errCoordinatorLoadProgress int16 = 14
+	errNotController           int16 = 41
 )
 
 // replicaEndpoint is one replica's client address.
@@ -38,9 +38,11 @@ func (r *replica) endpoints() []replicaEndpoint {
 // Metadata, DescribeCluster, DescribeConfigs, DescribeLogDirs (its own
 // copy) and ApiVersions are served;
 // ListGroups and ListTransactions answer empty; FindCoordinator names the
-// leader; admin writes get NOT_CONTROLLER (the
-// controller id in Metadata is the leader); everything else gets
-// NOT_LEADER_OR_FOLLOWER, and Produce and Fetch carry the leader
+// leader; group and transaction coordinator requests get NOT_COORDINATOR
+// (COORDINATOR_LOAD_IN_PROGRESS on a leader still rebuilding its state),
+// which sends clients back to FindCoordinator; admin writes get
+// NOT_CONTROLLER (the controller id in Metadata is the leader); everything
+// else gets NOT_LEADER_OR_FOLLOWER, and Produce and Fetch carry the leader
 // (KIP-951).
 func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 	r := b.repl
@@ -59,7 +61,7 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 		host, port, ok := r.endpoint(id)
 		code := int16(0)
 		if id < 0 || !ok {
-			code = errCoordinatorNotAvailble
+			code = errCoordinatorNotAvailable
 		}
 		if q.Version >= 4 {
 			for _, key := range q.CoordinatorKeys {
@@ -77,11 +79,19 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 			resp.NodeID, resp.Host, resp.Port = id, host, port
 		}
 		return resp, true
-	case *kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest:
-		// Only the leader coordinates groups: the client looks the
-		// coordinator up again (FindCoordinator names the leader).
+	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
+		*kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.OffsetDeleteRequest,
+		*kmsg.DescribeGroupsRequest, *kmsg.DeleteGroupsRequest,
+		*kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest,
+		*kmsg.AddPartitionsToTxnRequest, *kmsg.AddOffsetsToTxnRequest, *kmsg.EndTxnRequest,
+		*kmsg.TxnOffsetCommitRequest, *kmsg.DescribeTransactionsRequest:
+		return b.notCoordinator(req.Body), true
+	case *kmsg.InitProducerIDRequest:
+		if q.TransactionalID != nil {
+			return b.notCoordinator(req.Body), true
+		}
 		resp := req.Body.ResponseKind()
-		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotCoordinator)
+		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
 		return resp, true
 	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
 		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
@@ -133,6 +143,23 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
 		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
 		return resp, true
 	}
+}
+
+// notCoordinator answers a group or transaction coordinator request on a
+// replica that does not serve clients. Only the serving leader coordinates:
+// NOT_COORDINATOR makes every client look the coordinator up again at once
+// (FindCoordinator names the leader), where NOT_LEADER_OR_FOLLOWER kept
+// them retrying this replica. A leader still rebuilding its state from the
+// internal topics answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's
+// coordinator does while it loads: the client retries the same node.
+func (b *Broker) notCoordinator(req kmsg.Request) kmsg.Response {
+	code := errNotCoordinator
+	if b.repl.active.Load() {
+		code = errCoordinatorLoadProgress
+	}
+	resp := req.ResponseKind()
+	mirror(reflect.ValueOf(req).Elem(), reflect.ValueOf(resp).Elem(), code)
+	return resp
 }
 
 // mirror fills the response struct resp for the request struct req with

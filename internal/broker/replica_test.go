@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -70,6 +71,11 @@ func TestFollowerRefusesEveryRequest(t *testing.T) {
 			}
 			_ = protocol.AppendResponse(nil, hdr, resp)
 			checked[key] = true
+			if coordinatorKeys[key] || key == 22 && req.(*kmsg.InitProducerIDRequest).TransactionalID != nil {
+				if codes := errorFields(reflect.ValueOf(resp).Elem()); len(codes) == 0 || slices.ContainsFunc(codes, func(c int16) bool { return c != errNotCoordinator }) {
+					t.Fatalf("%s v%d: error fields %v, want NOT_COORDINATOR in each", kmsg.NameForKey(key), v, codes)
+				}
+			}
 			switch r := resp.(type) {
 			case *kmsg.ProduceResponse:
 				p := r.Topics[0].Partitions[0]
@@ -82,7 +88,7 @@ func TestFollowerRefusesEveryRequest(t *testing.T) {
 					t.Fatalf("fetch v%d: %+v", v, r)
 				}
 			case *kmsg.OffsetCommitResponse:
-				if r.Topics[0].Partitions[0].ErrorCode != errNotLeaderOrFollower {
+				if r.Topics[0].Partitions[0].ErrorCode != errNotCoordinator {
 					t.Fatalf("offset commit v%d: %+v", v, r)
 				}
 			case *kmsg.CreateTopicsResponse:
@@ -101,6 +107,34 @@ func TestFollowerRefusesEveryRequest(t *testing.T) {
 			t.Errorf("%s was not refused", kmsg.NameForKey(key))
 		}
 	}
+}
+
+// coordinatorKeys are the group and transaction coordinator APIs (and
+// InitProducerId with a transactional id): a follower answers them
+// NOT_COORDINATOR.
+var coordinatorKeys = map[int16]bool{8: true, 9: true, 11: true, 12: true, 13: true, 14: true, 15: true, 42: true,
+	47: true, 68: true, 69: true, 24: true, 25: true, 26: true, 28: true, 65: true}
+
+// errorFields lists every ErrorCode field of a response struct, nested
+// lists included.
+func errorFields(v reflect.Value) []int16 {
+	var out []int16
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			if f.Name == "ErrorCode" && f.Type.Kind() == reflect.Int16 {
+				out = append(out, int16(v.Field(i).Int()))
+			} else if f.IsExported() {
+				out = append(out, errorFields(v.Field(i))...)
+			}
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			out = append(out, errorFields(v.Index(i))...)
+		}
+	}
+	return out
 }
 
 // TestFollowerMetadataForUncopiedTopic: a follower's topic list lags the

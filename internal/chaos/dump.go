@@ -3,6 +3,8 @@ package chaos
 import (
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/moonmq/moonmq/internal/checker"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/testcluster"
@@ -68,4 +70,43 @@ func decodeWithControl(data []byte) ([]checker.Record, []int32, error) {
 		}
 	}
 	return out, epochs, nil
+}
+
+// dumpOffsetCommits reads the committed-offset records of
+// __consumer_offsets from a stopped replica's data directory (group-
+// metadata records, tombstones and transaction markers are skipped).
+func dumpOffsetCommits(r *testcluster.Replica) ([]checker.LoggedCommit, error) {
+	data, _, _, err := r.ReadLog("__consumer_offsets", 0)
+	if err != nil || len(data) == 0 {
+		return nil, err
+	}
+	var out []checker.LoggedCommit
+	for len(data) >= recordbatch.LengthOverhead {
+		h, err := recordbatch.ParseHeader(data)
+		if err != nil || h.Size() > len(data) {
+			return out, fmt.Errorf("__consumer_offsets batch: %v", err)
+		}
+		b := data[:h.Size()]
+		data = data[h.Size():]
+		if h.Control() {
+			continue
+		}
+		recs, err := recordbatch.Records(b, 64<<20)
+		if err != nil {
+			return out, fmt.Errorf("__consumer_offsets batch at %d: %w", h.BaseOffset, err)
+		}
+		for _, rec := range recs {
+			var k kmsg.OffsetCommitKey
+			if rec.Value == nil || k.ReadFrom(rec.Key) != nil || k.Version > 1 {
+				continue
+			}
+			var v kmsg.OffsetCommitValue
+			if v.ReadFrom(rec.Value) != nil {
+				continue
+			}
+			out = append(out, checker.LoggedCommit{Group: k.Group, Topic: k.Topic, Partition: k.Partition,
+				Offset: v.Offset, Metadata: v.Metadata, LogOffset: rec.Offset, Epoch: h.PartitionLeaderEpoch})
+		}
+	}
+	return out, nil
 }

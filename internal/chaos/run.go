@@ -429,6 +429,13 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		h.Dumps = append(h.Dumps, ds...)
 		dumpEpochs = append(dumpEpochs, eps...)
 		res.Problems = append(res.Problems, probs...)
+		if r == leader {
+			logged, err := dumpOffsetCommits(r)
+			if err != nil {
+				res.Problems = append(res.Problems, fmt.Sprintf("replica %d: read __consumer_offsets: %v", r.ID, err))
+			}
+			h.OffsetsLog = logged
+		}
 	}
 	res.History = h
 	res.Report = checker.Check(h, checker.Options{MinISR: cfg.Replicas/2 + 1, MaxPerKind: -1})

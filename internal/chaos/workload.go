@@ -112,10 +112,11 @@ func (w *workload) start(seed int64) error {
 	// Two members of a classic group and two of a KIP-848 group (the
 	// broker assigns their partitions).
 	for i := range 4 {
-		group, name, opts := w.group, fmt.Sprintf("group-%d", i+1), []kgo.Opt{}
+		att := &commitAttempts{}
+		group, name, opts := w.group, fmt.Sprintf("group-%d", i+1), []kgo.Opt{kgo.WithHooks(att)}
 		if i >= 2 {
 			group, name = w.group848(), fmt.Sprintf("kip848-%d", i-1)
-			opts = []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(kgo.RangeBalancer())}
+			opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.RangeBalancer()))
 		}
 		cl, err := w.client(append(opts, kgo.ConsumerGroup(group), kgo.ConsumeTopics(w.data, w.txn),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
@@ -126,7 +127,7 @@ func (w *workload) start(seed int64) error {
 			return err
 		}
 		w.consWG.Add(1)
-		go w.consume(cl, name, checker.Group, true, cl, group)
+		go w.consume(cl, name, checker.Group, true, &committer{cl, att}, group)
 	}
 	adm, err := w.client()
 	if err != nil {
@@ -278,7 +279,7 @@ func (w *workload) transact(seed int64) {
 // consume polls until the run ends, recording every fetched partition
 // with records. A member of group (commit != nil) commits what each poll
 // returned and records the commit.
-func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bool, commit *kgo.Client, group string) {
+func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bool, commit *committer, group string) {
 	defer w.consWG.Done()
 	for w.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(w.ctx, time.Second)
@@ -309,16 +310,63 @@ func (w *workload) consume(cl *kgo.Client, name string, mode checker.Mode, rc bo
 	}
 }
 
+// committer is a group member's client and the count of the OffsetCommit
+// requests it writes.
+type committer struct {
+	cl  *kgo.Client
+	att *commitAttempts
+}
+
+// commitAttempts counts a client's OffsetCommit requests and where they
+// went. franz-go retries a commit by itself (after NOT_COORDINATOR,
+// COORDINATOR_NOT_AVAILABLE, a lost connection, STALE_MEMBER_EPOCH) and
+// hands the callback only the last answer, so the count is what tells a
+// commit refused outright from one refused on a retry after an attempt
+// whose fate nobody learned. A member commits one request at a time
+// (CommitOffsetsSync, from its one consuming goroutine), so the requests
+// written between a commit's start and its callback are that commit's.
+type commitAttempts struct {
+	mu      sync.Mutex
+	brokers []int32
+}
+
+var _ kgo.HookBrokerWrite = (*commitAttempts)(nil)
+
+// OnBrokerWrite implements kgo.HookBrokerWrite.
+func (a *commitAttempts) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != int16(kmsg.OffsetCommit) {
+		return
+	}
+	a.mu.Lock()
+	// A write that failed may still have sent the request whole.
+	a.brokers = append(a.brokers, meta.NodeID)
+	a.mu.Unlock()
+}
+
+// take returns and forgets the requests written since the last take.
+func (a *commitAttempts) take() []int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.brokers
+	a.brokers = nil
+	return b
+}
+
 // commit commits offsets synchronously and records each partition's
 // outcome. Errors a coordinator returns before writing anything (a stale
-// generation or member, a rebalance) are failures; every other error is
-// an unknown outcome.
-func (w *workload) commit(cl *kgo.Client, group string, offsets map[string]map[int32]kgo.EpochOffset) {
+// generation or member, a rebalance) are failures when they answer the
+// only request written; after a retry they are unknown outcomes, since an
+// earlier attempt may have been written with its answer lost. Every other
+// error is an unknown outcome.
+func (w *workload) commit(c *committer, group string, offsets map[string]map[int32]kgo.EpochOffset) {
 	start := w.rec.now()
 	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
 	defer cancel()
-	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	c.att.take()
+	member, _ := c.cl.GroupMetadata()
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		end := w.rec.now()
+		via := c.att.take()
 		known := map[string]map[int32]int16{}
 		if err == nil && resp != nil {
 			for _, t := range resp.Topics {
@@ -334,21 +382,46 @@ func (w *workload) commit(cl *kgo.Client, group string, offsets map[string]map[i
 			for p, eo := range ps {
 				out := checker.Unknown
 				if code, ok := known[t][p]; ok {
-					switch kerr.ErrorForCode(code) {
-					case nil:
-						out = checker.Acked
-					case kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress, kerr.FencedInstanceID,
-						kerr.StaleMemberEpoch, kerr.FencedMemberEpoch:
-						out = checker.Failed
-					default:
-						w.rec.countErr("commit", kerr.ErrorForCode(code))
+					out = commitOutcome(code, len(via))
+					if err := kerr.ErrorForCode(code); err != nil && !refusal(err) {
+						w.rec.countErr("commit", err)
 					}
 				}
 				w.rec.addCommit(checker.OffsetCommit{Group: group, Topic: t, Partition: p, Offset: eo.Offset,
-					Start: start, End: end, Outcome: out})
+					Start: start, End: end, Outcome: out, Attempts: len(via), Brokers: via, Member: member})
 			}
 		}
 	})
+}
+
+// refusal reports whether a commit answer says the coordinator wrote
+// nothing: the member's generation, id, epoch or instance is not the
+// current one, or the group is rebalancing.
+func refusal(err error) bool {
+	switch err {
+	case kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress, kerr.FencedInstanceID,
+		kerr.StaleMemberEpoch, kerr.FencedMemberEpoch:
+		return true
+	}
+	return false
+}
+
+// commitOutcome is what a partition's commit answer code, after attempts
+// requests, tells of its fate. Success is an acknowledgement. A refusal is
+// a failure only if it answered the one request written: after a retry it
+// says nothing of the earlier attempts, one of which may have been written
+// (its leader appended it, replicated it and stepped down before it knew,
+// answering NOT_COORDINATOR; the next leader kept it). Any other answer
+// is unknown.
+func commitOutcome(code int16, attempts int) checker.Outcome {
+	err := kerr.ErrorForCode(code)
+	switch {
+	case err == nil:
+		return checker.Acked
+	case refusal(err) && attempts <= 1:
+		return checker.Failed
+	}
+	return checker.Unknown
 }
 
 // fetchOffsets reads both groups' committed offsets every half second.

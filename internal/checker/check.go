@@ -151,6 +151,7 @@ func Check(h History, opt Options) Report {
 	c.checkDurability()
 	c.checkReplicas()
 	c.checkGroupOffsets()
+	c.checkRefusedCommits()
 	return c.rep
 }
 
@@ -732,22 +733,24 @@ func (c *checker) checkGroupOffsets() {
 		byEnd   []int32           // successful commits sorted by End
 		maxStrt []int32           // prefix argmax of Start over byEnd
 		byValue map[int64][]int32 // successful or unknown commits by offset
+		failed  map[int64][]int32 // failed commits by offset, for witnesses
 	}
 	regs := map[key]*reg{}
 	get := func(k key) *reg {
 		r := regs[k]
 		if r == nil {
-			r = &reg{byValue: map[int64][]int32{}}
+			r = &reg{byValue: map[int64][]int32{}, failed: map[int64][]int32{}}
 			regs[k] = r
 		}
 		return r
 	}
 	for i := range h.Commits {
 		cm := &h.Commits[i]
+		r := get(key{cm.Group, tp{cm.Topic, cm.Partition}})
 		if cm.Outcome == Failed {
+			r.failed[cm.Offset] = append(r.failed[cm.Offset], int32(i))
 			continue
 		}
-		r := get(key{cm.Group, tp{cm.Topic, cm.Partition}})
 		r.byValue[cm.Offset] = append(r.byValue[cm.Offset], int32(i))
 		if cm.Outcome == Acked {
 			r.byEnd = append(r.byEnd, int32(i))
@@ -765,7 +768,11 @@ func (c *checker) checkGroupOffsets() {
 	}
 	descC := func(i int32) string {
 		cm := &h.Commits[i]
-		return fmt.Sprintf("commit %s %s/%d offset=%d %s %s", cm.Group, cm.Topic, cm.Partition, cm.Offset, cm.Outcome, span(cm.Start, cm.End))
+		d := fmt.Sprintf("commit %s %s/%d offset=%d %s %s", cm.Group, cm.Topic, cm.Partition, cm.Offset, cm.Outcome, span(cm.Start, cm.End))
+		if cm.Attempts > 0 {
+			d += fmt.Sprintf(" in %d attempt(s) via nodes %v", cm.Attempts, cm.Brokers)
+		}
+		return d
 	}
 	for i := range h.OffsetFetches {
 		f := &h.OffsetFetches[i]
@@ -799,9 +806,59 @@ func (c *checker) checkGroupOffsets() {
 		}
 		if ws := r.byValue[f.Offset]; len(ws) > 0 {
 			wit = append(wit, "value written by "+descC(ws[len(ws)-1]))
+		} else if fs := r.failed[f.Offset]; len(fs) > 0 {
+			wit = append(wit, "no commit wrote this offset; a failed one carried it: "+descC(fs[len(fs)-1]))
 		} else if f.Offset >= 0 {
 			wit = append(wit, "no commit wrote this offset")
 		}
 		c.add(Anomaly{Kind: CommittedOffsetRegression, Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Witness: wit})
+	}
+}
+
+// checkRefusedCommits looks for refused commits in the final
+// __consumer_offsets. A commit is identified by its group, partition,
+// offset and member (franz-go sends the member id as the commit
+// metadata), so a logged record matches a refused commit only when no
+// commit of that member with that offset was acknowledged or unknown.
+func (c *checker) checkRefusedCommits() {
+	h := c.h
+	if len(h.OffsetsLog) == 0 {
+		return
+	}
+	type id struct {
+		group, member string
+		t             tp
+		offset        int64
+	}
+	logged := map[id]LoggedCommit{}
+	for _, l := range h.OffsetsLog {
+		logged[id{l.Group, l.Metadata, tp{l.Topic, l.Partition}, l.Offset}] = l
+	}
+	other := map[id]bool{}
+	for i := range h.Commits {
+		cm := &h.Commits[i]
+		if cm.Outcome != Failed && cm.Member != "" {
+			other[id{cm.Group, cm.Member, tp{cm.Topic, cm.Partition}, cm.Offset}] = true
+		}
+	}
+	for i := range h.Commits {
+		cm := &h.Commits[i]
+		if cm.Outcome != Failed || cm.Member == "" {
+			continue
+		}
+		k := id{cm.Group, cm.Member, tp{cm.Topic, cm.Partition}, cm.Offset}
+		l, ok := logged[k]
+		if !ok || other[k] {
+			continue
+		}
+		via := ""
+		if cm.Attempts > 0 {
+			via = fmt.Sprintf(" in %d attempt(s) via nodes %v", cm.Attempts, cm.Brokers)
+		}
+		c.add(Anomaly{Kind: RefusedCommitWritten, Topic: cm.Topic, Partition: cm.Partition, Offset: cm.Offset, Witness: []string{
+			fmt.Sprintf("commit %s %s/%d offset=%d by member %s refused %s%s", cm.Group, cm.Topic, cm.Partition, cm.Offset, cm.Member, span(cm.Start, cm.End), via),
+			fmt.Sprintf("__consumer_offsets holds it at log offset %d (leader epoch %d)", l.LogOffset, l.Epoch),
+		}})
+		delete(logged, k) // one anomaly per record
 	}
 }

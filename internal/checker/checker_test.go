@@ -226,6 +226,57 @@ func TestCommittedOffsets(t *testing.T) {
 	}
 }
 
+// TestRefusedCommitWritten: a refused commit found in the final
+// __consumer_offsets (same group, partition, offset and member) is an
+// anomaly; the same record is none when a commit of that member with that
+// offset had another outcome, or when nothing refused it.
+func TestRefusedCommitWritten(t *testing.T) {
+	h := History{
+		Commits: []OffsetCommit{
+			{Group: "g", Topic: topic, Offset: 5, Member: "a", Outcome: Acked},
+			{Group: "g", Topic: topic, Offset: 7, Member: "a", Outcome: Failed, Attempts: 1, Brokers: []int32{1}},
+			{Group: "g", Topic: topic, Offset: 9, Member: "b", Outcome: Failed, Attempts: 1},
+			{Group: "g", Topic: topic, Offset: 11, Member: "b", Outcome: Failed, Attempts: 1},
+			{Group: "g", Topic: topic, Offset: 11, Member: "b", Outcome: Unknown, Attempts: 2},
+		},
+		OffsetsLog: []LoggedCommit{
+			{Group: "g", Topic: topic, Offset: 5, Metadata: "a", LogOffset: 1},
+			{Group: "g", Topic: topic, Offset: 7, Metadata: "a", LogOffset: 2},  // refused, yet written
+			{Group: "g", Topic: topic, Offset: 9, Metadata: "c", LogOffset: 3},  // another member's
+			{Group: "g", Topic: topic, Offset: 11, Metadata: "b", LogOffset: 4}, // the unknown one's
+		},
+	}
+	r := Check(h, Options{})
+	if r.Counts[RefusedCommitWritten] != 1 || r.Anomalies[0].Offset != 7 {
+		t.Fatalf("want one %s at offset 7, got:\n%s", RefusedCommitWritten, r)
+	}
+	h.OffsetsLog = h.OffsetsLog[:1]
+	if r := Check(h, Options{}); !r.OK() {
+		t.Fatalf("refused commits absent from the log reported:\n%s", r)
+	}
+}
+
+// TestRetriedCommitRegressionNotReported is the history of seed 777's
+// witness: a commit whose retries ended refused, but whose first attempt
+// the next leader kept, is recorded unknown, and offset fetches that
+// return it are no regression; recorded failed, they are one.
+func TestRetriedCommitRegressionNotReported(t *testing.T) {
+	h := History{
+		Commits: []OffsetCommit{
+			{Group: "g", Topic: topic, Offset: 3056, Start: 35364, End: 35367, Outcome: Acked, Attempts: 1},
+			{Group: "g", Topic: topic, Offset: 3057, Start: 35381, End: 35789, Outcome: Unknown, Attempts: 3, Brokers: []int32{1, 1, 2}},
+		},
+		OffsetFetches: []OffsetFetch{{Group: "g", Topic: topic, Offset: 3057, Start: 36028, End: 36129}},
+	}
+	if r := Check(h, Options{}); !r.OK() {
+		t.Fatalf("a retried commit's value reported:\n%s", r)
+	}
+	h.Commits[1].Outcome = Failed
+	if r := Check(h, Options{}); r.Counts[CommittedOffsetRegression] != 1 {
+		t.Fatalf("a refused commit's value not reported:\n%s", r)
+	}
+}
+
 func TestEmptyAndString(t *testing.T) {
 	r := Check(History{}, Options{})
 	if !r.OK() || r.String() != "checker: no anomalies" {

@@ -153,6 +153,26 @@ type OffsetCommit struct {
 	Offset     int64
 	Start, End int64
 	Outcome    Outcome
+	// Attempts is how many OffsetCommit requests the client wrote for
+	// this commit (its retries included), and Brokers the node each went
+	// to, in order; 0 and nil when not recorded.
+	Attempts int
+	Brokers  []int32
+	// Member is the committing member's id, which franz-go also sends
+	// as each partition's commit metadata ("" when not recorded).
+	Member string
+}
+
+// LoggedCommit is one committed-offset record found in a replica's
+// __consumer_offsets after the run.
+type LoggedCommit struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Offset    int64
+	Metadata  string
+	LogOffset int64
+	Epoch     int32
 }
 
 // OffsetFetch is one read of a consumer group's committed offset.
@@ -172,6 +192,9 @@ type History struct {
 	Dumps         []Dump
 	Commits       []OffsetCommit
 	OffsetFetches []OffsetFetch
+	// OffsetsLog is the final leader's __consumer_offsets (what
+	// compaction left of it): refused commits must not be in it.
+	OffsetsLog []LoggedCommit
 }
 
 // Options tunes the checker.
@@ -244,6 +267,12 @@ const (
 	// necessary condition of linearizability; orders between fetches are
 	// not searched).
 	CommittedOffsetRegression Kind = "committed-offset-regression"
+	// RefusedCommitWritten: a commit the coordinator refused (a failed
+	// outcome: one request, answered with a rebalance or fencing error)
+	// is in the final __consumer_offsets, written by the same member
+	// with the same offset, and no commit of that member with that
+	// offset had another outcome.
+	RefusedCommitWritten Kind = "refused-commit-written"
 )
 
 // Kinds lists every Kind in report order.
@@ -251,7 +280,7 @@ var Kinds = []Kind{
 	InconsistentOffset, Duplicate, LostWrite, Unseen, Unexpected,
 	AbortedRead, NonMonotonicPoll, PollSkip, NonMonotonicSend,
 	RealTimeOrder, TruncatedRead, ReadPastHW, ReplicaDivergence,
-	UnderReplicated, CommittedOffsetRegression,
+	UnderReplicated, CommittedOffsetRegression, RefusedCommitWritten,
 }
 
 // Anomaly is one violation with the operations that witness it.
