@@ -398,10 +398,16 @@ func readsSecurityState(req protocol.Request) bool {
 	return false
 }
 
-// securityOnFollower refuses ACL and credential changes on a follower,
-// one NOT_CONTROLLER per entry naming the leader: clients send these
-// requests to any broker, and a follower cannot write.
+// securityOnFollower refuses ACL and credential changes on a follower
+// that cannot forward them, one NOT_CONTROLLER per entry naming the
+// leader: clients send these requests to any broker, and a follower
+// cannot write.
 func (b *Broker) securityOnFollower(req protocol.Request) (kmsg.Response, bool) {
+	return b.securityOnFollowerCode(req, errNotController)
+}
+
+// securityOnFollowerCode is securityOnFollower answering code.
+func (b *Broker) securityOnFollowerCode(req protocol.Request, code int16) (kmsg.Response, bool) {
 	msg := "this replica is a follower: send ACL and user changes to the leader"
 	if host, port, ok := b.repl.endpoint(b.repl.leaderID()); ok {
 		msg += fmt.Sprintf(" (%s)", net.JoinHostPort(host, fmt.Sprint(port)))
@@ -410,13 +416,13 @@ func (b *Broker) securityOnFollower(req protocol.Request) (kmsg.Response, bool) 
 	case *kmsg.CreateACLsRequest:
 		resp := r.ResponseKind().(*kmsg.CreateACLsResponse)
 		for range r.Creations {
-			resp.Results = append(resp.Results, kmsg.CreateACLsResponseResult{ErrorCode: errNotController, ErrorMessage: kmsg.StringPtr(msg)})
+			resp.Results = append(resp.Results, kmsg.CreateACLsResponseResult{ErrorCode: code, ErrorMessage: kmsg.StringPtr(msg)})
 		}
 		return resp, true
 	case *kmsg.DeleteACLsRequest:
 		resp := r.ResponseKind().(*kmsg.DeleteACLsResponse)
 		for range r.Filters {
-			resp.Results = append(resp.Results, kmsg.DeleteACLsResponseResult{ErrorCode: errNotController, ErrorMessage: kmsg.StringPtr(msg)})
+			resp.Results = append(resp.Results, kmsg.DeleteACLsResponseResult{ErrorCode: code, ErrorMessage: kmsg.StringPtr(msg)})
 		}
 		return resp, true
 	case *kmsg.AlterUserSCRAMCredentialsRequest:
@@ -425,7 +431,7 @@ func (b *Broker) securityOnFollower(req protocol.Request) (kmsg.Response, bool) 
 		for _, u := range append(userNames(r.Deletions), userNamesUp(r.Upsertions)...) {
 			if !seen[u] {
 				seen[u] = true
-				resp.Results = append(resp.Results, kmsg.AlterUserSCRAMCredentialsResponseResult{User: u, ErrorCode: errNotController, ErrorMessage: kmsg.StringPtr(msg)})
+				resp.Results = append(resp.Results, kmsg.AlterUserSCRAMCredentialsResponseResult{User: u, ErrorCode: code, ErrorMessage: kmsg.StringPtr(msg)})
 			}
 		}
 		return resp, true

@@ -39,6 +39,9 @@ const (
 // long-poll fetch) returns a wait function instead of a response; the
 // connection runs it on its own goroutine.
 func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(context.Context) kmsg.Response) {
+	if b.following() && forwarded(req.Body) && !cn.viaForward {
+		return nil, func(ctx context.Context) kmsg.Response { return b.forward(ctx, cn, req) }
+	}
 	if b.following() && !readsSecurityState(req) {
 		if resp, refused := b.securityOnFollower(req); refused {
 			return resp, nil

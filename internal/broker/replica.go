@@ -121,6 +121,12 @@ type replica struct {
 	cfg  *config.Replication
 	self int32
 	ids  []int32 // the whole group, sorted
+	// Forwarding to the leader (forward.go): its HTTP client, made on
+	// first use, and how many forwards were relayed or failed.
+	fwdOnce   sync.Once
+	fwdHTTP   *http.Client
+	fwdDone   atomic.Int64
+	fwdFailed atomic.Int64
 	// lead is set while this replica serves clients: always on a static
 	// leader; in failover mode once its claim committed and its state was
 	// rebuilt.
@@ -483,6 +489,7 @@ func (r *replica) start(ctx context.Context) (err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/replication/", shipping.Handler(source{r}, r.cfg.Token, shipping.WithLogger(log)))
 	mux.HandleFunc(PathStatus, r.serveStatus)
+	mux.HandleFunc(PathForward, r.serveForward)
 	// net/http reports failed handshakes (a peer with another CA, a
 	// plain HTTP client) through ErrorLog; they go to the broker's log,
 	// at most one a minute per address, as a misconfigured peer retries
@@ -607,7 +614,7 @@ func (r *replica) status() statusDoc {
 }
 
 func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
-	if r.cfg.Token != "" && req.Header.Get("Authorization") != "Bearer "+r.cfg.Token {
+	if !r.tokenOK(req) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}

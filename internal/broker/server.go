@@ -174,6 +174,9 @@ type conn struct {
 	// certSubject is the subject of the client's verified TLS
 	// certificate, "" without one.
 	certSubject string
+	// viaForward marks the stand-in for a client of a follower that
+	// forwarded its request here (forward.go): never forwarded again.
+	viaForward bool
 	deniedLog
 
 	// mutedUntil (Unix nanoseconds) pauses the reader of a connection
