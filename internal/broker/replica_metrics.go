@@ -16,6 +16,7 @@ type replicationCollector struct {
 
 	leader, epoch, isrSize, term  *prometheus.Desc
 	inISR, lagRecords, lagSeconds *prometheus.Desc
+	forwards                      *prometheus.Desc
 }
 
 func newReplicationCollector(r *replica) *replicationCollector {
@@ -28,11 +29,12 @@ func newReplicationCollector(r *replica) *replicationCollector {
 		inISR:      prometheus.NewDesc("moonmq_replication_follower_in_isr", "1 if the follower is in the in-sync set (leader only).", []string{"follower"}, nil),
 		lagRecords: prometheus.NewDesc("moonmq_replication_follower_lag_records", "Records the follower lacks over all partitions (leader only).", []string{"follower"}, nil),
 		lagSeconds: prometheus.NewDesc("moonmq_replication_follower_last_fetch_seconds", "Seconds since the follower's last fetch (leader only).", []string{"follower"}, nil),
+		forwards:   prometheus.NewDesc("moonmq_replication_forwarded_requests_total", "Client requests this replica forwarded to the leader, by result (relayed: the leader's answer; failed: a retriable error answered instead).", []string{"result"}, nil),
 	}
 }
 
 func (c *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leader, c.epoch, c.isrSize, c.term, c.inISR, c.lagRecords, c.lagSeconds} {
+	for _, d := range []*prometheus.Desc{c.leader, c.epoch, c.isrSize, c.term, c.inISR, c.lagRecords, c.lagSeconds, c.forwards} {
 		ch <- d
 	}
 }
@@ -46,6 +48,8 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, lead)
 	ch <- prometheus.MustNewConstMetric(c.epoch, prometheus.GaugeValue, float64(st.Epoch))
 	ch <- prometheus.MustNewConstMetric(c.isrSize, prometheus.GaugeValue, float64(len(st.ISR)))
+	ch <- prometheus.MustNewConstMetric(c.forwards, prometheus.CounterValue, float64(c.r.fwdDone.Load()), "relayed")
+	ch <- prometheus.MustNewConstMetric(c.forwards, prometheus.CounterValue, float64(c.r.fwdFailed.Load()), "failed")
 	if st.Raft != nil {
 		ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(st.Raft.RaftTerm))
 	}

@@ -1,0 +1,432 @@
+package interop
+
+// The client × scenario matrix of docs/COMPATIBILITY.md. Every client runs
+// the same scenario program (a driver, in its own language): create the
+// topic with its admin client, produce N records idempotently with
+// acks=all, printing each acknowledged value, then read the topic in a
+// consumer group with commits, printing each value read, until every
+// acknowledged one was read. The Go side starts real moonmq processes
+// (internal/testcluster), hands the driver the bootstrap list of the
+// scenario, kills the leader with SIGKILL in the failover scenario, and
+// judges: every acknowledged record is stored exactly once (idempotence
+// across retries and the failover) and was read by the group.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/internal/testcluster"
+)
+
+// scenario is one column of the matrix.
+type scenario struct {
+	name     string
+	replicas int
+	// follower: bootstrap with one follower only (what a Kubernetes
+	// Service in front of the replicas gives a client).
+	follower bool
+	// kill: SIGKILL the leader once a third of the records are
+	// acknowledged.
+	kill bool
+}
+
+var scenarios = []scenario{
+	{name: "single"},
+	{name: "group", replicas: 3},
+	{name: "follower", replicas: 3, follower: true},
+	{name: "failover", replicas: 3, kill: true},
+}
+
+// driver starts one client's scenario program; it writes the JSON lines
+// to out and returns when the program ends.
+type driver struct {
+	name string
+	// atLeastOnce: the client has no idempotent producer, so a retry
+	// across the failover may store a record twice.
+	atLeastOnce bool
+	// run is the driver; unavailable says why it cannot run here.
+	run func(t *testing.T, ctx context.Context, args []string, out io.Writer) error
+}
+
+func execDriver(bin string, pre ...string) func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+	return func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+		cmd := exec.CommandContext(ctx, bin, append(slices.Clone(pre), args...)...)
+		var stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = out, &stderr
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		err := cmd.Run()
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			if len(s) > 6000 {
+				s = "..." + s[len(s)-6000:]
+			}
+			t.Logf("%s stderr:\n%s", bin, s)
+		}
+		return err
+	}
+}
+
+// kafkajsDir is the npm project of the kafkajs driver; .ci/run installs
+// its node_modules (npm ci).
+func kafkajsDriver(t *testing.T) driver {
+	dir, _ := filepath.Abs("../kafkajs")
+	node, err := exec.LookPath("node")
+	why := ""
+	switch {
+	case err != nil:
+		why = "node is not installed"
+	default:
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "kafkajs")); err != nil {
+			why = "kafkajs is not installed (cd test/kafkajs && npm ci)"
+		}
+	}
+	if why != "" {
+		return driver{name: "kafkajs", run: func(t *testing.T, _ context.Context, _ []string, _ io.Writer) error {
+			if os.Getenv("MOONMQ_REQUIRE_KAFKAJS") == "1" {
+				t.Fatalf("MOONMQ_REQUIRE_KAFKAJS=1 but %s", why)
+			}
+			t.Skip(why)
+			return nil
+		}}
+	}
+	return driver{name: "kafkajs", run: execDriver(node, filepath.Join(dir, "scenario.js"))}
+}
+
+func javaDriver(protocol string) driver {
+	name := "java"
+	if protocol == "consumer" {
+		name = "java-kip848"
+	}
+	return driver{name: name, run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+		javaBin, cp := javaProject(t)
+		return execDriver(javaBin, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			"-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-cp", cp, "io.moonmq.interop.Scenario")(t, ctx, append(args, protocol), out)
+	}}
+}
+
+func rdkafkaDriver() driver {
+	return driver{name: "librdkafka", run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+		return execDriver(python(t), "testdata/scenario_rdkafka.py")(t, ctx, args, out)
+	}}
+}
+
+// franzDriver is the scenario with franz-go, in process.
+func franzDriver() driver {
+	return driver{name: "franz-go", run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+		seeds, topic, group := strings.Split(args[0], ","), args[1], args[2]
+		n, _ := strconv.Atoi(args[3])
+		rf, _ := strconv.Atoi(args[4])
+		var mu sync.Mutex
+		emit := func(k, v string) {
+			mu.Lock()
+			defer mu.Unlock()
+			b, _ := json.Marshal(map[string]string{k: v})
+			fmt.Fprintf(out, "%s\n", b)
+		}
+		var errs []string
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
+			kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.RecordDeliveryTimeout(2*time.Minute))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, int16(rf), nil, topic); err != nil && !strings.Contains(err.Error(), kerr.TopicAlreadyExists.Message) {
+			return err
+		}
+		acked := map[string]bool{}
+		var wg sync.WaitGroup
+		for i := range n {
+			v := fmt.Sprintf("franz-%d", i)
+			wg.Add(1)
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i%7), Value: []byte(v)}, func(_ *kgo.Record, err error) {
+				defer wg.Done()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("send %s: %v", v, err))
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				acked[v] = true
+				mu.Unlock()
+				emit("acked", v)
+			})
+			time.Sleep(10 * time.Millisecond)
+		}
+		wg.Wait()
+		cons, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+		if err != nil {
+			return err
+		}
+		defer cons.Close()
+		seen := map[string]bool{}
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			missing := false
+			for v := range acked {
+				if !seen[v] {
+					missing = true
+					break
+				}
+			}
+			if !missing {
+				break
+			}
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			fs := cons.PollFetches(pctx)
+			cancel()
+			fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true; emit("consumed", string(r.Value)) })
+			if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+				errs = append(errs, "commit: "+err.Error())
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"done": true, "client": "franz-go", "errors": errs})
+		mu.Lock()
+		fmt.Fprintf(out, "%s\n", b)
+		mu.Unlock()
+		return nil
+	}}
+}
+
+// scenarioResult is what a driver printed.
+type scenarioResult struct {
+	acked, consumed map[string]int
+	done            bool
+	client          string
+	errors          []string
+	fatal           string
+}
+
+// lineSink parses a driver's JSON lines as they come and calls onAcked
+// with the running count of acknowledgements.
+type lineSink struct {
+	mu      sync.Mutex
+	res     scenarioResult
+	pw      *io.PipeWriter
+	done    chan struct{}
+	onAcked func(n int)
+}
+
+func newLineSink(onAcked func(int)) *lineSink {
+	pr, pw := io.Pipe()
+	s := &lineSink{pw: pw, done: make(chan struct{}), onAcked: onAcked,
+		res: scenarioResult{acked: map[string]int{}, consumed: map[string]int{}}}
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				continue // a client's own chatter
+			}
+			s.mu.Lock()
+			if v, ok := m["acked"].(string); ok {
+				s.res.acked[v]++
+				n := len(s.res.acked)
+				s.mu.Unlock()
+				s.onAcked(n)
+				continue
+			}
+			if v, ok := m["consumed"].(string); ok {
+				s.res.consumed[v]++
+			}
+			if m["done"] == true {
+				s.res.done = true
+				s.res.client, _ = m["client"].(string)
+				s.res.fatal, _ = m["fatal"].(string)
+				if es, ok := m["errors"].([]any); ok {
+					for _, e := range es {
+						s.res.errors = append(s.res.errors, fmt.Sprint(e))
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	return s
+}
+
+func (s *lineSink) Write(p []byte) (int, error) { return s.pw.Write(p) }
+
+func (s *lineSink) result() scenarioResult {
+	_ = s.pw.Close()
+	<-s.done
+	return s.res
+}
+
+// scenarioRecords is how many records each driver produces.
+const scenarioRecords = 300
+
+// runScenario runs one cell of the matrix.
+func runScenario(t *testing.T, d driver, sc scenario) {
+	replicas := max(sc.replicas, 1)
+	c := testcluster.Start(t, testcluster.WithReplicas(replicas))
+	leader := c.Replicas[0]
+	if replicas > 1 {
+		leader = c.WaitISR(90*time.Second, 1, 2, 3)
+	}
+	var bootstrap []string
+	for _, r := range c.Replicas {
+		if sc.follower {
+			if r != leader {
+				bootstrap = []string{r.ClientAddr()}
+				break
+			}
+			continue
+		}
+		bootstrap = append(bootstrap, r.ClientAddr())
+	}
+	topic, group := "matrix-"+d.name+"-"+sc.name, "matrix-g-"+d.name+"-"+sc.name
+	var killOnce sync.Once
+	killed := make(chan struct{})
+	sink := newLineSink(func(n int) {
+		if sc.kill && n >= scenarioRecords/3 {
+			killOnce.Do(func() {
+				// Whoever serves now, not who served at the start.
+				if r, _ := c.ServingLeader(); r != nil {
+					leader = r
+				}
+				t.Logf("SIGKILL of the leader, replica %d, after %d acknowledgements", leader.ID, n)
+				leader.Kill()
+				close(killed)
+			})
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	err := d.run(t, ctx, []string{strings.Join(bootstrap, ","), topic, group, strconv.Itoa(scenarioRecords), strconv.Itoa(replicas)}, sink)
+	res := sink.result()
+	t.Logf("%s, scenario %s: %d acknowledged, %d distinct consumed, in %v; client errors: %v",
+		res.client, sc.name, len(res.acked), len(res.consumed), time.Since(start).Round(time.Millisecond), res.errors)
+	if err != nil || !res.done || res.fatal != "" {
+		t.Fatalf("the %s driver failed: %v %s", d.name, err, res.fatal)
+	}
+	if sc.kill {
+		select {
+		case <-killed:
+		default:
+			t.Fatalf("the leader was never killed: %d acknowledged", len(res.acked))
+		}
+	}
+	// Without a failover every record is acknowledged; with one, records
+	// in flight at the kill may fail, but most must get through.
+	if want := scenarioRecords; !sc.kill && len(res.acked) != want || sc.kill && len(res.acked) < want*2/3 {
+		t.Fatalf("%d of %d records acknowledged", len(res.acked), scenarioRecords)
+	}
+	for v, k := range res.acked {
+		if k != 1 {
+			t.Fatalf("%s acknowledged %d times", v, k)
+		}
+		if res.consumed[v] == 0 {
+			t.Fatalf("acknowledged %s never read by the group", v)
+		}
+	}
+	// Stored exactly once, read back from the log with franz-go.
+	stored := readAll(t, c, topic)
+	dups := 0
+	for v := range res.acked {
+		if stored[v] == 0 {
+			t.Fatalf("acknowledged %s is not stored", v)
+		}
+	}
+	for v, k := range stored {
+		if k > 1 {
+			dups++
+			if !d.atLeastOnce || !sc.kill {
+				t.Fatalf("%s stored %d times (an idempotent producer must not duplicate, nor any producer without a failover)", v, k)
+			}
+		}
+	}
+	if dups > 0 {
+		t.Logf("%d records stored twice by a retry across the failover (the client has no idempotent producer)", dups)
+	}
+}
+
+// readAll reads every record of topic from the start to the end offsets.
+func readAll(t *testing.T, c *testcluster.Cluster, topic string) map[string]int {
+	t.Helper()
+	var up []string
+	for _, r := range c.Up() {
+		up = append(up, r.ClientAddr())
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(up...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+	out := map[string]int{}
+	got := map[int32]int64{}
+	for {
+		doneAll := true
+		for p, end := range want {
+			if got[p] < end {
+				doneAll = false
+			}
+		}
+		if doneAll {
+			return out
+		}
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s back: got %v of %v", topic, got, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out[string(r.Value)]++
+			got[r.Partition] = r.Offset + 1
+		})
+	}
+}
+
+// matrixDrivers lists every client of the matrix, in its order.
+func matrixDrivers(t *testing.T) []driver {
+	return []driver{franzDriver(), rdkafkaDriver(), javaDriver("classic"), javaDriver("consumer"), kafkajsDriver(t),
+		saramaDriver(), kafkaGoDriver(), kafkaPythonDriver()}
+}
+
+func kafkaPythonDriver() driver {
+	return driver{name: "kafka-python", atLeastOnce: true, run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+		return execDriver(kafkaPythonInterpreter(t), "testdata/scenario_kafkapython.py")(t, ctx, args, out)
+	}}
+}
+
+// TestClientScenarios runs every client through every scenario.
+func TestClientScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes and every client: not in -short")
+	}
+	for _, d := range matrixDrivers(t) {
+		t.Run(d.name, func(t *testing.T) {
+			for _, sc := range scenarios {
+				t.Run(sc.name, func(t *testing.T) { runScenario(t, d, sc) })
+			}
+		})
+	}
+}

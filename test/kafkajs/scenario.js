@@ -1,0 +1,71 @@
+// The client scenario of test/interop/scenarios_test.go for kafkajs.
+//
+// Usage: node scenario.js BOOTSTRAP TOPIC GROUP N REPLICATION_FACTOR
+//
+// Creates TOPIC (3 partitions) with the admin client, produces N records
+// with an idempotent producer (acks=all, gzip, keys, headers), printing
+// {"acked":V} per acknowledged record, then reads TOPIC in consumer group
+// GROUP (commits after each batch), printing {"consumed":V}, until every
+// acknowledged value was read; last {"done":true,...}.
+'use strict';
+const { Kafka, CompressionTypes, logLevel } = require('kafkajs');
+
+const [bootstrap, topic, group, nArg, rfArg] = process.argv.slice(2);
+const n = Number(nArg);
+const emit = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+const errors = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function main() {
+  const kafka = new Kafka({
+    clientId: 'moonmq-scenario',
+    brokers: bootstrap.split(','),
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 20, initialRetryTime: 200, maxRetryTime: 2000 },
+  });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic, numPartitions: 3, replicationFactor: Number(rfArg) }], waitForLeaders: true });
+  await admin.disconnect();
+
+  const acked = new Set();
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  for (let i = 0; i < n; i++) {
+    const v = `kafkajs-${i}`;
+    try {
+      await producer.send({
+        topic, acks: -1, compression: CompressionTypes.GZIP,
+        messages: [{ key: `k${i % 7}`, value: v, headers: { i: String(i) } }],
+      });
+      acked.add(v);
+      emit({ acked: v });
+    } catch (e) {
+      errors.push(`send ${v}: ${e.message}`);
+    }
+  }
+  await producer.disconnect();
+
+  const seen = new Set();
+  const consumer = kafka.consumer({ groupId: group, retry: { retries: 20 } });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      const v = message.value.toString();
+      seen.add(v);
+      emit({ consumed: v });
+    },
+  });
+  const deadline = Date.now() + 90000;
+  while (Date.now() < deadline && [...acked].some((v) => !seen.has(v))) {
+    await sleep(200);
+  }
+  await consumer.disconnect();
+  emit({ done: true, client: `kafkajs ${require('kafkajs/package.json').version}`, errors: errors.slice(0, 20) });
+}
+
+main().catch((e) => {
+  emit({ done: true, client: 'kafkajs', fatal: String(e && e.stack || e), errors: errors.slice(0, 20) });
+  process.exit(1);
+});
