@@ -64,9 +64,13 @@ const forwardTimeout = 10 * time.Second
 // requests, far smaller.
 const maxForwardBytes = 16 << 20
 
-// forwarded reports whether a follower forwards req to the leader.
+// forwarded reports whether req is of the class a follower may forward
+// to the leader (the leader refuses anything else); whether a follower
+// does forward it is forwardsToLeader's call.
 func forwarded(req kmsg.Request) bool {
 	switch q := req.(type) {
+	case *kmsg.MetadataRequest:
+		return true
 	case *kmsg.InitProducerIDRequest:
 		return q.TransactionalID == nil // a transactional one is a coordinator request
 	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
@@ -74,6 +78,28 @@ func forwarded(req kmsg.Request) bool {
 		*kmsg.CreateACLsRequest, *kmsg.DeleteACLsRequest, *kmsg.DescribeACLsRequest,
 		*kmsg.AlterUserSCRAMCredentialsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
 		return true
+	}
+	return false
+}
+
+// forwardsToLeader reports whether this follower forwards req: every
+// request of the forwarded class except Metadata, which a follower
+// answers itself unless it names a topic this replica lacks and asks for
+// auto-creation, which only the leader can do (a Kafka broker that is not
+// the controller creates it through the controller, so a producer
+// bootstrapped with any broker may write to a new topic).
+func (b *Broker) forwardsToLeader(req kmsg.Request) bool {
+	q, ok := req.(*kmsg.MetadataRequest)
+	if !ok {
+		return forwarded(req)
+	}
+	if b.cfg.AutoCreateTopics == nil || !*b.cfg.AutoCreateTopics || !(q.AllowAutoTopicCreation || q.Version < 4) {
+		return false
+	}
+	for _, t := range q.Topics {
+		if t.Topic != nil && b.lookup(*t.Topic) == nil {
+			return true
+		}
 	}
 	return false
 }
@@ -123,9 +149,11 @@ func (b *Broker) forward(ctx context.Context, cn *conn, req protocol.Request) km
 	switch req.Body.(type) {
 	case *kmsg.InitProducerIDRequest:
 		code = errCoordinatorNotAvailable
-	case *kmsg.DescribeACLsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
+	case *kmsg.MetadataRequest, *kmsg.DescribeACLsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
 		// Reads of replicated state: this replica's copy, at most one
-		// replication round old, is a better answer than an error.
+		// replication round old, is a better answer than an error (for
+		// Metadata: the topic is "not available yet", and the client
+		// asks again).
 		if resp, wait, handled := b.authorizeRequest(cn, req); handled {
 			if wait != nil {
 				return wait(ctx)

@@ -39,7 +39,7 @@ const (
 // long-poll fetch) returns a wait function instead of a response; the
 // connection runs it on its own goroutine.
 func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, func(context.Context) kmsg.Response) {
-	if b.following() && forwarded(req.Body) && !cn.viaForward {
+	if b.following() && !cn.viaForward && b.forwardsToLeader(req.Body) {
 		return nil, func(ctx context.Context) kmsg.Response { return b.forward(ctx, cn, req) }
 	}
 	if b.following() && !readsSecurityState(req) {

@@ -68,6 +68,15 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "fwd", NumPartitions: 1, ReplicationFactor: 3}}
 	ok("CreateTopics", send(ct).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode)
 
+	// Auto-creation through a follower: only the leader creates topics,
+	// so a Metadata request naming a missing topic goes to it.
+	auto := client(t, follower.addr(), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("auto-fwd"))
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := auto.ProduceSync(pctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatalf("produce to a new topic through the follower: %v", err)
+	}
+	pcancel()
+
 	cp := kmsg.NewPtrCreatePartitionsRequest()
 	cp.TimeoutMillis = 10000
 	cp.Topics = []kmsg.CreatePartitionsRequestTopic{{Topic: "fwd", Count: 2}}
