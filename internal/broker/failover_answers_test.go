@@ -155,6 +155,12 @@ func TestWaitEndsWhenLeadershipEnds(t *testing.T) {
 	if err := b.waitOwn(t.Context(), p, 10); !errors.Is(err, errStoppedLeading) || coordinatorCode(err) != errNotCoordinator {
 		t.Fatalf("coordinator wait after losing leadership: %v (code %d), want NOT_COORDINATOR", err, coordinatorCode(err))
 	}
+	// An internal write refused before its append because the replica
+	// no longer serves (a commit that arrived as leadership ended) is
+	// NOT_COORDINATOR too, not a storage error.
+	if c := coordinatorCode(errNotServing); c != errNotCoordinator {
+		t.Fatalf("coordinator write refused for not serving: code %d, want NOT_COORDINATOR", c)
+	}
 }
 
 // TestWaitNeverEndsInSuccessUnacknowledged: an acks=all wait that ends

@@ -342,14 +342,15 @@ var errStoppedLeading = errors.New("this replica stopped leading before the writ
 // (retriable) below min.insync.replicas, as Kafka's coordinators answer for
 // NOT_ENOUGH_REPLICAS; REQUEST_TIMED_OUT when durability did not come in
 // time; NOT_COORDINATOR when this replica stopped leading meanwhile (the
-// client finds the new coordinator); KAFKA_STORAGE_ERROR otherwise.
+// client finds the new coordinator), also when it had stopped before the
+// append; KAFKA_STORAGE_ERROR otherwise.
 func coordinatorCode(err error) int16 {
 	switch {
 	case errors.Is(err, errBelowMinISR):
 		return errCoordinatorNotAvailable
 	case errors.Is(err, errCommitTimeout):
 		return errRequestTimedOut
-	case errors.Is(err, errStoppedLeading):
+	case errors.Is(err, errStoppedLeading), errors.Is(err, errNotServing):
 		return errNotCoordinator // the client looks the coordinator up again
 	}
 	return errKafkaStorageError

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"reflect"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -22,10 +23,20 @@ type replicaEndpoint struct {
 	port int32
 }
 
-// endpoints lists every replica of the group with its client address.
+// endpoints lists the replicas clients are told of as brokers, with their
+// client addresses: this one, the leader and every member of the in-sync
+// set (every replica before an ISR is known). A replica outside the ISR is
+// down or catching up. Kafka lists only live brokers, and clients rely on
+// it: admin calls that ask every broker (ListGroups, ListTransactions)
+// waited out their whole timeout on a dead replica the list still named.
+// Partitions keep naming every replica, as Kafka names offline replicas.
 func (r *replica) endpoints() []replicaEndpoint {
+	isr, leader := r.groupISR(), r.leaderID()
 	out := make([]replicaEndpoint, 0, len(r.ids))
 	for _, id := range r.ids {
+		if len(isr) > 0 && id != r.self && id != leader && !slices.Contains(isr, id) {
+			continue
+		}
 		if h, p, ok := r.endpoint(id); ok {
 			out = append(out, replicaEndpoint{id, h, p})
 		}

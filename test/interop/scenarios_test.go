@@ -60,6 +60,9 @@ type driver struct {
 	// atLeastOnce: the client has no idempotent producer, so a retry
 	// across the failover may store a record twice.
 	atLeastOnce bool
+	// checks are the {"check": NAME} lines the driver must print (its
+	// admin calls that worked).
+	checks []string
 	// run is the driver; unavailable says why it cannot run here.
 	run func(t *testing.T, ctx context.Context, args []string, out io.Writer) error
 }
@@ -112,7 +115,9 @@ func javaDriver(protocol string) driver {
 	if protocol == "consumer" {
 		name = "java-kip848"
 	}
-	return driver{name: name, run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+	checks := []string{"transactions", "configs", "list_groups", "group_offsets", "alter_group_offsets", "describe_producers",
+		"list_transactions", "describe_transactions", "acls"}
+	return driver{name: name, checks: checks, run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
 		javaBin, cp := javaProject(t)
 		return execDriver(javaBin, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 			"-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-cp", cp, "io.moonmq.interop.Scenario")(t, ctx, append(args, protocol), out)
@@ -207,6 +212,9 @@ func franzDriver() driver {
 // scenarioResult is what a driver printed.
 type scenarioResult struct {
 	acked, consumed map[string]int
+	// txnCommitted and txnAborted are the values of transactions the
+	// client committed and aborted; checks the admin calls that worked.
+	txnCommitted, txnAborted, checks map[string]bool
 	done            bool
 	client          string
 	errors          []string
@@ -226,7 +234,8 @@ type lineSink struct {
 func newLineSink(onAcked func(int)) *lineSink {
 	pr, pw := io.Pipe()
 	s := &lineSink{pw: pw, done: make(chan struct{}), onAcked: onAcked,
-		res: scenarioResult{acked: map[string]int{}, consumed: map[string]int{}}}
+		res: scenarioResult{acked: map[string]int{}, consumed: map[string]int{},
+			txnCommitted: map[string]bool{}, txnAborted: map[string]bool{}, checks: map[string]bool{}}}
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(pr)
@@ -246,6 +255,15 @@ func newLineSink(onAcked func(int)) *lineSink {
 			}
 			if v, ok := m["consumed"].(string); ok {
 				s.res.consumed[v]++
+			}
+			if v, ok := m["txn_committed"].(string); ok {
+				s.res.txnCommitted[v] = true
+			}
+			if v, ok := m["txn_aborted"].(string); ok {
+				s.res.txnAborted[v] = true
+			}
+			if v, ok := m["check"].(string); ok {
+				s.res.checks[v] = true
 			}
 			if m["done"] == true {
 				s.res.done = true
@@ -356,6 +374,21 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 			}
 		}
 	}
+	for v := range res.txnCommitted {
+		if stored[v] != 1 {
+			t.Fatalf("committed transactional record %s read %d times by read_committed", v, stored[v])
+		}
+	}
+	for v := range res.txnAborted {
+		if stored[v] != 0 {
+			t.Fatalf("aborted transactional record %s read by read_committed", v)
+		}
+	}
+	for _, c := range d.checks {
+		if !res.checks[c] {
+			t.Fatalf("the %s driver's %s check did not pass (errors: %v)", d.name, c, res.errors)
+		}
+	}
 	if dups > 0 {
 		t.Logf("%d records stored twice by a retry across the failover (the client has no idempotent producer)", dups)
 	}
@@ -384,6 +417,10 @@ func readAll(t *testing.T, c *testcluster.Cluster, topic string) map[string]int 
 	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
 	out := map[string]int{}
 	got := map[int32]int64{}
+	// A partition ends in transaction markers and aborted records that a
+	// read_committed consumer never returns: done when every partition
+	// reached its end or nothing more came for three seconds.
+	quiet := time.Now()
 	for {
 		doneAll := true
 		for p, end := range want {
@@ -391,16 +428,19 @@ func readAll(t *testing.T, c *testcluster.Cluster, topic string) map[string]int 
 				doneAll = false
 			}
 		}
-		if doneAll {
+		if doneAll || time.Since(quiet) > 3*time.Second {
 			return out
 		}
-		fs := cl.PollFetches(ctx)
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
 		if ctx.Err() != nil {
 			t.Fatalf("reading %s back: got %v of %v", topic, got, want)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			out[string(r.Value)]++
 			got[r.Partition] = r.Offset + 1
+			quiet = time.Now()
 		})
 	}
 }

@@ -34,6 +34,112 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * {"done":true,...}. The Go test kills brokers meanwhile and judges the output.
  */
 public final class Scenario {
+    /**
+     * Three transactions of the transactional producer (transactions v2 where the broker
+     * finalizes it): two committed ({"txn_committed":V}), one aborted ({"txn_aborted":V}).
+     */
+    static void transactions(String bootstrap, String topic, List<String> errors) {
+        Properties pp = new Properties();
+        pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "java-tx-" + topic);
+        pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        try (KafkaProducer<String, String> p = new KafkaProducer<>(pp)) {
+            p.initTransactions();
+            for (int t = 0; t < 3; t++) {
+                boolean commit = t != 1;
+                List<String> vs = new ArrayList<>();
+                p.beginTransaction();
+                for (int i = 0; i < 5; i++) {
+                    String v = "javatx-" + (commit ? "c" : "a") + "-" + t + "-" + i;
+                    p.send(new ProducerRecord<>(topic, "k" + i, v));
+                    vs.add(v);
+                }
+                if (commit) {
+                    p.commitTransaction();
+                } else {
+                    p.abortTransaction();
+                }
+                for (String v : vs) {
+                    emit(commit ? "txn_committed" : "txn_aborted", v);
+                }
+            }
+            emit("check", "transactions");
+        } catch (Exception e) {
+            errors.add("transactions: " + e);
+        }
+    }
+
+    /**
+     * AdminClient calls a user makes, each reported as {"check":NAME} when it worked:
+     * configs, consumer groups and their offsets, producers, transactions, ACLs (last: once
+     * an ACL exists it is enforced, so the one created keeps ANONYMOUS allowed).
+     */
+    static void admin(String bootstrap, String topic, String group, List<String> errors) {
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(ap)) {
+            var res = new org.apache.kafka.common.config.ConfigResource(
+                    org.apache.kafka.common.config.ConfigResource.Type.TOPIC, topic);
+            admin.incrementalAlterConfigs(java.util.Map.of(res, List.of(new org.apache.kafka.clients.admin.AlterConfigOp(
+                    new org.apache.kafka.clients.admin.ConfigEntry("retention.ms", "7200000"),
+                    org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)))).all().get(60, TimeUnit.SECONDS);
+            for (int i = 0; i < 40; i++) { // a follower shows the change once it copied it
+                var cfg = admin.describeConfigs(List.of(res)).all().get(60, TimeUnit.SECONDS).get(res);
+                if (cfg.get("retention.ms") != null && "7200000".equals(cfg.get("retention.ms").value())) {
+                    emit("check", "configs");
+                    break;
+                }
+                Thread.sleep(250);
+            }
+            System.err.println("step: admin groups");
+            var groups = admin.listGroups().all().get(60, TimeUnit.SECONDS);
+            if (groups.stream().anyMatch(g -> g.groupId().equals(group))) {
+                emit("check", "list_groups");
+            }
+            var offs = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get(60, TimeUnit.SECONDS);
+            if (!offs.isEmpty()) {
+                emit("check", "group_offsets");
+            }
+            var reset = new java.util.HashMap<org.apache.kafka.common.TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata>();
+            for (var tp : offs.keySet()) {
+                reset.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(0));
+            }
+            admin.alterConsumerGroupOffsets(group, reset).all().get(60, TimeUnit.SECONDS);
+            var after = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get(60, TimeUnit.SECONDS);
+            if (!after.isEmpty() && after.values().stream().allMatch(o -> o.offset() == 0)) {
+                emit("check", "alter_group_offsets");
+            }
+            System.err.println("step: admin producers");
+            var tp0 = new org.apache.kafka.common.TopicPartition(topic, 0);
+            var prod = admin.describeProducers(List.of(tp0)).partitionResult(tp0).get(60, TimeUnit.SECONDS);
+            if (!prod.activeProducers().isEmpty()) {
+                emit("check", "describe_producers");
+            }
+            var txns = admin.listTransactions().all().get(60, TimeUnit.SECONDS);
+            if (txns.stream().anyMatch(x -> x.transactionalId().equals("java-tx-" + topic))) {
+                emit("check", "list_transactions");
+            }
+            var desc = admin.describeTransactions(List.of("java-tx-" + topic)).all().get(60, TimeUnit.SECONDS);
+            if (!desc.isEmpty()) {
+                emit("check", "describe_transactions");
+            }
+            System.err.println("step: admin acls");
+            var pattern = new org.apache.kafka.common.resource.ResourcePattern(
+                    org.apache.kafka.common.resource.ResourceType.CLUSTER, "kafka-cluster",
+                    org.apache.kafka.common.resource.PatternType.LITERAL);
+            var entry = new org.apache.kafka.common.acl.AccessControlEntry("User:ANONYMOUS", "*",
+                    org.apache.kafka.common.acl.AclOperation.ALL, org.apache.kafka.common.acl.AclPermissionType.ALLOW);
+            admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(pattern, entry))).all().get(60, TimeUnit.SECONDS);
+            var acls = admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get(60, TimeUnit.SECONDS);
+            if (acls.size() == 1) {
+                emit("check", "acls");
+            }
+        } catch (Exception e) {
+            errors.add("admin: " + e);
+        }
+    }
+
     private static synchronized void emit(String key, String value) {
         System.out.println("{\"" + key + "\":\"" + value.replace("\\", "\\\\").replace("\"", "\\\"") + "\"}");
         System.out.flush();
@@ -104,6 +210,12 @@ public final class Scenario {
                 }
             }
         }
+        System.err.println("step: transactions");
+        transactions(bootstrap, topic, errors);
+        System.err.println("step: admin");
+        admin(bootstrap, topic, group, errors);
+        System.err.println("step: done");
+
         StringBuilder sb = new StringBuilder("{\"done\":true,\"client\":\"kafka-clients ")
                 .append(org.apache.kafka.common.utils.AppInfoParser.getVersion()).append("\",\"errors\":[");
         synchronized (errors) {
