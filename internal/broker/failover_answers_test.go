@@ -244,3 +244,36 @@ func TestCoordinatorAnswersWhileNotServing(t *testing.T) {
 		t.Fatalf("a non-transactional InitProducerId answered as a coordinator request (%d)", c)
 	}
 }
+
+// TestBrokerListNamesLiveReplicas: the leader lists itself and the
+// followers that fetched within liveWindow, not a dead one (the Java
+// admin client's listGroups asks every listed broker and waited out its
+// timeout on a dead replica).
+func TestBrokerListNamesLiveReplicas(t *testing.T) {
+	cfg := config.Default()
+	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 1, Role: "leader", ClientAddress: "127.0.0.1:9092",
+		Peers: []config.Peer{{Id: 2, Address: "127.0.0.1:9196", ClientAddress: "127.0.0.1:9093"},
+			{Id: 3, Address: "127.0.0.1:9197", ClientAddress: "127.0.0.1:9094"}}}
+	b := &Broker{cfg: cfg, nodeID: 1, log: slog.New(slog.DiscardHandler)}
+	b.repl = newReplica(b)
+	r := b.repl
+	now := time.Now()
+	r.mu.Lock()
+	r.started = now.Add(-time.Minute)
+	r.seen[2] = now
+	r.seen[3] = now.Add(-max(liveWindow, r.isrLag()) - time.Second)
+	r.mu.Unlock()
+	var ids []int32
+	for _, e := range r.endpoints() {
+		ids = append(ids, e.id)
+	}
+	if !reflect.DeepEqual(ids, []int32{1, 2}) {
+		t.Fatalf("broker list %v, want [1 2] (replica 3 last fetched over %v ago)", ids, max(liveWindow, r.isrLag()))
+	}
+	r.mu.Lock()
+	r.started = now // just began leading: nobody has had time to fetch
+	r.mu.Unlock()
+	if n := len(r.endpoints()); n != 3 {
+		t.Fatalf("a leader that just started lists %d brokers, want all 3", n)
+	}
+}

@@ -159,7 +159,7 @@ type replica struct {
 	leader int32                          // the leader's id (-1: not known yet)
 	isr    []int32                        // follower: the leader's last status
 
-	started time.Time // static leader: when it started leading
+	started time.Time // static leader: when it started leading; failover: when it last started leading
 
 	// epochs maintains EpochsFile; its writer runs from start to stop.
 	epochs  *epochsFile

@@ -315,6 +315,7 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	r.ldr, r.leader, r.fepoch = ldr, r.self, 0
 	r.isrSeen = slices.Clone(isr)
 	r.pos, r.seen = map[*partition]map[int32]int64{}, map[int32]time.Time{}
+	r.started = time.Now()
 	r.mu.Unlock()
 	r.active.Store(true)
 	log.Info("failover replication: leading; rebuilding state", "epoch", st.Epoch, "isr", isr)

@@ -3,6 +3,7 @@ package broker
 import (
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -24,17 +25,16 @@ type replicaEndpoint struct {
 }
 
 // endpoints lists the replicas clients are told of as brokers, with their
-// client addresses: this one, the leader and every member of the in-sync
-// set (every replica before an ISR is known). A replica outside the ISR is
-// down or catching up. Kafka lists only live brokers, and clients rely on
-// it: admin calls that ask every broker (ListGroups, ListTransactions)
-// waited out their whole timeout on a dead replica the list still named.
-// Partitions keep naming every replica, as Kafka names offline replicas.
+// client addresses: the live ones. Kafka lists only live brokers, and
+// clients rely on it: admin calls that ask every broker (ListGroups,
+// ListTransactions) waited out their whole timeout on a dead replica the
+// list still named. Partitions keep naming every replica, as Kafka names
+// offline replicas.
 func (r *replica) endpoints() []replicaEndpoint {
 	isr, leader := r.groupISR(), r.leaderID()
 	out := make([]replicaEndpoint, 0, len(r.ids))
 	for _, id := range r.ids {
-		if len(isr) > 0 && id != r.self && id != leader && !slices.Contains(isr, id) {
+		if !r.live(id, isr, leader) {
 			continue
 		}
 		if h, p, ok := r.endpoint(id); ok {
@@ -42,6 +42,32 @@ func (r *replica) endpoints() []replicaEndpoint {
 		}
 	}
 	return out
+}
+
+// liveWindow is how long after its last fetch a follower counts as live
+// for the broker list (Kafka's broker session timeout is 9 s by default).
+const liveWindow = 5 * time.Second
+
+// live reports whether replica id is listed as a broker. This replica and
+// the leader always are. The serving leader hears every follower's
+// fetches, so it lists those that fetched within liveWindow (or
+// liveWindow has not passed since it began leading); a failover follower
+// knows less and lists the committed in-sync set (every replica before
+// one is known), a static follower every replica.
+func (r *replica) live(id int32, isr []int32, leader int32) bool {
+	if id == r.self || id == leader {
+		return true
+	}
+	if r.lead.Load() {
+		r.mu.Lock()
+		last, ok := r.seen[id]
+		if !ok || last.Before(r.started) {
+			last = r.started
+		}
+		r.mu.Unlock()
+		return time.Since(last) <= max(liveWindow, r.isrLag())
+	}
+	return !r.failover || len(isr) == 0 || slices.Contains(isr, id)
 }
 
 // refuseOnFollower answers a client request a static-mode follower does

@@ -197,8 +197,22 @@ func TestFollowerForwardFailsRetriably(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// The follower may have led for a moment between the two stops and
+	// closed its client connections when it stepped down: a client
+	// reconnects and asks again.
+	request := func(req kmsg.Request) (kmsg.Response, error) {
+		var resp kmsg.Response
+		var err error
+		for range 5 {
+			if resp, err = cl.Broker(follower.id).Request(rctx, req); err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return resp, err
+	}
 	start := time.Now()
-	resp, err := cl.Broker(follower.id).Request(rctx, kmsg.NewPtrInitProducerIDRequest())
+	resp, err := request(kmsg.NewPtrInitProducerIDRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +221,7 @@ func TestFollowerForwardFailsRetriably(t *testing.T) {
 	}
 	ct := kmsg.NewPtrCreateTopicsRequest()
 	ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "x", NumPartitions: 1, ReplicationFactor: 3}}
-	resp, err = cl.Broker(follower.id).Request(rctx, ct)
+	resp, err = request(ct)
 	if err != nil {
 		t.Fatal(err)
 	}
