@@ -215,10 +215,10 @@ type scenarioResult struct {
 	// txnCommitted and txnAborted are the values of transactions the
 	// client committed and aborted; checks the admin calls that worked.
 	txnCommitted, txnAborted, checks map[string]bool
-	done            bool
-	client          string
-	errors          []string
-	fatal           string
+	done                             bool
+	client                           string
+	errors                           []string
+	fatal                            string
 }
 
 // lineSink parses a driver's JSON lines as they come and calls onAcked
