@@ -63,6 +63,9 @@ type driver struct {
 	// checks are the {"check": NAME} lines the driver must print (its
 	// admin calls that worked).
 	checks []string
+	// groupReadsTxn: the driver's read_committed group consumer reads the
+	// transactions it wrote: every committed value, no aborted one.
+	groupReadsTxn bool
 	// run is the driver; unavailable says why it cannot run here.
 	run func(t *testing.T, ctx context.Context, args []string, out io.Writer) error
 }
@@ -107,7 +110,8 @@ func kafkajsDriver(t *testing.T) driver {
 			return nil
 		}}
 	}
-	return driver{name: "kafkajs", run: execDriver(node, filepath.Join(dir, "scenario.js"))}
+	return driver{name: "kafkajs", checks: []string{"transactions"}, groupReadsTxn: true,
+		run: execDriver(node, filepath.Join(dir, "scenario.js"))}
 }
 
 func javaDriver(protocol string) driver {
@@ -116,7 +120,7 @@ func javaDriver(protocol string) driver {
 		name = "java-kip848"
 	}
 	checks := []string{"transactions", "configs", "list_groups", "group_offsets", "alter_group_offsets", "describe_producers",
-		"list_transactions", "describe_transactions", "acls"}
+		"list_transactions", "describe_transactions", "scram_users", "acls"}
 	return driver{name: name, checks: checks, run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
 		javaBin, cp := javaProject(t)
 		return execDriver(javaBin, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -382,6 +386,18 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 	for v := range res.txnAborted {
 		if stored[v] != 0 {
 			t.Fatalf("aborted transactional record %s read by read_committed", v)
+		}
+	}
+	if d.groupReadsTxn {
+		for v := range res.txnCommitted {
+			if res.consumed[v] == 0 {
+				t.Fatalf("the read_committed group never read committed transactional record %s", v)
+			}
+		}
+		for v := range res.txnAborted {
+			if res.consumed[v] != 0 {
+				t.Fatalf("the read_committed group read aborted transactional record %s", v)
+			}
 		}
 	}
 	for _, c := range d.checks {

@@ -46,8 +46,39 @@ async function main() {
   }
   await producer.disconnect();
 
+  // Transactions (two committed, one aborted), read below by the
+  // read_committed group consumer.
+  const committed = new Set();
+  try {
+    const tp = kafka.producer({ transactionalId: `kafkajs-tx-${topic}`, idempotent: true, maxInFlightRequests: 1 });
+    await tp.connect();
+    for (let t = 0; t < 3; t++) {
+      const commit = t !== 1;
+      const txn = await tp.transaction();
+      const vs = [];
+      for (let i = 0; i < 5; i++) {
+        vs.push(`kafkajstx-${commit ? 'c' : 'a'}-${t}-${i}`);
+      }
+      await txn.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: vs.map((v, i) => ({ key: `k${i}`, value: v })) });
+      if (commit) {
+        await txn.commit();
+      } else {
+        await txn.abort();
+      }
+      for (const v of vs) {
+        emit(commit ? { txn_committed: v } : { txn_aborted: v });
+        if (commit) committed.add(v);
+      }
+    }
+    await tp.disconnect();
+    emit({ check: 'transactions' });
+  } catch (e) {
+    errors.push(`transactions: ${e.message}`);
+  }
+
   const seen = new Set();
-  const consumer = kafka.consumer({ groupId: group, retry: { retries: 20 } });
+  // readUncommitted false (the default): read_committed.
+  const consumer = kafka.consumer({ groupId: group, readUncommitted: false, retry: { retries: 20 } });
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   await consumer.run({
@@ -58,7 +89,7 @@ async function main() {
     },
   });
   const deadline = Date.now() + 90000;
-  while (Date.now() < deadline && [...acked].some((v) => !seen.has(v))) {
+  while (Date.now() < deadline && [...acked, ...committed].some((v) => !seen.has(v))) {
     await sleep(200);
   }
   await consumer.disconnect();

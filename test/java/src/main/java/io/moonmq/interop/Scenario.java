@@ -71,6 +71,71 @@ public final class Scenario {
     }
 
     /**
+     * SCRAM users: one created through the AdminClient, then a client that logs in with it
+     * describes and deletes it (while a user exists every client must log in).
+     */
+    static void scram(String bootstrap, List<String> errors) {
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        var mech = org.apache.kafka.clients.admin.ScramMechanism.SCRAM_SHA_256;
+        try (Admin admin = Admin.create(ap)) {
+            admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(
+                    "java-user", new org.apache.kafka.clients.admin.ScramCredentialInfo(mech, 4096), "java-pw")))
+                    .all().get(60, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            errors.add("scram upsert: " + e);
+            return;
+        }
+        Properties sp = new Properties();
+        sp.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        sp.put("security.protocol", "SASL_PLAINTEXT");
+        sp.put("sasl.mechanism", "SCRAM-SHA-256");
+        sp.put("sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"java-user\" password=\"java-pw\";");
+        Exception last = null;
+        for (int i = 0; i < 40; i++) { // a follower knows the user once it copied it
+            try (Admin admin = Admin.create(sp)) {
+                var d = admin.describeUserScramCredentials(List.of("java-user")).all().get(20, TimeUnit.SECONDS);
+                if (d.containsKey("java-user")) {
+                    emit("check", "scram_users");
+                }
+                admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialDeletion(
+                        "java-user", mech))).all().get(60, TimeUnit.SECONDS);
+                return;
+            } catch (Exception e) {
+                last = e;
+                try {
+                    Thread.sleep(250);
+                } catch (InterruptedException ie) {
+                    return;
+                }
+            }
+        }
+        errors.add("scram login: " + last);
+    }
+
+    /** ACLs, last: once an ACL exists it is enforced, so the one created keeps ANONYMOUS allowed. */
+    static void acls(String bootstrap, List<String> errors) {
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(ap)) {
+            System.err.println("step: admin acls");
+            var pattern = new org.apache.kafka.common.resource.ResourcePattern(
+                    org.apache.kafka.common.resource.ResourceType.CLUSTER, "kafka-cluster",
+                    org.apache.kafka.common.resource.PatternType.LITERAL);
+            var entry = new org.apache.kafka.common.acl.AccessControlEntry("User:ANONYMOUS", "*",
+                    org.apache.kafka.common.acl.AclOperation.ALL, org.apache.kafka.common.acl.AclPermissionType.ALLOW);
+            admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(pattern, entry))).all().get(60, TimeUnit.SECONDS);
+            var acls = admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get(60, TimeUnit.SECONDS);
+            if (acls.size() == 1) {
+                emit("check", "acls");
+            }
+        } catch (Exception e) {
+            errors.add("acls: " + e);
+        }
+    }
+
+    /**
      * AdminClient calls a user makes, each reported as {"check":NAME} when it worked:
      * configs, consumer groups and their offsets, producers, transactions, ACLs (last: once
      * an ACL exists it is enforced, so the one created keeps ANONYMOUS allowed).
@@ -123,17 +188,6 @@ public final class Scenario {
             var desc = admin.describeTransactions(List.of("java-tx-" + topic)).all().get(60, TimeUnit.SECONDS);
             if (!desc.isEmpty()) {
                 emit("check", "describe_transactions");
-            }
-            System.err.println("step: admin acls");
-            var pattern = new org.apache.kafka.common.resource.ResourcePattern(
-                    org.apache.kafka.common.resource.ResourceType.CLUSTER, "kafka-cluster",
-                    org.apache.kafka.common.resource.PatternType.LITERAL);
-            var entry = new org.apache.kafka.common.acl.AccessControlEntry("User:ANONYMOUS", "*",
-                    org.apache.kafka.common.acl.AclOperation.ALL, org.apache.kafka.common.acl.AclPermissionType.ALLOW);
-            admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(pattern, entry))).all().get(60, TimeUnit.SECONDS);
-            var acls = admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get(60, TimeUnit.SECONDS);
-            if (acls.size() == 1) {
-                emit("check", "acls");
             }
         } catch (Exception e) {
             errors.add("admin: " + e);
@@ -214,6 +268,10 @@ public final class Scenario {
         transactions(bootstrap, topic, errors);
         System.err.println("step: admin");
         admin(bootstrap, topic, group, errors);
+        System.err.println("step: scram");
+        scram(bootstrap, errors);
+        System.err.println("step: acls");
+        acls(bootstrap, errors);
         System.err.println("step: done");
 
         StringBuilder sb = new StringBuilder("{\"done\":true,\"client\":\"kafka-clients ")
