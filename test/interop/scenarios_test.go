@@ -464,7 +464,18 @@ func readAll(t *testing.T, c *testcluster.Cluster, topic string) map[string]int 
 // matrixDrivers lists every client of the matrix, in its order.
 func matrixDrivers(t *testing.T) []driver {
 	return []driver{franzDriver(), rdkafkaDriver(), javaDriver("classic"), javaDriver("consumer"), kafkajsDriver(t),
-		saramaDriver(), kafkaGoDriver(), kafkaPythonDriver()}
+		saramaDriver(), kafkaGoDriver(), kafkaPythonDriver(), kcatDriver()}
+}
+
+// kcatDriver is kcat (librdkafka's command line) through a small Python
+// wrapper that turns its runs into the scenario's lines. kcat has no
+// admin command: the topic comes from auto-creation, and the replication
+// factor from the broker's default.
+func kcatDriver() driver {
+	return driver{name: "kcat", run: func(t *testing.T, ctx context.Context, args []string, out io.Writer) error {
+		t.Setenv("KCAT", kcatPath(t))
+		return execDriver("/usr/bin/python3", "testdata/scenario_kcat.py")(t, ctx, args, out)
+	}}
 }
 
 func kafkaPythonDriver() driver {
