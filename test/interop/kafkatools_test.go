@@ -23,8 +23,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
 var (
@@ -116,21 +114,8 @@ func TestKafkaTools(t *testing.T) {
 
 func runKafkaTools(t *testing.T, sc scenario) {
 	kafkaToolsClasspath(t)
-	replicas := max(sc.replicas, 1)
-	c := testcluster.Start(t, testcluster.WithReplicas(replicas))
-	leader := c.Replicas[0]
-	if replicas > 1 {
-		leader = c.WaitISR(90*time.Second, 1, 2, 3)
-	}
-	var boot []string
-	for _, r := range c.Replicas {
-		if !sc.follower || r != leader {
-			boot = append(boot, r.ClientAddr())
-		}
-		if sc.follower && len(boot) == 1 {
-			break
-		}
-	}
+	c, leader, boot := scenarioCluster(t, sc)
+	replicas := len(c.Replicas)
 	b := strings.Join(boot, ",")
 	const topic, group = "tools", "tools-group"
 	rf := fmt.Sprint(replicas)

@@ -294,11 +294,11 @@ func (s *lineSink) result() scenarioResult {
 	return s.res
 }
 
-// scenarioRecords is how many records each driver produces.
-const scenarioRecords = 300
-
-// runScenario runs one cell of the matrix.
-func runScenario(t *testing.T, d driver, sc scenario) {
+// scenarioCluster starts the processes of sc and returns them, the
+// leader (with every replica in the ISR) and the bootstrap list the
+// client gets: every replica, or one follower only.
+func scenarioCluster(t *testing.T, sc scenario) (*testcluster.Cluster, *testcluster.Replica, []string) {
+	t.Helper()
 	replicas := max(sc.replicas, 1)
 	c := testcluster.Start(t, testcluster.WithReplicas(replicas))
 	leader := c.Replicas[0]
@@ -307,15 +307,23 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 	}
 	var bootstrap []string
 	for _, r := range c.Replicas {
-		if sc.follower {
-			if r != leader {
-				bootstrap = []string{r.ClientAddr()}
-				break
-			}
-			continue
+		if sc.follower && r != leader {
+			return c, leader, []string{r.ClientAddr()}
 		}
-		bootstrap = append(bootstrap, r.ClientAddr())
+		if !sc.follower {
+			bootstrap = append(bootstrap, r.ClientAddr())
+		}
 	}
+	return c, leader, bootstrap
+}
+
+// scenarioRecords is how many records each driver produces.
+const scenarioRecords = 300
+
+// runScenario runs one cell of the matrix.
+func runScenario(t *testing.T, d driver, sc scenario) {
+	c, leader, bootstrap := scenarioCluster(t, sc)
+	replicas := len(c.Replicas)
 	topic, group := "matrix-"+d.name+"-"+sc.name, "matrix-g-"+d.name+"-"+sc.name
 	var killOnce sync.Once
 	killed := make(chan struct{})

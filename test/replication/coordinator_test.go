@@ -156,14 +156,8 @@ func errorCodes(resp kmsg.Response) []error {
 // NOT_LEADER_OR_FOLLOWER, on which clients retry the same broker or fail
 // the commit.
 func TestFollowerAnswersCoordinatorRequestsNotCoordinator(t *testing.T) {
-	ns, _ := failoverGroup(t)
+	_, leader, follower := leaderAndFollower(t)
 	ctx := context.Background()
-	leader := servingLeader(t, ns, 0, 60*time.Second)
-	waitISRCommitted(t, leader)
-	var follower = ns[0]
-	if follower == leader {
-		follower = ns[1]
-	}
 	const topic = "coord"
 	admin := client(t, leader.addr())
 	if _, err := kadm.NewClient(admin).CreateTopic(ctx, 1, 3, nil, topic); err != nil {

@@ -27,14 +27,8 @@ import (
 // answered by a follower with the leader's answer, sent straight to the
 // follower over TCP; each one's effect is then seen on the leader.
 func TestFollowerForwardsToLeader(t *testing.T) {
-	ns, _ := failoverGroup(t)
+	_, leader, follower := leaderAndFollower(t)
 	ctx := context.Background()
-	leader := servingLeader(t, ns, 0, 60*time.Second)
-	waitISRCommitted(t, leader)
-	follower := ns[0]
-	if follower == leader {
-		follower = ns[1]
-	}
 	cl := client(t, follower.addr())
 	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
 		t.Fatal(err)
@@ -162,6 +156,20 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	}
 }
 
+// leaderAndFollower starts a failover group and returns it, its serving
+// leader (with an ISR committed) and one follower.
+func leaderAndFollower(t *testing.T) ([]*node, *node, *node) {
+	t.Helper()
+	ns, _ := failoverGroup(t)
+	leader := servingLeader(t, ns, 0, 60*time.Second)
+	waitISRCommitted(t, leader)
+	follower := ns[0]
+	if follower == leader {
+		follower = ns[1]
+	}
+	return ns, leader, follower
+}
+
 func hasConfig(r kadm.ResourceConfig, name, value string) bool {
 	for _, c := range r.Configs {
 		if c.Key == name && c.Value != nil && *c.Value == value {
@@ -243,14 +251,8 @@ func TestLibrdkafkaIdempotentThroughFollower(t *testing.T) {
 		}
 		t.Skipf("%s cannot import confluent_kafka (apt-get install python3-confluent-kafka)", py)
 	}
-	ns, _ := failoverGroup(t)
+	_, leader, follower := leaderAndFollower(t)
 	ctx := context.Background()
-	leader := servingLeader(t, ns, 0, 60*time.Second)
-	waitISRCommitted(t, leader)
-	follower := ns[0]
-	if follower == leader {
-		follower = ns[1]
-	}
 	const topic, n = "rdk-follower", 200
 	if _, err := kadm.NewClient(client(t, leader.addr())).CreateTopic(ctx, 3, 3, nil, topic); err != nil {
 		t.Fatal(err)
