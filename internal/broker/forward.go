@@ -120,8 +120,9 @@ func (r *replica) tokenOK(req *http.Request) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(r.cfg.Token)) == 1
 }
 
-// errNoLeader is a forward with no serving leader to go to.
-var errNoLeader = errors.New("no serving leader known")
+// errNoLeader is a forward with no serving leader to go to (or that may
+// not go to it): the client is sent to the controller.
+var errNoLeader = errors.New("cannot forward to a serving leader")
 
 // forward sends req to the leader and returns its answer; when that
 // fails it answers what clients retry: the error Kafka gives when the
@@ -132,7 +133,9 @@ func (b *Broker) forward(ctx context.Context, cn *conn, req protocol.Request) km
 	var resp kmsg.Response
 	var err error
 	if !r.linkAuthenticated() && principal != anonymousPrincipal {
-		err = errors.New("the replication port has no Token or mutual TLS, so the leader could not trust the client's identity")
+		// NOT_CONTROLLER: the client goes to the controller (the
+		// leader, in Metadata) itself.
+		err = fmt.Errorf("%w: the replication port has no Token or mutual TLS, so the leader could not trust the client's identity (set Replication.Token)", errNoLeader)
 	} else {
 		resp, err = r.forwardToLeader(ctx, cn, req, principal)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/moonmq/moonmq/internal/config"
 )
 
 // TestFollowerForwardsToLeader: the requests clients send to any broker
@@ -289,5 +291,47 @@ func TestLibrdkafkaIdempotentThroughFollower(t *testing.T) {
 		if v := fmt.Sprintf("v%d", i); seen[v] != 1 {
 			t.Fatalf("record %s stored %d times", v, seen[v])
 		}
+	}
+}
+
+// TestForwardNeedsAnAuthenticatedLink: without a Token (or mutual TLS)
+// the replication port proves nothing about its callers, so a follower
+// does not forward an authenticated client's request (the leader could
+// not trust the principal it names) and answers the retriable refusal
+// instead; the same request sent to the leader works.
+func TestForwardNeedsAnAuthenticatedLink(t *testing.T) {
+	ns, _ := failoverGroupWith(t, func(c *config.Server) {
+		c.Replication.Token = ""
+		c.Users = []config.User{{Username: "admin", Password: "admin-pw"}}
+		c.SuperUsers = []string{"User:admin"}
+	})
+	leader := servingLeader(t, ns, 0, 60*time.Second)
+	waitISRCommitted(t, leader)
+	follower := ns[0]
+	if follower == leader {
+		follower = ns[1]
+	}
+	ctx := context.Background()
+	asAdmin := kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pw"}.AsSha512Mechanism())
+	create := func(n *node, topic string) int16 {
+		t.Helper()
+		cl := client(t, n.addr(), asAdmin)
+		if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+		ct := kmsg.NewPtrCreateTopicsRequest()
+		ct.TimeoutMillis = 10000
+		ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: topic, NumPartitions: 1, ReplicationFactor: 3}}
+		resp, err := cl.Broker(n.id).Request(ctx, ct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode
+	}
+	if code := create(follower, "via-follower"); code != kerr.NotController.Code {
+		t.Fatalf("CreateTopics by a SASL user through a follower without a Token: %v, want NOT_CONTROLLER (not forwarded)", kerr.ErrorForCode(code))
+	}
+	if code := create(leader, "on-leader"); code != 0 {
+		t.Fatalf("CreateTopics on the leader: %v", kerr.ErrorForCode(code))
 	}
 }
