@@ -164,11 +164,19 @@ type saramaHandler struct{ g *goScenario }
 
 func (saramaHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+// ConsumeClaim marks every message and commits the marks at most every
+// 100 ms (each Commit is a synchronous round trip), and once more when
+// the claim ends.
 func (h saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	last := time.Now()
+	defer s.Commit()
 	for m := range c.Messages() {
 		h.g.emit("consumed", string(m.Value))
 		s.MarkMessage(m, "")
-		s.Commit()
+		if time.Since(last) > 100*time.Millisecond {
+			s.Commit()
+			last = time.Now()
+		}
 	}
 	return nil
 }
