@@ -164,6 +164,7 @@ type saramaHandler struct{ g *goScenario }
 
 func (saramaHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
 // ConsumeClaim marks every message and commits the marks at most every
 // 100 ms (each Commit is a synchronous round trip), and once more when
 // the claim ends.
