@@ -50,8 +50,9 @@ const liveWindow = 5 * time.Second
 
 // live reports whether replica id is listed as a broker. This replica and
 // the leader always are. The serving leader hears every follower's
-// fetches, so it lists those that fetched within liveWindow (or
-// liveWindow has not passed since it began leading); a failover follower
+// fetches, so it lists those that fetched within liveWindow, or, before
+// liveWindow has passed since it began leading, those Raft heard from
+// this term (in static mode, all); a failover follower
 // knows less and lists the committed in-sync set (every replica before
 // one is known), a static follower every replica.
 func (r *replica) live(id int32, isr []int32, leader int32) bool {
@@ -61,11 +62,19 @@ func (r *replica) live(id int32, isr []int32, leader int32) bool {
 	if r.lead.Load() {
 		r.mu.Lock()
 		last, ok := r.seen[id]
-		if !ok || last.Before(r.started) {
-			last = r.started
-		}
+		started := r.started
 		r.mu.Unlock()
-		return time.Since(last) <= max(liveWindow, r.isrLag())
+		window := max(liveWindow, r.isrLag())
+		if ok && !last.Before(started) {
+			return time.Since(last) <= window
+		}
+		// Not fetched since this leadership began. In failover mode
+		// Raft knows whom it heard from this term: the leader that just
+		// died is not among them, and clients must not wait on it.
+		if time.Since(started) > window {
+			return false
+		}
+		return !r.failover || slices.Contains(r.node.Status().Heard, id)
 	}
 	return !r.failover || len(isr) == 0 || slices.Contains(isr, id)
 }

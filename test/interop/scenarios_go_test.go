@@ -204,23 +204,27 @@ func kafkaGoDriver() driver {
 		// too), and kafka-go's writer gives up on a topic its metadata
 		// lacks: wait until each seed lists the partitions.
 		waitKafkaGoTopic(ctx, seeds, topic, 3)
+		// Its own transport: kafka.DefaultTransport caches metadata for
+		// 6 s, shared by every writer of the process. Synchronous
+		// writes, retried as a kafka-go user retries a write that
+		// failed (a topic the metadata does not show yet, a failover).
 		w := &kafka.Writer{Addr: kafka.TCP(seeds...), Topic: topic, RequiredAcks: kafka.RequireAll, MaxAttempts: 30,
-			WriteBackoffMin: 100 * time.Millisecond, WriteBackoffMax: time.Second, BatchTimeout: 5 * time.Millisecond,
-			Compression: kafka.Lz4, Async: true, Balancer: &kafka.Hash{},
-			Completion: func(msgs []kafka.Message, err error) {
-				for _, m := range msgs {
-					if err != nil {
-						g.fail("send %s: %v", m.Value, err)
-					} else {
-						g.emit("acked", string(m.Value))
-					}
-				}
-			}}
+			WriteBackoffMin: 100 * time.Millisecond, WriteBackoffMax: time.Second, BatchTimeout: time.Millisecond,
+			Compression: kafka.Lz4, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{MetadataTTL: 500 * time.Millisecond}}
 		for i := range n {
-			if err := w.WriteMessages(ctx, kafka.Message{Key: fmt.Appendf(nil, "k%d", i%7), Value: fmt.Appendf(nil, "kafkago-%d", i)}); err != nil {
-				g.fail("write: %v", err)
+			msg := kafka.Message{Key: fmt.Appendf(nil, "k%d", i%7), Value: fmt.Appendf(nil, "kafkago-%d", i)}
+			var err error
+			for range 20 {
+				if err = w.WriteMessages(ctx, msg); err == nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			time.Sleep(10 * time.Millisecond)
+			if err != nil {
+				g.fail("write %s: %v", msg.Value, err)
+			} else {
+				g.emit("acked", string(msg.Value))
+			}
 		}
 		if err := w.Close(); err != nil {
 			g.fail("close writer: %v", err)
