@@ -162,7 +162,14 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 // leader (with an ISR committed) and one follower.
 func leaderAndFollower(t *testing.T) ([]*node, *node, *node) {
 	t.Helper()
-	ns, _ := failoverGroup(t)
+	return leaderAndFollowerWith(t, nil)
+}
+
+// leaderAndFollowerWith is leaderAndFollower with edit applied to every
+// replica's config.
+func leaderAndFollowerWith(t *testing.T, edit func(*config.Server)) ([]*node, *node, *node) {
+	t.Helper()
+	ns, _ := failoverGroupWith(t, edit)
 	leader := servingLeader(t, ns, 0, 60*time.Second)
 	waitISRCommitted(t, leader)
 	follower := ns[0]
@@ -300,17 +307,11 @@ func TestLibrdkafkaIdempotentThroughFollower(t *testing.T) {
 // not trust the principal it names) and answers the retriable refusal
 // instead; the same request sent to the leader works.
 func TestForwardNeedsAnAuthenticatedLink(t *testing.T) {
-	ns, _ := failoverGroupWith(t, func(c *config.Server) {
+	_, leader, follower := leaderAndFollowerWith(t, func(c *config.Server) {
 		c.Replication.Token = ""
 		c.Users = []config.User{{Username: "admin", Password: "admin-pw"}}
 		c.SuperUsers = []string{"User:admin"}
 	})
-	leader := servingLeader(t, ns, 0, 60*time.Second)
-	waitISRCommitted(t, leader)
-	follower := ns[0]
-	if follower == leader {
-		follower = ns[1]
-	}
 	ctx := context.Background()
 	asAdmin := kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pw"}.AsSha512Mechanism())
 	create := func(n *node, topic string) int16 {
