@@ -31,10 +31,21 @@ type replicaEndpoint struct {
 // list still named. Partitions keep naming every replica, as Kafka names
 // offline replicas.
 func (r *replica) endpoints() []replicaEndpoint {
-	isr, leader := r.groupISR(), r.leaderID()
+	// What live needs, read once: on a static leader groupISR walks
+	// every partition, and Metadata is asked for often.
+	var isr, heard []int32
+	leading := r.lead.Load()
+	if r.failover {
+		if leading {
+			heard = r.node.Status().Heard
+		} else {
+			isr = r.groupISR()
+		}
+	}
+	leader := r.leaderID()
 	out := make([]replicaEndpoint, 0, len(r.ids))
 	for _, id := range r.ids {
-		if !r.live(id, isr, leader) {
+		if !r.live(id, leading, isr, heard, leader) {
 			continue
 		}
 		if h, p, ok := r.endpoint(id); ok {
@@ -55,11 +66,11 @@ const liveWindow = 5 * time.Second
 // this term (in static mode, all); a failover follower
 // knows less and lists the committed in-sync set (every replica before
 // one is known), a static follower every replica.
-func (r *replica) live(id int32, isr []int32, leader int32) bool {
+func (r *replica) live(id int32, leading bool, isr, heard []int32, leader int32) bool {
 	if id == r.self || id == leader {
 		return true
 	}
-	if r.lead.Load() {
+	if leading {
 		r.mu.Lock()
 		last, ok := r.seen[id]
 		started := r.started
@@ -74,7 +85,7 @@ func (r *replica) live(id int32, isr []int32, leader int32) bool {
 		if time.Since(started) > window {
 			return false
 		}
-		return !r.failover || slices.Contains(r.node.Status().Heard, id)
+		return !r.failover || slices.Contains(heard, id)
 	}
 	return !r.failover || len(isr) == 0 || slices.Contains(isr, id)
 }
