@@ -1,0 +1,371 @@
+// Package state owns the local copy of every store partition: a Pebble
+// engine per backend (on disk, or on Pebble's in-memory filesystem for
+// in-memory stores), the key layout that puts many store partitions in one
+// engine, the per-task write buffer that is applied only after Kafka
+// accepted the transaction, and the applied changelog offset of each store
+// partition, written in the same atomic batch as the data it describes.
+//
+// The changelog topic is the durable log, so the engine runs without a
+// write-ahead log: after a crash it reopens at its last flush, a state that
+// is always a prefix of the changelog up to the offsets stored with it.
+// Flush is the checkpoint.
+//
+// It does not talk to Kafka: the runtime decides when a buffer is applied
+// and what offsets it carries.
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Data keys are dataTag | store | 0 | partition (4 bytes) | key; offset
+// keys are offsetTag | store | 0 | partition. Store names hold no NUL.
+const (
+	dataTag   = 'd'
+	offsetTag = 'o'
+)
+
+// Engine is one Pebble database holding many store partitions.
+type Engine struct {
+	db     *pebble.DB
+	memory bool
+	dir    string
+}
+
+// OpenDisk opens (or creates) the engine in dir.
+func OpenDisk(dir string) (*Engine, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	db, err := pebble.Open(dir, &pebble.Options{DisableWAL: true, Logger: quietLogger{}})
+	if err != nil {
+		return nil, fmt.Errorf("open state store %s: %w (if it is damaged, remove the directory: it is rebuilt from the changelog)", dir, err)
+	}
+	return &Engine{db: db, dir: dir}, nil
+}
+
+// OpenMemory opens an engine that lives in memory only; it starts empty
+// every time, so its partitions restore from the changelog's start.
+func OpenMemory() (*Engine, error) {
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietLogger{}})
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{db: db, memory: true}, nil
+}
+
+// Memory reports whether the engine forgets everything on close.
+func (e *Engine) Memory() bool { return e.memory }
+
+// Close closes the engine without flushing: what was not flushed is
+// replayed from the changelog at the next start.
+func (e *Engine) Close() error { return e.db.Close() }
+
+// Flush writes everything applied so far to disk, with its offsets: the
+// checkpoint a restart resumes from.
+func (e *Engine) Flush() error {
+	if e.memory {
+		return nil
+	}
+	return e.db.Flush()
+}
+
+// DiskUsage is the engine's size on disk in bytes.
+func (e *Engine) DiskUsage() uint64 {
+	return e.db.Metrics().DiskSpaceUsage()
+}
+
+// Partition is one store's partition inside an engine.
+type Partition struct {
+	e      *Engine
+	Store  string
+	Part   int32
+	prefix []byte // data key prefix
+	offKey []byte
+}
+
+// Partition returns the handle of store's partition p.
+func (e *Engine) Partition(store string, p int32) *Partition {
+	mk := func(tag byte) []byte {
+		k := make([]byte, 0, len(store)+6)
+		k = append(k, tag)
+		k = append(k, store...)
+		k = append(k, 0)
+		return binary.BigEndian.AppendUint32(k, uint32(p))
+	}
+	return &Partition{e: e, Store: store, Part: p, prefix: mk(dataTag), offKey: mk(offsetTag)}
+}
+
+// Engine is the engine holding the partition.
+func (p *Partition) Engine() *Engine { return p.e }
+
+func (p *Partition) key(k []byte) []byte {
+	out := make([]byte, 0, len(p.prefix)+len(k))
+	return append(append(out, p.prefix...), k...)
+}
+
+// upper returns the smallest key after every key with prefix.
+func upper(prefix []byte) []byte {
+	u := bytes.Clone(prefix)
+	for i := len(u) - 1; i >= 0; i-- {
+		if u[i] < 0xff {
+			u[i]++
+			return u[:i+1]
+		}
+	}
+	return nil
+}
+
+// Offset is the last changelog offset applied to the partition; ok is
+// false when none was (a new or wiped partition).
+func (p *Partition) Offset() (off int64, ok bool, err error) {
+	v, c, err := p.e.db.Get(p.offKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return -1, false, nil
+	}
+	if err != nil {
+		return -1, false, err
+	}
+	defer c.Close()
+	if len(v) != 8 {
+		return -1, false, fmt.Errorf("store %s partition %d: damaged offset record", p.Store, p.Part)
+	}
+	return int64(binary.BigEndian.Uint64(v)), true, nil
+}
+
+// Empty reports whether the partition holds no data.
+func (p *Partition) Empty() (bool, error) {
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: p.prefix, UpperBound: upper(p.prefix)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	return !it.First(), it.Error()
+}
+
+// Wipe removes the partition's data and offset, so it restores from the
+// changelog's start.
+func (p *Partition) Wipe() error {
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(p.prefix, upper(p.prefix), nil); err != nil {
+		return err
+	}
+	if err := b.Delete(p.offKey, nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// Get reads the committed value of key (never a buffered write).
+func (p *Partition) Get(key []byte) ([]byte, bool, error) {
+	return get(p.e.db, p.key(key))
+}
+
+type getter interface {
+	Get([]byte) ([]byte, io.Closer, error)
+}
+
+func get(g getter, k []byte) ([]byte, bool, error) {
+	v, c, err := g.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := bytes.Clone(v)
+	c.Close()
+	return out, true, nil
+}
+
+// Scan calls fn for each committed key in [lower, upper) in order (nil
+// bounds are open) until fn returns false.
+func (p *Partition) Scan(lower, upperK []byte, fn func(k, v []byte) bool) error {
+	return scan(p.e.db, p, lower, upperK, false, fn)
+}
+
+type iterable interface {
+	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+func scan(src iterable, p *Partition, lower, upperK []byte, reverse bool, fn func(k, v []byte) bool) error {
+	lo := p.prefix
+	if lower != nil {
+		lo = p.key(lower)
+	}
+	hi := upper(p.prefix)
+	if upperK != nil {
+		hi = p.key(upperK)
+	}
+	it, err := src.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	n := len(p.prefix)
+	if reverse {
+		for ok := it.Last(); ok; ok = it.Prev() {
+			if !fn(it.Key()[n:], it.Value()) {
+				break
+			}
+		}
+	} else {
+		for ok := it.First(); ok; ok = it.Next() {
+			if !fn(it.Key()[n:], it.Value()) {
+				break
+			}
+		}
+	}
+	return it.Error()
+}
+
+// PrefixEnd is the exclusive upper bound of the keys starting with prefix
+// (nil when there is none).
+func PrefixEnd(prefix []byte) []byte { return upper(prefix) }
+
+// Restorer applies changelog records to partitions during restore, in
+// batches, each carrying the offset it reaches.
+type Restorer struct {
+	e *Engine
+	b *pebble.Batch
+	n int
+}
+
+// NewRestorer starts a restore batch on e.
+func (e *Engine) NewRestorer() *Restorer { return &Restorer{e: e, b: e.db.NewBatch()} }
+
+// Apply records one changelog record (value nil: a tombstone) at offset.
+func (r *Restorer) Apply(p *Partition, key, value []byte, offset int64) error {
+	var err error
+	if value == nil {
+		err = r.b.Delete(p.key(key), nil)
+	} else {
+		err = r.b.Set(p.key(key), value, nil)
+	}
+	if err != nil {
+		return err
+	}
+	r.n++
+	return r.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(offset)), nil)
+}
+
+// SetOffset records that p has reached offset without a data record (a
+// transaction marker or a compacted gap at the end).
+func (r *Restorer) SetOffset(p *Partition, offset int64) error {
+	return r.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(offset)), nil)
+}
+
+// Pending is the number of records in the current batch.
+func (r *Restorer) Pending() int { return r.n }
+
+// Commit applies the batch and starts a new one.
+func (r *Restorer) Commit() error {
+	if err := r.b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	r.b.Close()
+	r.b, r.n = r.e.db.NewBatch(), 0
+	return nil
+}
+
+// Close discards what was not committed.
+func (r *Restorer) Close() { r.b.Close() }
+
+// Txn buffers one task's writes for one Kafka transaction. Reads through it
+// see its own writes over the committed state. Apply makes them visible;
+// Discard drops them (an aborted or fenced transaction).
+type Txn struct {
+	e       *Engine
+	b       *pebble.Batch
+	offsets map[*Partition]int64
+	writes  int
+}
+
+// NewTxn starts an empty buffer.
+func (e *Engine) NewTxn() *Txn {
+	return &Txn{e: e, b: e.db.NewIndexedBatch(), offsets: map[*Partition]int64{}}
+}
+
+// Get reads key, seeing this buffer's writes.
+func (t *Txn) Get(p *Partition, key []byte) ([]byte, bool, error) { return get(t.b, p.key(key)) }
+
+// Put buffers a write.
+func (t *Txn) Put(p *Partition, key, value []byte) error {
+	t.writes++
+	return t.b.Set(p.key(key), value, nil)
+}
+
+// Delete buffers a deletion.
+func (t *Txn) Delete(p *Partition, key []byte) error {
+	t.writes++
+	return t.b.Delete(p.key(key), nil)
+}
+
+// Scan iterates [lower, upper) over the buffer and the committed state.
+func (t *Txn) Scan(p *Partition, lower, upperK []byte, reverse bool, fn func(k, v []byte) bool) error {
+	return scan(t.b, p, lower, upperK, reverse, fn)
+}
+
+// SetOffset records the changelog offset the buffer's writes to p reach.
+func (t *Txn) SetOffset(p *Partition, offset int64) {
+	if cur, ok := t.offsets[p]; !ok || offset > cur {
+		t.offsets[p] = offset
+	}
+}
+
+// Writes is the number of writes buffered.
+func (t *Txn) Writes() int { return t.writes }
+
+// Apply writes the buffer and its offsets atomically and starts a new,
+// empty buffer.
+func (t *Txn) Apply() error {
+	for p, off := range t.offsets {
+		if err := t.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(off)), nil); err != nil {
+			return err
+		}
+	}
+	if !t.b.Empty() {
+		if err := t.b.Commit(pebble.NoSync); err != nil {
+			return err
+		}
+	}
+	t.reset()
+	return nil
+}
+
+// Discard drops the buffer.
+func (t *Txn) Discard() { t.reset() }
+
+func (t *Txn) reset() {
+	t.b.Close()
+	t.b = t.e.db.NewIndexedBatch()
+	clear(t.offsets)
+	t.writes = 0
+}
+
+// Close releases the buffer.
+func (t *Txn) Close() { t.b.Close() }
+
+// Dir is where a disk engine lives.
+func (e *Engine) Dir() string { return e.dir }
+
+// DiskDir is the engine directory of an application under the state dir.
+func DiskDir(stateDir, appID string) string { return filepath.Join(stateDir, appID, "pebble") }
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
