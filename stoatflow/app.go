@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/moonmq/moonmq/stoatflow/internal/crashpoint"
 	"github.com/moonmq/moonmq/stoatflow/internal/state"
 )
 
@@ -48,6 +49,7 @@ type App struct {
 	keyPart    kgo.Partitioner
 
 	produceErr atomic.Pointer[error]
+	produced   atomic.Bool // a sink produced since the last commit
 	inTxn      bool
 	lastCommit time.Time
 	sinceCkpt  int64
@@ -417,6 +419,7 @@ func (a *App) produce(r *kgo.Record, partition int32) {
 		}
 	}
 	r.Partition = partition
+	a.produced.Store(true)
 	a.metrics.recordsOut.WithLabelValues(r.Topic).Inc()
 	a.prod.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
@@ -550,7 +553,26 @@ func fenced(err error) bool {
 func (a *App) commit(ctx context.Context) error {
 	start := time.Now()
 	offsets := map[string]map[int32]int64{}
-	moved := false
+	moved := a.produced.Swap(false)
+	for _, t := range a.tasks {
+		for in, off := range t.positions {
+			if off < 0 {
+				continue
+			}
+			if off != t.committed[in] {
+				moved = true
+			}
+			if offsets[in.topic] == nil {
+				offsets[in.topic] = map[int32]int64{}
+			}
+			offsets[in.topic][in.partition] = off
+		}
+	}
+	if !moved && !a.anyDirty() {
+		a.lastCommit = time.Now()
+		return nil
+	}
+	crashpoint.Hit(crashpoint.BeforeProduce)
 	for _, t := range a.tasks {
 		for _, h := range t.stores {
 			for _, k := range h.dirtyKeys() {
@@ -569,22 +591,6 @@ func (a *App) commit(ctx context.Context) error {
 				})
 			}
 		}
-		for in, off := range t.positions {
-			if off < 0 {
-				continue
-			}
-			if off != t.committed[in] {
-				moved = true
-			}
-			if offsets[in.topic] == nil {
-				offsets[in.topic] = map[int32]int64{}
-			}
-			offsets[in.topic][in.partition] = off
-		}
-	}
-	if !moved && !a.anyDirty() {
-		a.lastCommit = time.Now()
-		return nil
 	}
 	if a.exactlyOnce() {
 		// The marker guarantees the transaction holds a record, without
@@ -614,6 +620,7 @@ func (a *App) commit(ctx context.Context) error {
 			}
 			return err
 		}
+		crashpoint.Hit(crashpoint.BeforeCommit)
 		if err := a.prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			if fenced(err) {
 				return fmt.Errorf("%w (%v)", ErrFenced, err)
@@ -636,6 +643,7 @@ func (a *App) commit(ctx context.Context) error {
 			return fmt.Errorf("commit positions: %w", err)
 		}
 	}
+	crashpoint.Hit(crashpoint.AfterCommit)
 	applied := int64(0)
 	for _, t := range a.tasks {
 		for _, h := range t.stores {
@@ -779,7 +787,7 @@ func (a *App) maybeCheckpoint() error {
 
 func (a *App) checkpoint() error {
 	start := time.Now()
-	if err := a.disk.Flush(); err != nil {
+	if err := a.disk.Flush(func() { crashpoint.Hit(crashpoint.MidCheckpoint) }); err != nil {
 		return fmt.Errorf("checkpoint the local stores: %w", err)
 	}
 	a.log.Debug("checkpoint", "records", a.sinceCkpt, "took", time.Since(start))

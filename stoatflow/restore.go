@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/moonmq/moonmq/stoatflow/internal/crashpoint"
 	"github.com/moonmq/moonmq/stoatflow/internal/state"
 )
 
@@ -184,6 +185,9 @@ func (a *App) restoreAll(ctx context.Context) error {
 			if err := rs.Commit(); err != nil {
 				return fmt.Errorf("restore: %w", err)
 			}
+		}
+		if n > 0 {
+			crashpoint.Hit(crashpoint.MidRestore)
 		}
 		done := a.restore.done.Add(n)
 		a.metrics.restored.Add(float64(n))

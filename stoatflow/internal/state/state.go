@@ -71,12 +71,21 @@ func (e *Engine) Memory() bool { return e.memory }
 func (e *Engine) Close() error { return e.db.Close() }
 
 // Flush writes everything applied so far to disk, with its offsets: the
-// checkpoint a restart resumes from.
-func (e *Engine) Flush() error {
+// checkpoint a restart resumes from. midway, when set, is called while the
+// flush runs (the kill tests die there).
+func (e *Engine) Flush(midway ...func()) error {
 	if e.memory {
 		return nil
 	}
-	return e.db.Flush()
+	done, err := e.db.AsyncFlush()
+	if err != nil {
+		return err
+	}
+	for _, f := range midway {
+		f()
+	}
+	<-done
+	return nil
 }
 
 // DiskUsage is the engine's size on disk in bytes.

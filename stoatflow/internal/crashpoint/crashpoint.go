@@ -1,0 +1,65 @@
+// Package crashpoint lets the kill tests end the process with SIGKILL at a
+// named step of the commit and checkpoint protocol, so that every step is
+// shown to be a safe place to die.
+//
+// It is off unless the environment variable STOATFLOW_CRASHPOINT names a
+// point, as "<point>" (the first time it is reached) or "<point>@<n>" (the
+// n-th time). The check on the hot path is one atomic load.
+package crashpoint
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// The points, in the order a commit reaches them.
+const (
+	BeforeProduce = "before-produce" // changelog records not yet sent
+	BeforeCommit  = "before-commit"  // everything sent and flushed, offsets added, transaction not ended
+	AfterCommit   = "after-commit"   // transaction committed, local stores not yet updated
+	MidCheckpoint = "mid-checkpoint" // a flush of the local stores under way
+	MidRestore    = "mid-restore"    // part of a changelog restored
+)
+
+// All lists every point.
+var All = []string{BeforeProduce, BeforeCommit, AfterCommit, MidCheckpoint, MidRestore}
+
+var (
+	armed atomic.Bool
+	point string
+	nth   int64
+	hits  atomic.Int64
+)
+
+func init() {
+	v := os.Getenv("STOATFLOW_CRASHPOINT")
+	if v == "" {
+		return
+	}
+	point, nth = v, 1
+	if p, n, ok := strings.Cut(v, "@"); ok {
+		k, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || k < 1 {
+			fmt.Fprintf(os.Stderr, "STOATFLOW_CRASHPOINT=%s: the count after @ must be a positive number\n", v)
+			os.Exit(2)
+		}
+		point, nth = p, k
+	}
+	armed.Store(true)
+}
+
+// Hit kills the process if it is the armed point's n-th arrival.
+func Hit(name string) {
+	if !armed.Load() || name != point {
+		return
+	}
+	if hits.Add(1) == nth {
+		fmt.Fprintf(os.Stderr, "crashpoint %s@%d: SIGKILL\n", name, nth)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+}

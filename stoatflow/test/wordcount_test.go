@@ -1,0 +1,385 @@
+// Package test runs StoatFlow applications as processes against real
+// brokers (MoonMQ, and Apache Kafka where Java is installed) and kills,
+// pauses and restarts them and the brokers, then checks from the topics
+// themselves that every input had its effect exactly once.
+package test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveBinaries()
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// wordcount runs examples/wordcount processes of one application.
+type wordcount struct {
+	t         *testing.T
+	bin       string
+	bootstrap string
+	app       string
+	env       []string
+}
+
+func newWordcount(t *testing.T, bootstrap string, env ...string) *wordcount {
+	return &wordcount{t: t, bin: testenv.BuildBinary(t, "./examples/wordcount"), bootstrap: bootstrap,
+		app: fmt.Sprintf("wc-%d", rand.Int64N(1e9)), env: env}
+}
+
+// instance is one state directory and HTTP port: a place an instance of
+// the application runs from, again after each kill.
+type instance struct {
+	w        *wordcount
+	stateDir string
+	port     int
+	proc     *testenv.Process
+}
+
+func (w *wordcount) instance() *instance {
+	return &instance{w: w, stateDir: w.t.TempDir(), port: freePort(w.t)}
+}
+
+func (in *instance) start(extra ...string) *testenv.Process {
+	w := in.w
+	env := append([]string{
+		"STOATFLOW__APPLICATION_ID=" + w.app,
+		"STOATFLOW__BOOTSTRAP_SERVERS=" + w.bootstrap,
+		"STOATFLOW__STATE__DIR=" + in.stateDir,
+		"STOATFLOW__HTTP__PORT=" + strconv.Itoa(in.port),
+		"STOATFLOW__HTTP__HOST=127.0.0.1",
+	}, w.env...)
+	in.proc = testenv.StartProcess(w.t, w.bin, []string{"--partitions", "3"}, append(env, extra...))
+	return in.proc
+}
+
+func (in *instance) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", in.port, path) }
+
+// storeContents reads the whole counts store over HTTP, or nil while the
+// instance is not ready.
+func (in *instance) storeContents() map[string]int64 {
+	resp, err := http.Get(in.url("/state/counts?limit=1000000"))
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil
+	}
+	var body struct {
+		Entries []struct {
+			Key   string `json:"key"`
+			Value int64  `json:"value"`
+		} `json:"entries"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, e := range body.Entries {
+		out[e.Key] = e.Value
+	}
+	return out
+}
+
+// waitCounts waits until the store holds want.
+func (in *instance) waitCounts(want map[string]int64, within time.Duration) {
+	t := in.w.t
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var got map[string]int64
+	for time.Now().Before(deadline) {
+		if got = in.storeContents(); equalCounts(got, want) {
+			return
+		}
+		if in.proc.Exited() {
+			t.Fatalf("the application exited while we waited for its counts:\n%s", tail(in.proc.Log(), 30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("store after %v: %s", within, diffCounts(got, want))
+}
+
+func equalCounts(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func diffCounts(got, want map[string]int64) string {
+	var d []string
+	for k, v := range want {
+		if got[k] != v {
+			d = append(d, fmt.Sprintf("%s: got %d want %d", k, got[k], v))
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("%s: got %d want none", k, v))
+		}
+	}
+	sort.Strings(d)
+	if len(d) > 10 {
+		d = append(d[:10], fmt.Sprintf("... %d more", len(d)-10))
+	}
+	return fmt.Sprintf("%d keys, %d differ: %s", len(got), len(d), strings.Join(d, "; "))
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var vocabulary = func() []string {
+	var w []string
+	for i := 0; i < 60; i++ {
+		w = append(w, fmt.Sprintf("w%02d", i))
+	}
+	return append(w, "Hello", "WORLD", "hello", "world")
+}()
+
+// feeder produces lines to "words" until stopped.
+type feeder struct {
+	cl   *kgo.Client
+	stop chan struct{}
+	done sync.WaitGroup
+	rng  *rand.Rand
+	sent int
+}
+
+func client(t *testing.T, bootstrap string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// waitTopic waits for the application to have created "words".
+func waitTopic(t *testing.T, bootstrap, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(client(t, bootstrap))
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		md, err := adm.ListTopics(context.Background(), topic)
+		if err == nil && md.Has(topic) && md[topic].Err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("topic %s never appeared", topic)
+}
+
+// produceLines sends n lines synchronously.
+func produceLines(t *testing.T, cl *kgo.Client, rng *rand.Rand, n int) {
+	t.Helper()
+	recs := make([]*kgo.Record, 0, n)
+	for i := 0; i < n; i++ {
+		recs = append(recs, &kgo.Record{Topic: "words", Key: []byte(strconv.Itoa(rng.IntN(1000))), Value: []byte(line(rng))})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce input: %v", err)
+	}
+}
+
+func line(rng *rand.Rand) string {
+	n := 1 + rng.IntN(7)
+	ws := make([]string, n)
+	for i := range ws {
+		ws[i] = vocabulary[rng.IntN(len(vocabulary))]
+	}
+	return strings.Join(ws, "  ")
+}
+
+// startFeeder produces batches of lines in the background, a little at a
+// time, until stopFeeding. A batch that fails is not retried: what counts
+// is what the topic holds at the end.
+func startFeeder(t *testing.T, bootstrap string, seed uint64) *feeder {
+	f := &feeder{cl: client(t, bootstrap, kgo.RecordRetries(20)), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 1))}
+	f.done.Add(1)
+	go func() {
+		defer f.done.Done()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var recs []*kgo.Record
+			for i := 0; i < 10; i++ {
+				recs = append(recs, &kgo.Record{Topic: "words", Key: []byte(strconv.Itoa(f.rng.IntN(1000))), Value: []byte(line(f.rng))})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			if f.cl.ProduceSync(ctx, recs...).FirstErr() == nil {
+				f.sent += len(recs)
+			}
+			cancel()
+		}
+	}()
+	return f
+}
+
+func (f *feeder) stopFeeding() int {
+	close(f.stop)
+	f.done.Wait()
+	return f.sent
+}
+
+// readAll reads every record of topic up to its end offsets taken now,
+// read_committed, keeping control records so a partition whose tail is a
+// transaction marker is seen to its end.
+func readAll(t *testing.T, bootstrap, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(client(t, bootstrap))
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	cl := client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	var out []*kgo.Record
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: still waiting for partitions %v", topic, left)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
+// expectedCounts is the word count of everything "words" holds.
+func expectedCounts(t *testing.T, bootstrap string) (map[string]int64, int) {
+	want := map[string]int64{}
+	lines := readAll(t, bootstrap, "words")
+	for _, r := range lines {
+		for _, w := range strings.Fields(strings.ToLower(string(r.Value))) {
+			want[w]++
+		}
+	}
+	return want, len(lines)
+}
+
+// checkExactlyOnce checks the output and the changelog against the input:
+// each word's committed outputs are exactly 1, 2, ..., its count (no
+// update lost, none repeated), and the changelog's last value per word is
+// its count.
+func checkExactlyOnce(t *testing.T, bootstrap, app string, want map[string]int64) {
+	t.Helper()
+	seqs := map[string][]int64{}
+	for _, r := range readAll(t, bootstrap, "word-counts") {
+		n, err := strconv.ParseInt(string(r.Value), 10, 64)
+		if err != nil {
+			t.Fatalf("word-counts: value %q of %q is not a decimal count", r.Value, r.Key)
+		}
+		seqs[string(r.Key)] = append(seqs[string(r.Key)], n)
+	}
+	bad := 0
+	for w, n := range want {
+		s := seqs[w]
+		ok := int64(len(s)) == n
+		for i := 0; ok && i < len(s); i++ {
+			ok = s[i] == int64(i+1)
+		}
+		if !ok {
+			bad++
+			if bad <= 5 {
+				t.Errorf("word %q: input holds it %d times; committed output counts %v", w, n, abbreviate(s))
+			}
+		}
+	}
+	for w := range seqs {
+		if _, ok := want[w]; !ok {
+			t.Errorf("output has word %q that no input holds", w)
+		}
+	}
+	replay := map[string]int64{}
+	for _, r := range readAll(t, bootstrap, app+"-counts-changelog") {
+		if r.Value == nil {
+			delete(replay, string(r.Key))
+			continue
+		}
+		replay[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
+	}
+	if !equalCounts(replay, want) {
+		t.Errorf("changelog replay differs from the input's counts: %s", diffCounts(replay, want))
+	}
+}
+
+func abbreviate(s []int64) string {
+	if len(s) <= 12 {
+		return fmt.Sprint(s)
+	}
+	return fmt.Sprintf("%v ... %v (%d updates)", s[:6], s[len(s)-6:], len(s))
+}
+
+var restoredRE = regexp.MustCompile(`"msg":"restoring stores from their changelogs"[^}]*"records":(\d+)`)
+
+// replayed is how many changelog records the instance's last start
+// restored (0 when it logged no restore).
+func replayed(log string) int64 {
+	m := restoredRE.FindAllStringSubmatch(log, -1)
+	if len(m) == 0 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[len(m)-1][1], 10, 64)
+	return n
+}
