@@ -83,7 +83,9 @@ func (in *instance) start(extra ...string) *testenv.Process {
 	return in.proc
 }
 
-func (in *instance) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", in.port, path) }
+func (in *instance) url(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", in.port, path)
+}
 
 // storeContents reads the whole counts store over HTTP, or nil while the
 // instance is not ready.
