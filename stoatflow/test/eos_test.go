@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/moonmq/moonmq/stoatflow/internal/crashpoint"
 	"github.com/moonmq/moonmq/stoatflow/internal/testenv"
@@ -212,5 +213,31 @@ func produceLinesWith(t *testing.T, cl *kgo.Client, rng *rand.Rand, n int, word 
 	defer cancel()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatalf("produce input: %v", err)
+	}
+}
+
+// TestWordcountSASL runs the example against a broker that requires SCRAM
+// logins, configured from the environment alone.
+func TestWordcountSASL(t *testing.T) {
+	c := testenv.MoonMQSASL(t, "stoat", "s3cret")
+	w := newWordcount(t, c.Bootstrap(), "STOATFLOW__SASL__MECHANISM=SCRAM-SHA-512", "STOATFLOW__SASL__USERNAME=stoat", "STOATFLOW__SASL__PASSWORD=s3cret")
+	in := w.instance()
+	in.start()
+	login := kgo.SASL(scram.Auth{User: "stoat", Pass: "s3cret"}.AsSha512Mechanism())
+	waitTopic(t, c.Bootstrap(), "words", login)
+	produceLines(t, client(t, c.Bootstrap(), login), rand.New(rand.NewPCG(6, 6)), 100)
+	want, _ := expectedCounts(t, c.Bootstrap(), login)
+	in.waitCounts(want, 60*time.Second)
+	in.proc.Stop(30 * time.Second)
+	checkExactlyOnce(t, c.Bootstrap(), w.app, want, login)
+
+	// Without a password it is refused, and says so.
+	bad := newWordcount(t, c.Bootstrap(), "STOATFLOW__SASL__MECHANISM=SCRAM-SHA-512", "STOATFLOW__SASL__USERNAME=stoat", "STOATFLOW__SASL__PASSWORD=wrong")
+	p := bad.instance().start()
+	if exited, _ := p.Wait(60 * time.Second); !exited {
+		t.Fatal("a wrong password did not stop the application")
+	}
+	if !strings.Contains(strings.ToLower(p.Log()), "sasl") {
+		t.Errorf("a wrong password's error does not mention SASL:\n%s", tail(p.Log(), 10))
 	}
 }

@@ -199,9 +199,9 @@ func client(t *testing.T, bootstrap string, opts ...kgo.Opt) *kgo.Client {
 }
 
 // waitTopic waits for the application to have created "words".
-func waitTopic(t *testing.T, bootstrap, topic string) {
+func waitTopic(t *testing.T, bootstrap, topic string, opts ...kgo.Opt) {
 	t.Helper()
-	adm := kadm.NewClient(client(t, bootstrap))
+	adm := kadm.NewClient(client(t, bootstrap, opts...))
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		md, err := adm.ListTopics(context.Background(), topic)
@@ -273,11 +273,11 @@ func (f *feeder) stopFeeding() int {
 // readAll reads every record of topic up to its end offsets taken now,
 // read_committed, keeping control records so a partition whose tail is a
 // transaction marker is seen to its end.
-func readAll(t *testing.T, bootstrap, topic string) []*kgo.Record {
+func readAll(t *testing.T, bootstrap, topic string, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	adm := kadm.NewClient(client(t, bootstrap))
+	adm := kadm.NewClient(client(t, bootstrap, opts...))
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
@@ -288,8 +288,8 @@ func readAll(t *testing.T, bootstrap, topic string) []*kgo.Record {
 			left[o.Partition] = o.Offset
 		}
 	})
-	cl := client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	cl := client(t, bootstrap, append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, opts...)...)
 	var out []*kgo.Record
 	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)
@@ -309,9 +309,9 @@ func readAll(t *testing.T, bootstrap, topic string) []*kgo.Record {
 }
 
 // expectedCounts is the word count of everything "words" holds.
-func expectedCounts(t *testing.T, bootstrap string) (map[string]int64, int) {
+func expectedCounts(t *testing.T, bootstrap string, opts ...kgo.Opt) (map[string]int64, int) {
 	want := map[string]int64{}
-	lines := readAll(t, bootstrap, "words")
+	lines := readAll(t, bootstrap, "words", opts...)
 	for _, r := range lines {
 		for _, w := range strings.Fields(strings.ToLower(string(r.Value))) {
 			want[w]++
@@ -324,10 +324,10 @@ func expectedCounts(t *testing.T, bootstrap string) (map[string]int64, int) {
 // each word's committed outputs are exactly 1, 2, ..., its count (no
 // update lost, none repeated), and the changelog's last value per word is
 // its count.
-func checkExactlyOnce(t *testing.T, bootstrap, app string, want map[string]int64) {
+func checkExactlyOnce(t *testing.T, bootstrap, app string, want map[string]int64, opts ...kgo.Opt) {
 	t.Helper()
 	seqs := map[string][]int64{}
-	for _, r := range readAll(t, bootstrap, "word-counts") {
+	for _, r := range readAll(t, bootstrap, "word-counts", opts...) {
 		n, err := strconv.ParseInt(string(r.Value), 10, 64)
 		if err != nil {
 			t.Fatalf("word-counts: value %q of %q is not a decimal count", r.Value, r.Key)
@@ -354,7 +354,7 @@ func checkExactlyOnce(t *testing.T, bootstrap, app string, want map[string]int64
 		}
 	}
 	replay := map[string]int64{}
-	for _, r := range readAll(t, bootstrap, app+"-counts-changelog") {
+	for _, r := range readAll(t, bootstrap, app+"-counts-changelog", opts...) {
 		if r.Value == nil {
 			delete(replay, string(r.Key))
 			continue

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // MoonMQBinaryEnv names an environment variable holding the path of a
@@ -37,6 +40,8 @@ type Cluster struct {
 	t        TB
 	bin      string
 	replicas []*replica
+	extra    map[string]any // more Server keys (MoonMQSASL)
+	opts     []kgo.Opt      // what a client needs to log in
 }
 
 // replica is one broker with the ports, data directory and log it keeps
@@ -58,10 +63,23 @@ func (r *replica) running() bool      { return r.proc != nil && !r.proc.Exited()
 // its ISR. Every process is killed when the test ends.
 func MoonMQ(t TB, n int) *Cluster {
 	t.Helper()
+	return moonMQ(t, n, nil, nil)
+}
+
+// MoonMQSASL starts a single broker that requires SASL: user logs in with
+// password over SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN.
+func MoonMQSASL(t TB, user, password string) *Cluster {
+	t.Helper()
+	return moonMQ(t, 1, map[string]any{"Users": []map[string]any{{"Username": user, "Password": password}}},
+		[]kgo.Opt{kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha256Mechanism())})
+}
+
+func moonMQ(t TB, n int, extra map[string]any, opts []kgo.Opt) *Cluster {
+	t.Helper()
 	if n < 1 {
 		t.Fatalf("testenv: MoonMQ with %d replicas", n)
 	}
-	c := &Cluster{t: t, bin: moonmqBinary(t)}
+	c := &Cluster{t: t, bin: moonmqBinary(t), extra: extra, opts: opts}
 	dir := t.TempDir()
 	ports := freePorts(t, 3*n)
 	for i := range n {
@@ -107,6 +125,9 @@ func (c *Cluster) serverBlock(r *replica) map[string]any {
 	s := map[string]any{
 		"Host": "127.0.0.1", "Port": r.clientPort, "MetricsPort": r.metricsPort,
 		"DataDir": r.dataDir, "LogLevel": "info",
+	}
+	for k, v := range c.extra {
+		s[k] = v
 	}
 	if len(c.replicas) == 1 {
 		return s
@@ -206,7 +227,7 @@ func (c *Cluster) waitReady(r *replica) {
 			why = "no " + readyLine + " line"
 			return false
 		}
-		if err := metadata(r.clientAddr(), 2*time.Second); err != nil {
+		if err := metadata(r.clientAddr(), 2*time.Second, c.opts...); err != nil {
 			why = "Metadata: " + err.Error()
 			return false
 		}
@@ -407,7 +428,7 @@ func (c *Cluster) WaitHealthy(within time.Duration) {
 				why = r.name + " is not running"
 				return true
 			}
-			if err := metadata(r.clientAddr(), 2*time.Second); err != nil {
+			if err := metadata(r.clientAddr(), 2*time.Second, c.opts...); err != nil {
 				why = fmt.Sprintf("%s: Metadata: %v", r.name, err)
 				return false
 			}

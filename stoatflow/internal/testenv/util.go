@@ -86,8 +86,8 @@ func freePorts(t TB, n int) []int {
 // whichever broker the client learns of) and fails unless the answer names
 // at least one broker: a listener that accepts connections but cannot yet
 // describe the cluster is not ready for a test's clients.
-func metadata(addr string, within time.Duration) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(within))
+func metadata(addr string, within time.Duration, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DialTimeout(within)}, opts...)...)
 	if err != nil {
 		return err
 	}
