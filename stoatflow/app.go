@@ -55,6 +55,13 @@ type App struct {
 	sinceCkpt  int64
 	lastCkpt   time.Time
 
+	// High availability (nil with ha.mode off): haCheck tells the
+	// processing loop to stop (demoted, or handing off); firstCommit
+	// records the first commit after a promotion.
+	ha          *haRuntime
+	haCheck     func() error
+	firstCommit func()
+
 	metrics *metrics
 	ready   atomic.Bool
 	running atomic.Bool
@@ -75,9 +82,6 @@ func WithLogger(l *slog.Logger) Option { return func(a *App) { a.log = l } }
 func New(cfg Config, topo *Topology, opts ...Option) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.HA.Mode != "off" {
-		return nil, fmt.Errorf("key stoatflow.ha.mode: %q is not available in this version; use off (a single instance that recovers by restarting)", cfg.HA.Mode)
 	}
 	subs, err := topo.compile()
 	if err != nil {
@@ -157,11 +161,17 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer stopHTTP()
-	if err := a.open(ctx); err != nil {
+	if err := a.prepare(ctx); err != nil {
 		a.close()
 		return err
 	}
 	defer a.close()
+	if a.cfg.HA.Mode == "active-standby" {
+		return a.runHA(ctx)
+	}
+	if err := a.activate(ctx); err != nil {
+		return err
+	}
 	a.log.Info("stoatflow running", "guarantee", a.cfg.ProcessingGuarantee, "tasks", len(a.tasks), "threads", a.cfg.Threads)
 	err = a.loop(ctx)
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
@@ -183,9 +193,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 	return err
 }
 
-// open connects, creates or checks topics, fences an earlier instance,
-// restores the stores and positions the input.
-func (a *App) open(ctx context.Context) error {
+// prepare opens the local engines, connects and creates or checks the
+// topics.
+func (a *App) prepare(ctx context.Context) error {
 	var err error
 	if a.disk, err = state.OpenDisk(state.DiskDir(a.cfg.State.Dir, a.cfg.ApplicationID)); err != nil {
 		if strings.Contains(err.Error(), "lock") {
@@ -205,7 +215,15 @@ func (a *App) open(ctx context.Context) error {
 		return err
 	}
 	a.admCl, a.adm = admCl, kadm.NewClient(admCl)
-	if err := a.prepareTopics(ctx); err != nil {
+	return a.prepareTopics(ctx)
+}
+
+// activate makes this instance the one that processes: it fences any
+// earlier instance, restores the stores to what was committed and
+// positions the input.
+func (a *App) activate(ctx context.Context) error {
+	base, err := a.clientOpts()
+	if err != nil {
 		return err
 	}
 	popts := append(append([]kgo.Opt{}, base...),
@@ -435,6 +453,11 @@ func (a *App) loop(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if a.haCheck != nil {
+			if err := a.haCheck(); err != nil {
+				return err
+			}
+		}
 		wait := time.Until(a.lastCommit.Add(a.cfg.CommitInterval))
 		wait = min(max(wait, 5*time.Millisecond), 200*time.Millisecond)
 		pctx, cancel := context.WithTimeout(ctx, wait)
@@ -515,6 +538,13 @@ func (a *App) round() error {
 // commitOrRecover commits; a failed transaction is aborted and the
 // instance resumes from what Kafka holds. Being fenced is fatal.
 func (a *App) commitOrRecover(ctx context.Context) error {
+	if a.haCheck != nil {
+		// Under at-least-once the promotion token is the fence: a pod
+		// that has seen another's claim commits nothing more.
+		if err := a.haCheck(); err != nil {
+			return err
+		}
+	}
 	err := a.commit(ctx)
 	if err == nil {
 		return a.maybeCheckpoint()
@@ -673,6 +703,10 @@ func (a *App) commit(ctx context.Context) error {
 		}
 		a.inTxn = true
 	}
+	if a.firstCommit != nil {
+		a.firstCommit()
+		a.firstCommit = nil
+	}
 	a.metrics.commits.Inc()
 	a.metrics.commitLatency.Observe(time.Since(start).Seconds())
 	a.lastCommit = time.Now()
@@ -794,6 +828,31 @@ func (a *App) checkpoint() error {
 	a.metrics.checkpoints.Inc()
 	a.sinceCkpt, a.lastCkpt = 0, time.Now()
 	return nil
+}
+
+// deactivate stops processing without committing: the buffers are
+// dropped and the clients closed. A demoted active (another pod holds the
+// token) ends here; whatever it had not committed is aborted by its
+// successor's fence.
+func (a *App) deactivate() {
+	a.ready.Store(false)
+	if a.cons != nil {
+		a.cons.Close()
+		a.cons = nil
+	}
+	if a.prod != nil {
+		a.prod.Close()
+		a.prod = nil
+	}
+	for _, t := range a.tasks {
+		for _, x := range t.txns {
+			x.Close()
+		}
+	}
+	a.tasks, a.byInput, a.inTxn = nil, nil, false
+	a.produceErr.Store(nil)
+	a.produced.Store(false)
+	a.metrics.resetPending()
 }
 
 func (a *App) close() {

@@ -88,15 +88,3 @@ func TestConfigRefusals(t *testing.T) {
 		}
 	}
 }
-
-func TestHAModeRefusedUntilAvailable(t *testing.T) {
-	c, err := loadConfig("", []string{"STOATFLOW__APPLICATION_ID=a", "STOATFLOW__HA__MODE=active-standby"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo := NewTopology()
-	Source(topo, String, String, []string{"in"}).To("out", String, String)
-	if _, err := New(c, topo); err == nil || !strings.Contains(err.Error(), "stoatflow.ha.mode") {
-		t.Errorf("New with ha.mode active-standby: %v", err)
-	}
-}

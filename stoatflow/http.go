@@ -33,13 +33,20 @@ func (a *App) startHTTP() (stop func(), err error) {
 	})
 	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		body := map[string]any{"ready": a.ready.Load(), "restoredRecords": a.restore.done.Load(), "restoreTotal": a.restore.total.Load()}
-		if !a.ready.Load() {
+		ready, why := a.readiness()
+		body := map[string]any{"ready": ready, "restoredRecords": a.restore.done.Load(), "restoreTotal": a.restore.total.Load()}
+		if why != "" {
+			body["why"] = why
+		}
+		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
+	if a.cfg.HA.Mode == "active-standby" {
+		a.registerHA(mux)
+	}
 	mux.HandleFunc("GET /state/{store}", a.serveRange)
 	mux.HandleFunc("GET /state/{store}/{key...}", a.serveGet)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -98,6 +105,10 @@ func (a *App) serveGet(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("store %s: its key serde has no text form (implement TextSerde)", s.name))
 		return
 	}
+	if s.kind == kindWindow || s.kind == kindSession {
+		a.serveWindowGet(w, r, s, parts)
+		return
+	}
 	k, err := s.keyAny.parse(r.PathValue("key"))
 	if err != nil {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("key: %w", err))
@@ -143,6 +154,10 @@ func (a *App) serveRange(w http.ResponseWriter, r *http.Request) {
 		httpError(w, code, err)
 		return
 	}
+	if s.kind == kindWindow || s.kind == kindSession {
+		a.serveWindowRange(w, r, s, parts)
+		return
+	}
 	q := r.URL.Query()
 	limit := 1000
 	if l := q.Get("limit"); l != "" {
@@ -174,6 +189,9 @@ func (a *App) serveRange(w http.ResponseWriter, r *http.Request) {
 	}
 	if pre != nil {
 		lo, hi = pre, state.PrefixEnd(pre)
+	}
+	if s.hasMeta && (hi == nil || bytes.Compare(hi, dataEnd) > 0) {
+		hi = dataEnd // leave the store's bookkeeping out
 	}
 	type kv struct {
 		kb  []byte

@@ -63,6 +63,7 @@ type instance struct {
 	w        *wordcount
 	stateDir string
 	port     int
+	podID    string // ha.pod-id, when set
 	proc     *testenv.Process
 }
 
@@ -79,6 +80,9 @@ func (in *instance) start(extra ...string) *testenv.Process {
 		"STOATFLOW__HTTP__PORT=" + strconv.Itoa(in.port),
 		"STOATFLOW__HTTP__HOST=127.0.0.1",
 	}, w.env...)
+	if in.podID != "" {
+		env = append(env, "STOATFLOW__HA__POD_ID="+in.podID)
+	}
 	in.proc = testenv.StartProcess(w.t, w.bin, []string{"--partitions", "3"}, append(env, extra...))
 	return in.proc
 }
