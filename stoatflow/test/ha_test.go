@@ -258,3 +258,166 @@ func TestHAZombie(t *testing.T) {
 	}
 	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
 }
+
+// TestHAAtLeastOnce kills the active of an at-least-once application:
+// nothing is lost, and what is counted twice is bounded by what arrives
+// in one commit interval per kill.
+func TestHAAtLeastOnce(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	const interval = 500 * time.Millisecond
+	w, pods := haPods(t, c.Bootstrap(), 2, "STOATFLOW__PROCESSING_GUARANTEE=at-least-once",
+		fmt.Sprintf("STOATFLOW__COMMIT_INTERVAL_MS=%d", interval.Milliseconds()))
+	for _, p := range pods {
+		p.start()
+	}
+	waitTopic(t, c.Bootstrap(), "words")
+	act := activeOf(t, pods, 30*time.Second)
+	f := startFeeder(t, c.Bootstrap(), 41)
+	start := time.Now()
+	const kills = 5
+	for i := 0; i < kills; i++ {
+		time.Sleep(1500 * time.Millisecond)
+		act.proc.Kill()
+		var rest []*instance
+		for _, p := range pods {
+			if p != act {
+				rest = append(rest, p)
+			}
+		}
+		next := activeOf(t, rest, 20*time.Second)
+		act.start()
+		act = next
+	}
+	f.stopFeeding()
+	elapsed := time.Since(start)
+	want, _ := expectedCounts(t, c.Bootstrap())
+	var total int64
+	for _, n := range want {
+		total += n
+	}
+	// Wait until every word has at least its count.
+	deadline := time.Now().Add(60 * time.Second)
+	var got map[string]int64
+	for {
+		got = act.storeContents()
+		short := 0
+		for w, n := range want {
+			if got[w] < n {
+				short++
+			}
+		}
+		if got != nil && short == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("at-least-once lost updates: %s", diffCounts(got, want))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var dup int64
+	for w, n := range want {
+		dup += got[w] - n
+	}
+	perInterval := float64(total) / elapsed.Seconds() * interval.Seconds()
+	t.Logf("%d words counted %d extra times over %d kills (%.0f words arrive per commit interval)", total, dup, kills, perInterval)
+	if float64(dup) > kills*2*perInterval {
+		t.Errorf("%d duplicates over %d kills: more than a commit interval's worth (%.0f) each", dup, kills, perInterval)
+	}
+	for _, p := range pods {
+		p.proc.Stop(30 * time.Second)
+	}
+	_ = w
+}
+
+// TestHARollingRestart restarts all three pods one by one, each after
+// /health/ready of the previous one says 200, standbys first and the
+// active last, as a StatefulSet's rolling update does: at every moment
+// there is an active, and the output stays exactly-once.
+func TestHARollingRestart(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	w, pods := haPods(t, c.Bootstrap(), 3)
+	for _, p := range pods {
+		p.start()
+	}
+	waitTopic(t, c.Bootstrap(), "words")
+	activeOf(t, pods, 30*time.Second)
+	f := startFeeder(t, c.Bootstrap(), 51)
+	ready := func(p *instance) bool {
+		resp, err := http.Get(p.url("/health/ready"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	waitReady := func(p *instance) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !ready(p) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never became ready:\n%s", p.podID, tail(p.proc.Log(), 20))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, p := range pods {
+		waitReady(p)
+	}
+	// Watch for a moment without an active.
+	stop := make(chan struct{})
+	gaps := make(chan time.Duration, 1)
+	go func() {
+		var worst time.Duration
+		var since time.Time
+		for {
+			select {
+			case <-stop:
+				gaps <- worst
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			any := false
+			for _, p := range pods {
+				if s, ok := p.haStatus(); ok && s.SelfRole == "ACTIVE" {
+					any = true
+				}
+			}
+			if any {
+				since = time.Time{}
+			} else if since.IsZero() {
+				since = time.Now()
+			} else if d := time.Since(since); d > worst {
+				worst = d
+			}
+		}
+	}()
+	order := append([]*instance{}, pods...)
+	act := activeOf(t, pods, 10*time.Second)
+	for i, p := range order {
+		if p == act {
+			order = append(append(order[:i:i], order[i+1:]...), act)
+			break
+		}
+	}
+	for _, p := range order {
+		if !p.proc.Stop(30 * time.Second) {
+			t.Fatalf("%s did not stop on SIGTERM", p.podID)
+		}
+		p.start()
+		waitReady(p)
+		t.Logf("%s restarted and ready", p.podID)
+	}
+	close(stop)
+	worst := <-gaps
+	t.Logf("longest time without an active: %v", worst)
+	if worst > 3*time.Second {
+		t.Errorf("the roll left the application without an active for %v", worst)
+	}
+	f.stopFeeding()
+	act = activeOf(t, pods, 10*time.Second)
+	want, _ := expectedCounts(t, c.Bootstrap())
+	act.waitCounts(want, 60*time.Second)
+	for _, p := range pods {
+		p.proc.Stop(30 * time.Second)
+	}
+	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+}
