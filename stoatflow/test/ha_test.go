@@ -92,9 +92,10 @@ func TestHAFailover(t *testing.T) {
 	act := activeOf(t, pods, 30*time.Second)
 	f := startFeeder(t, c.Bootstrap(), 11)
 	rng := rand.New(rand.NewPCG(11, 12))
-	const failovers = 10
+	const failovers = 100
+	var worst, sum time.Duration
 	for i := 0; i < failovers; i++ {
-		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
 		act.proc.Kill()
 		killed := time.Now()
 		var rest []*instance
@@ -104,9 +105,21 @@ func TestHAFailover(t *testing.T) {
 			}
 		}
 		next := activeOf(t, rest, 20*time.Second)
-		t.Logf("failover %d: %s killed, %s active after %v", i, act.podID, next.podID, time.Since(killed).Round(time.Millisecond))
+		took := time.Since(killed)
+		sum += took
+		worst = max(worst, took)
 		act.start()
 		act = next
+		if i%25 == 24 {
+			// Everything committed so far is exactly-once: pause the
+			// input, let the new active catch up, check, go on.
+			f.stopFeeding()
+			want, _ := expectedCounts(t, c.Bootstrap())
+			act.waitCounts(want, 60*time.Second)
+			checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+			t.Logf("after %d failovers: exactly-once; takeover mean %v, worst %v", i+1, (sum / time.Duration(i+1)).Round(time.Millisecond), worst.Round(time.Millisecond))
+			f = startFeeder(t, c.Bootstrap(), uint64(100+i))
+		}
 	}
 	f.stopFeeding()
 	want, _ := expectedCounts(t, c.Bootstrap())
