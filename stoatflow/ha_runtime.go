@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/moonmq/moonmq/stoatflow/internal/crashpoint"
 	"github.com/moonmq/moonmq/stoatflow/internal/ha"
 )
 
@@ -330,6 +331,9 @@ func (h *haRuntime) standby(ctx context.Context) (int64, error) {
 		cancel()
 		if _, err := ap.apply(fs, targets, false); err != nil {
 			return 0, err
+		}
+		if d := crashpoint.ApplyDelay(); d > 0 {
+			time.Sleep(d)
 		}
 		var lag int64
 		var oldest time.Time

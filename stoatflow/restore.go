@@ -93,8 +93,14 @@ func (a *App) changelogConsumer(assign map[string]map[int32]kgo.Offset) (*kgo.Cl
 	if err != nil {
 		return nil, err
 	}
+	maxBytes, partBytes := int32(64<<20), int32(16<<20)
+	if crashpoint.ApplyDelay() > 0 {
+		// The test of a lagging standby: small fetches, so that it
+		// really falls behind.
+		maxBytes, partBytes = 1<<10, 1<<10
+	}
 	opts := append(base, kgo.ConsumePartitions(assign), kgo.KeepControlRecords(),
-		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20), kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.FetchMaxBytes(maxBytes), kgo.FetchMaxPartitionBytes(partBytes), kgo.FetchMaxWait(100*time.Millisecond))
 	if a.exactlyOnce() {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}

@@ -434,3 +434,152 @@ func TestHARollingRestart(t *testing.T) {
 	}
 	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
 }
+
+// TestHALaggingStandby throttles the only standby's applier so it falls
+// behind beyond acceptable-recovery-lag, then kills the active: the
+// standby waits promotion-grace-ms (no eligible candidate), promotes,
+// drains what it missed before processing, and the output stays
+// exactly-once.
+func TestHALaggingStandby(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	w, pods := haPods(t, c.Bootstrap(), 2, "STOATFLOW__HA__ACCEPTABLE_RECOVERY_LAG=5", "STOATFLOW__HA__PROMOTION_GRACE_MS=1500")
+	pods[0].start()
+	waitTopic(t, c.Bootstrap(), "words")
+	act := activeOf(t, pods[:1], 30*time.Second)
+	slow := pods[1]
+	slow.start("STOATFLOW_TEST_APPLY_DELAY_MS=1000")
+	f := startFeeder(t, c.Bootstrap(), 61)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(slow.url("/ha/status"))
+		if err == nil {
+			var s struct {
+				Lag int64 `json:"replicationLagRecords"`
+			}
+			json.NewDecoder(resp.Body).Decode(&s)
+			resp.Body.Close()
+			if s.Lag > 300 {
+				t.Logf("the standby lags %d records", s.Lag)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the throttled standby never fell behind")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	act.proc.Kill()
+	killed := time.Now()
+	if activeOf(t, []*instance{slow}, 30*time.Second) != slow {
+		t.Fatal("no takeover")
+	}
+	took := time.Since(killed)
+	if took < 1500*time.Millisecond {
+		t.Errorf("a standby beyond acceptable-recovery-lag promoted after %v, before promotion-grace-ms", took)
+	}
+	if n := replayed(slow.proc.Log()); n == 0 {
+		t.Errorf("the lagging standby drained nothing before processing:\n%s", tail(slow.proc.Log(), 20))
+	} else {
+		t.Logf("promoted after %v, draining %d changelog records first", took.Round(time.Millisecond), n)
+	}
+	f.stopFeeding()
+	want, _ := expectedCounts(t, c.Bootstrap())
+	slow.waitCounts(want, 60*time.Second)
+	slow.proc.Stop(30 * time.Second)
+	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+}
+
+// TestHAConflictAndFloor: a switch without a caught-up standby is refused
+// with 409 unless forced; with two standbys wanted, a standby is ready
+// only while another caught-up standby remains.
+func TestHAConflictAndFloor(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	_, pods := haPods(t, c.Bootstrap(), 3)
+	pods[0].start()
+	waitTopic(t, c.Bootstrap(), "words")
+	act := activeOf(t, pods[:1], 30*time.Second)
+	if code, body := post(t, act.url("/ha/switch")); code != http.StatusConflict {
+		t.Fatalf("switch with no standby: %d %v, want 409", code, body)
+	}
+	if code, _ := post(t, act.url("/ha/promote?pod=nobody")); code != http.StatusConflict {
+		t.Fatalf("promote of an unknown pod: %d, want 409", code)
+	}
+	if code, _ := post(t, act.url("/ha/promote")); code != http.StatusBadRequest {
+		t.Fatalf("promote without ?pod: %d, want 400", code)
+	}
+	pods[1].start()
+	pods[2].start()
+	ready := func(p *instance) bool {
+		resp, err := http.Get(p.url("/health/ready"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !ready(pods[1]) || !ready(pods[2]) {
+		if time.Now().After(deadline) {
+			t.Fatal("the standbys never became ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pods[2].proc.Kill()
+	deadline = time.Now().Add(10 * time.Second)
+	for ready(pods[1]) {
+		if time.Now().After(deadline) {
+			t.Fatal("the last caught-up standby still says ready: rolling it would leave no warm spare")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Get(pods[1].url("/health/live"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("liveness of a standby held back by the floor: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, body := post(t, act.url("/ha/switch?force=true")); code != http.StatusAccepted || body["force"] != true {
+		t.Fatalf("forced switch: %d %v", code, body)
+	}
+	if a := activeOf(t, pods[:2], 20*time.Second); a != pods[1] {
+		t.Fatalf("after the forced switch %s is active", a.podID)
+	}
+}
+
+// TestHABrokerFailoverDuringPromotion kills the replication group's
+// leader and the active pod at the same moment.
+func TestHABrokerFailoverDuringPromotion(t *testing.T) {
+	c := testenv.MoonMQ(t, 3)
+	w, pods := haPods(t, c.Bootstrap(), 2)
+	for _, p := range pods {
+		p.start()
+	}
+	waitTopic(t, c.Bootstrap(), "words")
+	act := activeOf(t, pods, 30*time.Second)
+	f := startFeeder(t, c.Bootstrap(), 71)
+	for round := 0; round < 2; round++ {
+		time.Sleep(2 * time.Second)
+		leader := c.Leader(20 * time.Second)
+		act.proc.Kill()
+		c.Kill(leader)
+		var other *instance
+		for _, p := range pods {
+			if p != act {
+				other = p
+			}
+		}
+		if activeOf(t, []*instance{other}, 40*time.Second) != other {
+			t.Fatal("no takeover")
+		}
+		c.Start(leader)
+		act.start()
+		act = other
+		c.WaitHealthy(60 * time.Second)
+	}
+	f.stopFeeding()
+	want, _ := expectedCounts(t, c.Bootstrap())
+	act.waitCounts(want, 90*time.Second)
+	for _, p := range pods {
+		p.proc.Stop(30 * time.Second)
+	}
+	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+}

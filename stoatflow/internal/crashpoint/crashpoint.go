@@ -1,6 +1,6 @@
 // Package crashpoint lets the kill tests end the process with SIGKILL at a
 // named step of the commit and checkpoint protocol, so that every step is
-// shown to be a safe place to die.
+// shown to be a safe place to die, and slow a standby down (ApplyDelay).
 //
 // It is off unless the environment variable STOATFLOW_CRASHPOINT names a
 // point, as "<point>" (the first time it is reached) or "<point>@<n>" (the
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // The points, in the order a commit reaches them.
@@ -63,3 +64,13 @@ func Hit(name string) {
 		select {} // the signal is on its way
 	}
 }
+
+// ApplyDelay is how long a standby's changelog applier sleeps after each
+// fetch: STOATFLOW_TEST_APPLY_DELAY_MS, for the test of a standby that
+// falls behind. Zero unless set.
+func ApplyDelay() time.Duration { return applyDelay }
+
+var applyDelay = func() time.Duration {
+	ms, _ := strconv.Atoi(os.Getenv("STOATFLOW_TEST_APPLY_DELAY_MS"))
+	return time.Duration(ms) * time.Millisecond
+}()
