@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,10 @@ type App struct {
 	ha          *haRuntime
 	haCheck     func() error
 	firstCommit func()
+
+	// restartRequired says why the pod must be restarted (a source
+	// topic's partition count changed), or is empty.
+	restartRequired atomic.Pointer[string]
 
 	metrics *metrics
 	ready   atomic.Bool
@@ -166,6 +171,10 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer a.close()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); a.watchPartitions(wctx) }()
+	defer func() { stopWatch(); <-watched }()
 	if a.cfg.HA.Mode == "active-standby" {
 		return a.runHA(ctx)
 	}
@@ -891,3 +900,52 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
 		k.l.Warn("kafka client: "+msg, kv...)
 	}
 }
+
+// watchPartitions checks every 10 s that the source topics keep the
+// partition counts the tasks were built for. A changed count sets
+// restartRequired: /health/live fails, so Kubernetes (or systemd's
+// Restart=always, after the process exits on its liveness) recycles the
+// pod, and the new start rebuilds its tasks for the new count.
+func (a *App) watchPartitions(ctx context.Context) {
+	sources := map[string]int{}
+	for _, n := range a.topo.nodes {
+		if n.source != nil && !n.source.internal {
+			for _, t := range n.source.topics {
+				sources[t] = a.partitions[t]
+			}
+		}
+	}
+	var names []string
+	for t := range sources {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(partitionWatchInterval):
+		}
+		md, err := a.adm.ListTopics(ctx, names...)
+		if err != nil {
+			continue
+		}
+		for _, t := range names {
+			if d, ok := md[t]; ok && d.Err == nil && len(d.Partitions) != sources[t] {
+				why := fmt.Sprintf("source topic %s has %d partitions, the tasks were built for %d: restart to rebuild them", t, len(d.Partitions), sources[t])
+				if a.restartRequired.Load() == nil {
+					a.log.Error("restart required", "why", why)
+				}
+				a.restartRequired.Store(&why)
+			}
+		}
+	}
+}
+
+// partitionWatchInterval is a variable so that no test waits 10 s for it.
+var partitionWatchInterval = func() time.Duration {
+	if ms, err := strconv.Atoi(os.Getenv("STOATFLOW_TEST_PARTITION_WATCH_MS")); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 10 * time.Second
+}()

@@ -89,6 +89,9 @@ func (a *App) haStatus() map[string]any {
 	}
 	ready := n.ReadyStandbys(now)
 	var restart any
+	if why := a.restartRequired.Load(); why != nil {
+		restart = *why
+	}
 	return map[string]any{
 		"selfPodId":              h.cfg.Pod,
 		"selfRole":               n.Role(),

@@ -1,13 +1,17 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/moonmq/moonmq/stoatflow/internal/testenv"
 )
@@ -130,24 +134,20 @@ func TestHAFailover(t *testing.T) {
 	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
 }
 
-// recordsIn sums stoatflow_records_in_total{topic} on a pod's /metrics.
-func (in *instance) recordsIn(topic string) int64 {
+func (in *instance) metricsText() string {
 	resp, err := http.Get(in.url("/metrics"))
 	if err != nil {
-		return -1
+		return ""
 	}
 	defer resp.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// recordsIn sums stoatflow_records_in_total{topic} on a pod's /metrics.
+func (in *instance) recordsIn(topic string) int64 {
 	prefix := fmt.Sprintf(`stoatflow_records_in_total{topic="%s"} `, topic)
-	for _, l := range strings.Split(sb.String(), "\n") {
+	for _, l := range strings.Split(in.metricsText(), "\n") {
 		if strings.HasPrefix(l, prefix) {
 			var v float64
 			fmt.Sscan(strings.TrimPrefix(l, prefix), &v)
@@ -582,4 +582,52 @@ func TestHABrokerFailoverDuringPromotion(t *testing.T) {
 		p.proc.Stop(30 * time.Second)
 	}
 	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+}
+
+// TestHARestartRequired adds partitions to the source topic: the pods say
+// a restart is required (status, metric) and fail liveness, so Kubernetes
+// recycles them.
+func TestHARestartRequired(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	_, pods := haPods(t, c.Bootstrap(), 2, "STOATFLOW_TEST_PARTITION_WATCH_MS=200")
+	for _, p := range pods {
+		p.start()
+	}
+	waitTopic(t, c.Bootstrap(), "words")
+	activeOf(t, pods, 30*time.Second)
+	adm := kadm.NewClient(client(t, c.Bootstrap()))
+	if _, err := adm.CreatePartitions(context.Background(), 5, "words"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get(p.url("/health/live"))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s stays live after the source gained partitions", p.podID)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		var s struct {
+			RestartRequired *string `json:"restartRequired"`
+		}
+		resp, err := http.Get(p.url("/ha/status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+		if s.RestartRequired == nil || !strings.Contains(*s.RestartRequired, "words") {
+			t.Errorf("%s: restartRequired %v", p.podID, s.RestartRequired)
+		}
+		if !strings.Contains(p.metricsText(), "stoatflow_ha_restart_required 1") {
+			t.Errorf("%s: stoatflow_ha_restart_required is not 1", p.podID)
+		}
+	}
 }
