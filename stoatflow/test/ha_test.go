@@ -631,3 +631,24 @@ func TestHARestartRequired(t *testing.T) {
 		}
 	}
 }
+
+// TestHACoordinationTopicMustHaveOnePartition: a pre-created coordination
+// topic with two partitions stops the start with an error that gives the
+// spec to create it with.
+func TestHACoordinationTopicMustHaveOnePartition(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	w, pods := haPods(t, c.Bootstrap(), 1)
+	adm := kadm.NewClient(client(t, c.Bootstrap()))
+	if _, err := adm.CreateTopic(context.Background(), 2, -1, nil, "__stoatflow_"+w.app+"_ha"); err != nil {
+		t.Fatal(err)
+	}
+	p := pods[0].start()
+	exited, err := p.Wait(60 * time.Second)
+	if !exited || err == nil {
+		t.Fatalf("started with a two-partition coordination topic (exited %v, %v)", exited, err)
+	}
+	log := p.Log()
+	if !strings.Contains(log, `"level":"ERROR"`) || !strings.Contains(log, "exactly one partition") || !strings.Contains(log, "--partitions 1 --config cleanup.policy=compact") {
+		t.Errorf("the refusal does not give the spec at ERROR:\n%s", tail(log, 10))
+	}
+}
