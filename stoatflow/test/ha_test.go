@@ -637,7 +637,7 @@ func TestHARestartRequired(t *testing.T) {
 // spec to create it with.
 func TestHACoordinationTopicMustHaveOnePartition(t *testing.T) {
 	c := testenv.MoonMQ(t, 1)
-	w, pods := haPods(t, c.Bootstrap(), 1)
+	w, pods := haPods(t, c.Bootstrap(), 2)
 	adm := kadm.NewClient(client(t, c.Bootstrap()))
 	if _, err := adm.CreateTopic(context.Background(), 2, -1, nil, "__stoatflow_"+w.app+"_ha"); err != nil {
 		t.Fatal(err)
