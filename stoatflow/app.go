@@ -59,7 +59,7 @@ type App struct {
 	// High availability (nil with ha.mode off): haCheck tells the
 	// processing loop to stop (demoted, or handing off); firstCommit
 	// records the first commit after a promotion.
-	ha          *haRuntime
+	ha          atomic.Pointer[haRuntime] // read by the HTTP handlers
 	haCheck     func() error
 	firstCommit func()
 

@@ -18,7 +18,7 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 // than one standby is wanted, only if rolling it would still leave the
 // active and another caught-up standby (the redundancy floor).
 func (a *App) readiness() (bool, string) {
-	h := a.ha
+	h := a.ha.Load()
 	if h == nil {
 		if a.ready.Load() {
 			return true, ""
@@ -48,7 +48,7 @@ func (a *App) readiness() (bool, string) {
 }
 
 func (a *App) haPeers() int {
-	h := a.ha
+	h := a.ha.Load()
 	if h == nil {
 		return 0
 	}
@@ -65,7 +65,7 @@ func (a *App) haPeers() int {
 }
 
 func (a *App) haBelowDesired() bool {
-	h := a.ha
+	h := a.ha.Load()
 	if h == nil {
 		return false
 	}
@@ -76,7 +76,7 @@ func (a *App) haBelowDesired() bool {
 
 // status is GET /ha/status, with the seed's fields.
 func (a *App) haStatus() map[string]any {
-	h := a.ha
+	h := a.ha.Load()
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -112,7 +112,7 @@ func (a *App) haStatus() map[string]any {
 
 func (a *App) registerHA(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ha/status", func(w http.ResponseWriter, r *http.Request) {
-		if a.ha == nil {
+		if a.ha.Load() == nil {
 			httpError(w, http.StatusServiceUnavailable, fmt.Errorf("starting"))
 			return
 		}
@@ -121,7 +121,7 @@ func (a *App) registerHA(mux *http.ServeMux) {
 	})
 	cmd := func(name string, needPod bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			h := a.ha
+			h := a.ha.Load()
 			if h == nil {
 				httpError(w, http.StatusServiceUnavailable, fmt.Errorf("starting"))
 				return
@@ -163,7 +163,7 @@ func (a *App) registerHA(mux *http.ServeMux) {
 // handoffTarget refuses a command that has no caught-up standby to hand
 // over to: a self-inflicted outage.
 func (a *App) handoffTarget(name, target string) error {
-	h := a.ha
+	h := a.ha.Load()
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -61,7 +61,7 @@ func (a *App) runHA(ctx context.Context) error {
 		return err
 	}
 	defer h.stop()
-	a.ha = h
+	a.ha.Store(h)
 	a.haCheck = h.check
 	for {
 		epoch, err := h.standby(ctx)
@@ -73,6 +73,15 @@ func (a *App) runHA(ctx context.Context) error {
 			return err
 		}
 		err = h.promote(ctx, epoch)
+		if err != nil && !errors.Is(err, ErrFenced) && ctx.Err() == nil {
+			// The broker may be failing over: stand down and let the
+			// election run again rather than exit.
+			a.log.Warn("promotion failed; standing down", "err", err)
+			a.deactivate()
+			h.demoted()
+			time.Sleep(h.cfg.Heartbeat)
+			continue
+		}
 		if err == nil {
 			err = a.loop(ctx)
 		}
@@ -83,6 +92,10 @@ func (a *App) runHA(ctx context.Context) error {
 			// SIGTERM of the active (a rolling deploy): commit, release
 			// the token so a standby takes over without waiting for
 			// failure detection, and leave.
+			if a.prod == nil {
+				h.leave()
+				return nil
+			}
 			return h.stopActive()
 		}
 		if errors.Is(err, errDemoted) || errors.Is(err, ErrFenced) {
