@@ -10,14 +10,29 @@ type Table[K, V any] struct {
 	store string
 	ks    Serde[K]
 	vs    Serde[V]
+	// win is set on a windowed aggregation's table (and what Suppress
+	// makes of it): its store is a window or session store, not a
+	// key-value one, and Suppress needs to know when windows close.
+	win *windowSpec
 }
 
 // change is the value a table forwards: the new value (nil: deleted) and
 // the one it replaced (nil: none).
 type change struct{ new, old any }
 
-// Store is the name of the table's store.
+// Store is the name of the table's store: a key-value store, or the window
+// or session store of a windowed aggregation; empty for a table that is not
+// materialized (what Suppress returns).
 func (t Table[K, V]) Store() string { return t.store }
+
+// kvStore names the table's store for a join, which needs a key-value
+// store; it records a topology error when the table has none.
+func (t Table[K, V]) kvStore(op string) string {
+	if t.win != nil || t.store == "" {
+		t.t.fail("%s: table %q is windowed or not materialized; join only key-value tables", op, t.store)
+	}
+	return t.store
+}
 
 // ToStream is the table's stream of updates; a deletion arrives with a
 // nil value (written as a tombstone by To).
@@ -206,8 +221,8 @@ func streamTableJoin[K, V, VT, VR any](s Stream[K, V], t Table[K, VT], left bool
 		s.t.fail("join with table %s: the stream's key was changed; Repartition it first", t.store)
 	}
 	n := s.t.addNode("", "join", s.n)
-	n.stores = []string{t.store}
-	store := t.store
+	store := t.kvStore("JoinTable")
+	n.stores = []string{store}
 	n.make = func() nodeProc {
 		var kv KeyValueStore[K, VT]
 		var pc *procCtx
@@ -251,6 +266,8 @@ func (p *initProc) process(r record) error { return p.fn(r) }
 // in store: an update on either side looks up the other.
 func JoinTables[K, V1, V2, VR any](a Table[K, V1], b Table[K, V2], store string, fn func(V1, V2) VR, vrs Serde[VR], opts ...StoreOption) Table[K, VR] {
 	t := a.t
+	a.kvStore("JoinTables")
+	b.kvStore("JoinTables")
 	AddKeyValueStore(t, store, a.ks, vrs, opts...)
 	side := func(from *node, self, other string, join func(c change, otherV []byte, found bool) (any, error)) *node {
 		n := t.addNode("", "table-join", from)

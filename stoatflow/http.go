@@ -29,6 +29,10 @@ func (a *App) startHTTP() (stop func(), err error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, r *http.Request) {
+		if why := a.restartRequired.Load(); why != nil {
+			httpError(w, http.StatusServiceUnavailable, errors.New(*why))
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, r *http.Request) {
@@ -202,6 +206,8 @@ func (a *App) serveRange(w http.ResponseWriter, r *http.Request) {
 	for p := 0; p < parts; p++ {
 		var derr error
 		err := a.engineFor(s).Partition(s.name, int32(p)).Scan(lo, hi, func(kb, vb []byte) bool {
+			// Kept past the iteration, which reuses its buffers.
+			kb, vb = bytes.Clone(kb), bytes.Clone(vb)
 			k, err := s.keyAny.dec(kb)
 			if err != nil {
 				derr = err
@@ -219,7 +225,7 @@ func (a *App) serveRange(w http.ResponseWriter, r *http.Request) {
 				derr = err
 				return false
 			}
-			out = append(out, kv{kb: bytes.Clone(kb), Key: k, Val: v})
+			out = append(out, kv{kb: kb, Key: k, Val: v})
 			return len(out) < limit*parts
 		})
 		if err = errors.Join(err, derr); err != nil {

@@ -65,6 +65,13 @@ func newMetrics(a *App) *metrics {
 				return 0
 			}))
 	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stoatflow_ha_restart_required", Help: "1 when a source topic's partition count changed and the pod must restart (its liveness fails)."},
+		func() float64 {
+			if a.restartRequired.Load() != nil {
+				return 1
+			}
+			return 0
+		}))
 	m.reg.MustRegister(m.recordsIn, m.recordsOut, m.processLatency, m.commitLatency, m.commits, m.aborts, m.checkpoints, m.restored, m.dropped, m.counters)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stoatflow_restore_remaining_records", Help: "Changelog records still to restore before processing starts."},
 		func() float64 { return float64(a.restore.total.Load() - a.restore.done.Load()) }))

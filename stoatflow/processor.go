@@ -1,6 +1,7 @@
 package stoatflow
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"time"
@@ -220,6 +221,9 @@ func (s *kvStore[K, V]) Prefix(prefix K, fn func(K, V) bool) error {
 func (s *kvStore[K, V]) scan(lo, hi []byte, fn func(K, V) bool) error {
 	var derr error
 	err := s.h.scan(lo, hi, false, func(kb, vb []byte) bool {
+		// The iterator reuses its buffers: a serde that keeps the slice it
+		// decodes (Bytes) must get copies.
+		kb, vb = bytes.Clone(kb), bytes.Clone(vb)
 		k, err := s.ks.Decode(kb)
 		if err != nil {
 			derr = err

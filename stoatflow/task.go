@@ -116,6 +116,9 @@ func (t *task) count(name string, n int64) {
 	t.mu.Lock()
 	t.counters[name] += n
 	t.mu.Unlock()
+	// Also into the App's metrics: a task's counters start over when an
+	// abort rebuilds it, and a Prometheus counter must not go back.
+	t.app.metrics.countTask(name, n)
 }
 
 // storeHandle is a task's view of one store partition.
@@ -176,8 +179,16 @@ func (a *App) newTask(sub *subTopology, p int32) (*task, error) {
 		if t.txns[e] == nil {
 			t.txns[e] = e.NewTxn()
 		}
-		t.stores[s.name] = &storeHandle{spec: s, task: t, part: e.Partition(s.name, p), txn: t.txns[e],
+		h := &storeHandle{spec: s, task: t, part: e.Partition(s.name, p), txn: t.txns[e],
 			dirty: map[string][]byte{}, clOffset: -1, topic: a.changelogTopic(s)}
+		t.stores[s.name] = h
+		// What the changelog brought back although the restored state
+		// says it expired (window segments) goes before anything reads.
+		if s.sweep != nil {
+			if err := s.sweep(h.part); err != nil {
+				return nil, fmt.Errorf("task %s: store %s: drop expired segments: %w", t.id, s.name, err)
+			}
+		}
 	}
 	byNode := map[*node]*procCtx{}
 	for _, n := range sub.nodes {
@@ -343,6 +354,13 @@ func (s *sinkProc) process(r record) error {
 	if r.ts <= 0 {
 		ts = time.Now()
 	}
-	s.a.produce(&kgo.Record{Topic: s.topic, Key: kb, Value: vb, Headers: r.headers, Timestamp: ts}, -1)
+	partition := int32(-1)
+	if s.spec.partitionOf != nil {
+		n := s.a.partitions[s.topic]
+		if partition = s.spec.partitionOf(kb, r.value, n); partition < 0 || int(partition) >= n {
+			return fmt.Errorf("sink %s: partition %d picked for a topic of %d partitions", s.topic, partition, n)
+		}
+	}
+	s.a.produce(&kgo.Record{Topic: s.topic, Key: kb, Value: vb, Headers: r.headers, Timestamp: ts}, partition)
 	return nil
 }

@@ -57,24 +57,39 @@ func (a *App) prepareTopics(ctx context.Context) error {
 			writers[n.sink.topic] = n.sub
 		}
 	}
+	// A reader-sized internal topic takes the count of its reader, so it
+	// neither sizes nor constrains that reader.
+	readerSized := map[string]int{} // internal topic -> reading sub-topology
+	for _, n := range a.topo.nodes {
+		if n.source != nil && n.source.readerSized {
+			for _, t := range n.source.topics {
+				readerSized[t] = n.sub
+			}
+		}
+	}
 	for range a.subs {
 		for _, sub := range a.subs {
 			if sub.partitions > 0 {
 				continue
 			}
 			counts := map[string]int{}
+			unresolved := false
 			for _, src := range sub.sources {
 				for _, t := range src.source.topics {
-					if src.source.internal {
+					switch {
+					case src.source.readerSized:
+					case src.source.internal:
 						if w := a.subs[writers[t]]; w.partitions > 0 {
 							counts[a.topicName(t, true)] = w.partitions
+						} else {
+							unresolved = true
 						}
-					} else {
+					default:
 						counts[t] = a.partitions[t]
 					}
 				}
 			}
-			if len(counts) < len(sub.topics) {
+			if unresolved || len(counts) == 0 {
 				continue // a writer is not resolved yet
 			}
 			n := 0
@@ -101,12 +116,15 @@ func (a *App) prepareTopics(ctx context.Context) error {
 	compact := "compact"
 	wants := map[string]want{}
 	for t, w := range writers {
+		if r, ok := readerSized[t]; ok {
+			w = r
+		}
 		wants[a.topicName(t, true)] = want{partitions: a.subs[w].partitions}
 	}
 	for _, sub := range a.subs {
 		for _, s := range sub.stores {
 			if s.changelog {
-				wants[a.changelogTopic(s)] = want{partitions: sub.partitions, configs: map[string]*string{"cleanup.policy": &compact}}
+				wants[a.changelogTopic(s)] = want{partitions: sub.partitions, configs: s.changelogConfigs()}
 			}
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/internal/state"
 )
 
 // Topology is the graph an application runs: sources, processors, stores
@@ -70,15 +72,22 @@ type sourceSpec struct {
 	key, val anySerde
 	ts       func(r *kgo.Record) int64
 	internal bool // a repartition topic this application writes
+	// readerSized marks an internal topic that gets the partition count
+	// of the sub-topology reading it instead of the one writing it: the
+	// foreign-key join's subscription and response topics, whose writer
+	// and reader are not co-partitioned.
+	readerSized bool
 }
 
 type sinkSpec struct {
 	topic    string
 	key, val anySerde
 	internal bool
-	// partitionOf picks the partition; nil hashes the key as Kafka's
-	// default partitioner does.
-	partitionOf func(key []byte, n int) int32
+	// partitionOf picks the partition of a record from its encoded key
+	// and its value in the graph, for a topic of n partitions; nil hashes
+	// the key as Kafka's default partitioner does. The foreign-key join's
+	// responses go back to the partition their subscription came from.
+	partitionOf func(key []byte, value any, n int) int32
 }
 
 func (t *Topology) addNode(name, kind string, parents ...*node) *node {
@@ -120,7 +129,13 @@ type storeSpec struct {
 	// rawKey, when set, prints a stored key for interactive queries (the
 	// window and session stores' composite keys).
 	decodeKey func([]byte) (any, error)
-	sub       int
+	// sweep, when set, drops what a restore brought back although the
+	// restored state says it is expired (window and session stores).
+	sweep func(p *state.Partition) error
+	// hasMeta marks a store whose keys from 0xff on are its own
+	// bookkeeping (window, session and suppression stores), not data.
+	hasMeta bool
+	sub     int
 }
 
 // StoreOption changes a store's defaults.

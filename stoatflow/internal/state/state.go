@@ -203,19 +203,36 @@ func (p *Partition) Scan(lower, upperK []byte, fn func(k, v []byte) bool) error 
 	return scan(p.e.db, p, lower, upperK, false, fn)
 }
 
+// DeleteRange removes the committed keys of the partition in [lower,
+// upper) (nil bounds are open) at once, outside any transaction. It does
+// not move the partition's offset: it is meant for data that a function of
+// the restored state says is dead (expired window segments after a
+// restore), so doing it again, or not at all before a crash, changes
+// nothing a reader may rely on.
+func (p *Partition) DeleteRange(lower, upperK []byte) error {
+	lo, hi := p.bounds(lower, upperK)
+	return p.e.db.DeleteRange(lo, hi, pebble.NoSync)
+}
+
+// bounds turns a range of store keys into engine keys inside the
+// partition.
+func (p *Partition) bounds(lower, upperK []byte) (lo, hi []byte) {
+	lo, hi = p.prefix, upper(p.prefix)
+	if lower != nil {
+		lo = p.key(lower)
+	}
+	if upperK != nil {
+		hi = p.key(upperK)
+	}
+	return lo, hi
+}
+
 type iterable interface {
 	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
 }
 
 func scan(src iterable, p *Partition, lower, upperK []byte, reverse bool, fn func(k, v []byte) bool) error {
-	lo := p.prefix
-	if lower != nil {
-		lo = p.key(lower)
-	}
-	hi := upper(p.prefix)
-	if upperK != nil {
-		hi = p.key(upperK)
-	}
+	lo, hi := p.bounds(lower, upperK)
 	it, err := src.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
@@ -318,6 +335,16 @@ func (t *Txn) Put(p *Partition, key, value []byte) error {
 func (t *Txn) Delete(p *Partition, key []byte) error {
 	t.writes++
 	return t.b.Delete(p.key(key), nil)
+}
+
+// DeleteRange buffers the deletion of every key of p in [lower, upper)
+// (nil bounds are open). Reads through the buffer stop seeing them at
+// once; the committed state loses them at Apply. Window and session stores
+// drop expired segments with it.
+func (t *Txn) DeleteRange(p *Partition, lower, upperK []byte) error {
+	lo, hi := p.bounds(lower, upperK)
+	t.writes++
+	return t.b.DeleteRange(lo, hi, nil)
 }
 
 // Scan iterates [lower, upper) over the buffer and the committed state.
