@@ -660,6 +660,9 @@ func (a *App) commit(ctx context.Context) error {
 			return err
 		}
 		crashpoint.Hit(crashpoint.BeforeCommit)
+		if err := crashpoint.Fail(crashpoint.BeforeCommit); err != nil {
+			return err
+		}
 		if err := a.prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			if fenced(err) {
 				return fmt.Errorf("%w (%v)", ErrFenced, err)

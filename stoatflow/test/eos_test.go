@@ -241,3 +241,27 @@ func TestWordcountSASL(t *testing.T) {
 		t.Errorf("a wrong password's error does not mention SASL:\n%s", tail(p.Log(), 10))
 	}
 }
+
+// TestWordcountAborts makes every fifth commit fail after everything was
+// produced: the transaction is aborted, the buffered store writes are
+// dropped, and processing resumes from the last commit. Local state must
+// never get ahead of what Kafka committed.
+func TestWordcountAborts(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	w := newWordcount(t, c.Bootstrap(), "STOATFLOW_FAILPOINT=before-commit@5")
+	in := w.instance()
+	in.start()
+	waitTopic(t, c.Bootstrap(), "words")
+	f := startFeeder(t, c.Bootstrap(), 8)
+	time.Sleep(8 * time.Second)
+	f.stopFeeding()
+	want, _ := expectedCounts(t, c.Bootstrap())
+	in.waitCounts(want, 60*time.Second)
+	aborts := strings.Count(in.proc.Log(), "commit failed; aborting")
+	if aborts < 5 {
+		t.Fatalf("only %d aborted commits; the test needs several", aborts)
+	}
+	t.Logf("%d commits aborted", aborts)
+	in.proc.Stop(30 * time.Second)
+	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+}

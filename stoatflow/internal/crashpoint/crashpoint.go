@@ -74,3 +74,36 @@ var applyDelay = func() time.Duration {
 	ms, _ := strconv.Atoi(os.Getenv("STOATFLOW_TEST_APPLY_DELAY_MS"))
 	return time.Duration(ms) * time.Millisecond
 }()
+
+// Fail returns an error every n-th time the point named by
+// STOATFLOW_FAILPOINT ("<point>@<n>") is reached, so the tests drive the
+// abort path (a commit that fails without the process dying).
+func Fail(name string) error {
+	if failEvery == 0 || name != failPoint {
+		return nil
+	}
+	if failHits.Add(1)%failEvery == 0 {
+		return fmt.Errorf("failpoint %s: injected failure", name)
+	}
+	return nil
+}
+
+var (
+	failPoint string
+	failEvery int64
+	failHits  atomic.Int64
+)
+
+func init() {
+	v := os.Getenv("STOATFLOW_FAILPOINT")
+	if v == "" {
+		return
+	}
+	p, n, _ := strings.Cut(v, "@")
+	k, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || k < 1 {
+		fmt.Fprintf(os.Stderr, "STOATFLOW_FAILPOINT=%s: want <point>@<every n-th>\n", v)
+		os.Exit(2)
+	}
+	failPoint, failEvery = p, k
+}
