@@ -83,6 +83,16 @@ func (a *App) queryStore(name string) (*storeSpec, int, error) {
 
 var errNotReady = errors.New("not ready: the stores are restoring")
 
+// storeError answers a query for a store that is unknown (404) or not
+// ready yet (503).
+func storeError(w http.ResponseWriter, err error) {
+	code := http.StatusNotFound
+	if errors.Is(err, errNotReady) {
+		code = http.StatusServiceUnavailable
+	}
+	httpError(w, code, err)
+}
+
 func httpError(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -98,11 +108,7 @@ func (a *App) setLagHeader(w http.ResponseWriter, s *storeSpec) {
 func (a *App) serveGet(w http.ResponseWriter, r *http.Request) {
 	s, parts, err := a.queryStore(r.PathValue("store"))
 	if err != nil {
-		code := http.StatusNotFound
-		if errors.Is(err, errNotReady) {
-			code = http.StatusServiceUnavailable
-		}
-		httpError(w, code, err)
+		storeError(w, err)
 		return
 	}
 	if s.keyAny.parse == nil {
@@ -151,11 +157,7 @@ func (a *App) serveGet(w http.ResponseWriter, r *http.Request) {
 func (a *App) serveRange(w http.ResponseWriter, r *http.Request) {
 	s, parts, err := a.queryStore(r.PathValue("store"))
 	if err != nil {
-		code := http.StatusNotFound
-		if errors.Is(err, errNotReady) {
-			code = http.StatusServiceUnavailable
-		}
-		httpError(w, code, err)
+		storeError(w, err)
 		return
 	}
 	if s.kind == kindWindow || s.kind == kindSession {
