@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,7 +48,13 @@ type App struct {
 	partitions map[string]int // topic -> partition count
 	tasks      []*task
 	byInput    map[tp]*task
-	keyPart    kgo.Partitioner
+	// keyPart hashes keys as Kafka's default partitioner does. One
+	// instance serves every topic and goroutine: for a keyed record it
+	// only hashes (ForTopic per record would seed a new random source
+	// each time, which once took half the CPU).
+	keyPart kgo.TopicPartitioner
+	// outCounters are the records-out counters per topic, looked up once.
+	outCounters map[string]prometheus.Counter
 
 	produceErr atomic.Pointer[error]
 	produced   atomic.Bool // a sink produced since the last commit
@@ -92,7 +99,7 @@ func New(cfg Config, topo *Topology, opts ...Option) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
-	a := &App{cfg: cfg, topo: topo, subs: subs, keyPart: kgo.StickyKeyPartitioner(nil)}
+	a := &App{cfg: cfg, topo: topo, subs: subs, keyPart: kgo.StickyKeyPartitioner(nil).ForTopic("")}
 	for _, o := range opts {
 		o(a)
 	}
@@ -224,7 +231,14 @@ func (a *App) prepare(ctx context.Context) error {
 		return err
 	}
 	a.admCl, a.adm = admCl, kadm.NewClient(admCl)
-	return a.prepareTopics(ctx)
+	if err := a.prepareTopics(ctx); err != nil {
+		return err
+	}
+	a.outCounters = map[string]prometheus.Counter{}
+	for t := range a.partitions {
+		a.outCounters[t] = a.metrics.recordsOut.WithLabelValues(t)
+	}
+	return nil
 }
 
 // activate makes this instance the one that processes: it fences any
@@ -442,12 +456,14 @@ func (a *App) produce(r *kgo.Record, partition int32) {
 		if r.Key == nil {
 			partition = int32(time.Now().UnixNano() % int64(n))
 		} else {
-			partition = int32(a.keyPart.ForTopic(r.Topic).Partition(r, n))
+			partition = int32(a.keyPart.Partition(r, n))
 		}
 	}
 	r.Partition = partition
 	a.produced.Store(true)
-	a.metrics.recordsOut.WithLabelValues(r.Topic).Inc()
+	if c := a.outCounters[r.Topic]; c != nil {
+		c.Inc()
+	}
 	a.prod.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
 			e := fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, err)

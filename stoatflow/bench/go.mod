@@ -8,6 +8,8 @@ require (
 	github.com/IBM/sarama v1.45.1
 	github.com/lovoo/goka v1.1.14
 	github.com/moonmq/moonmq/stoatflow v0.0.0-00010101000000-000000000000
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
 )
 
 require (
@@ -53,8 +55,6 @@ require (
 	github.com/rcrowley/go-metrics v0.0.0-20201227073835-cf1acfcdf475 // indirect
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	github.com/syndtr/goleveldb v1.0.0 // indirect
-	github.com/twmb/franz-go v1.22.3 // indirect
-	github.com/twmb/franz-go/pkg/kadm v1.20.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	go.uber.org/mock v0.5.2 // indirect
 	golang.org/x/crypto v0.57.0 // indirect

@@ -3,14 +3,14 @@
 // its CPU use and kill or restart it.
 //
 //	flowapp --mode wordcount --app-id X --bootstrap 127.0.0.1:9092 --input wc-input --output wc-out
-//	flowapp --mode windowed  ... --window 60s
+//	flowapp --mode windowed  ... --window 60s [--windowed-impl processor]
 //	flowapp --mode fill      ... (materializes the input in the store "big")
 //
 // It prints, on stdout, lines that flowbench reads:
 //
-//	PROGRESS <unix ms> <n>   every 50 ms: records seen by the counting step
-//	                         (the aggregation in wordcount and windowed, the
-//	                         source in fill)
+//	PROGRESS <unix ms> <n> <s>  every 50 ms: n records seen by the counting
+//	                         step (the aggregation in wordcount and windowed,
+//	                         the source in fill), s input records read
 //	READY <unix ms>          once App.Ready is true (stores restored)
 //
 // --cpuprofile writes a CPU profile of the whole run (stopped on SIGTERM);
@@ -39,7 +39,9 @@ import (
 	"github.com/moonmq/moonmq/stoatflow"
 )
 
-var counter atomic.Int64
+// counter counts the records the counting step saw; source the records
+// read from the input (flowbench starts its clock at the first).
+var counter, source atomic.Int64
 
 func main() {
 	mode := flag.String("mode", "wordcount", "wordcount | windowed | fill")
@@ -52,6 +54,7 @@ func main() {
 	httpPort := flag.Int("http-port", 0, "stoatflow.http.port (0: any free port)")
 	threads := flag.Int("threads", 1, "stoatflow.threads")
 	window := flag.Duration("window", time.Minute, "tumbling window size (windowed)")
+	windowImpl := flag.String("windowed-impl", "dsl", "windowed: dsl (WindowedBy + AggregateWindows) | processor (Processor API over a key-value store)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address")
 	flag.Parse()
@@ -88,7 +91,14 @@ func main() {
 	case "wordcount":
 		topo = wordcount(*input, *output)
 	case "windowed":
-		topo = windowed(*input, *output, *window)
+		switch *windowImpl {
+		case "dsl":
+			topo = windowedDSL(*input, *output, *window)
+		case "processor":
+			topo = windowed(*input, *output, *window)
+		default:
+			fatal(log, fmt.Errorf("unknown --windowed-impl %q", *windowImpl))
+		}
 	case "fill":
 		topo = fill(*input)
 	default:
@@ -125,7 +135,7 @@ func report(ctx context.Context, app *stoatflow.App) {
 	for {
 		select {
 		case <-ctx.Done():
-			fmt.Printf("PROGRESS %d %d\n", time.Now().UnixMilli(), counter.Load())
+			fmt.Printf("PROGRESS %d %d %d\n", time.Now().UnixMilli(), counter.Load(), source.Load())
 			return
 		case now := <-tick.C:
 			if !ready && app.Ready() {
@@ -134,7 +144,7 @@ func report(ctx context.Context, app *stoatflow.App) {
 			}
 			if now.Sub(last) >= 50*time.Millisecond {
 				last = now
-				fmt.Printf("PROGRESS %d %d\n", now.UnixMilli(), counter.Load())
+				fmt.Printf("PROGRESS %d %d %d\n", now.UnixMilli(), counter.Load(), source.Load())
 			}
 		}
 	}
@@ -146,7 +156,7 @@ func report(ctx context.Context, app *stoatflow.App) {
 // Aggregate with the function Count uses, plus the progress counter.
 func wordcount(input, output string) *stoatflow.Topology {
 	t := stoatflow.NewTopology()
-	lines := stoatflow.Source(t, stoatflow.String, stoatflow.String, []string{input})
+	lines := stoatflow.Source(t, stoatflow.String, stoatflow.String, []string{input}).Peek(func(string, string) { source.Add(1) })
 	words := stoatflow.FlatMapValues(lines, func(line string) []string {
 		return strings.Fields(strings.ToLower(line))
 	})
@@ -159,6 +169,26 @@ func wordcount(input, output string) *stoatflow.Topology {
 	return t
 }
 
+// windowedDSL counts records per key in tumbling windows of size with no
+// grace (Kafka Streams' TimeWindows.ofSizeWithNoGrace) through the DSL's
+// WindowedBy and AggregateWindows (Count plus the progress counter); every
+// new count goes to output keyed "<key>@<window start ms>", as 8-byte
+// big-endian.
+func windowedDSL(input, output string, size time.Duration) *stoatflow.Topology {
+	t := stoatflow.NewTopology()
+	src := stoatflow.Source(t, stoatflow.String, stoatflow.Bytes, []string{input}).Peek(func(string, []byte) { source.Add(1) })
+	tw := stoatflow.WindowedBy(src.GroupByKey(stoatflow.String, stoatflow.Bytes), stoatflow.Tumbling(size, 0))
+	counts := stoatflow.AggregateWindows(tw, "win-counts", func() int64 { return 0 }, func(_ string, _ []byte, n int64) int64 {
+		counter.Add(1)
+		return n + 1
+	}, stoatflow.Int64)
+	out := stoatflow.SelectKey(counts.ToStream(), func(w stoatflow.Windowed[string], _ int64) string {
+		return w.Key + "@" + strconv.FormatInt(w.Start.UnixMilli(), 10)
+	})
+	out.To(output, stoatflow.String, stoatflow.Int64)
+	return t
+}
+
 // windowed counts records per key in tumbling windows of size, with the
 // low-level Processor API over a key-value store whose key is the record
 // key, a NUL and the window start (8 bytes big-endian): the DSL has no
@@ -168,7 +198,7 @@ func wordcount(input, output string) *stoatflow.Topology {
 // with the window's new count, as 8-byte big-endian.
 func windowed(input, output string, size time.Duration) *stoatflow.Topology {
 	t := stoatflow.NewTopology()
-	src := stoatflow.Source(t, stoatflow.String, stoatflow.Bytes, []string{input})
+	src := stoatflow.Source(t, stoatflow.String, stoatflow.Bytes, []string{input}).Peek(func(string, []byte) { source.Add(1) })
 	stoatflow.AddKeyValueStore(t, "win-counts", stoatflow.Bytes, stoatflow.Int64)
 	out := stoatflow.Process(src, "window-count", func() stoatflow.Processor[string, []byte, string, int64] {
 		return &windowCount{size: size.Milliseconds()}
@@ -219,7 +249,7 @@ func (w *windowCount) Process(r stoatflow.Record[string, []byte]) error {
 func fill(input string) *stoatflow.Topology {
 	t := stoatflow.NewTopology()
 	src := stoatflow.Source(t, stoatflow.String, stoatflow.Bytes, []string{input})
-	src = src.Peek(func(string, []byte) { counter.Add(1) })
+	src = src.Peek(func(string, []byte) { counter.Add(1); source.Add(1) })
 	src.GroupByKey(stoatflow.String, stoatflow.Bytes).Reduce("big", func(_, v []byte) []byte { return v })
 	return t
 }

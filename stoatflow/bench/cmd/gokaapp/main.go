@@ -9,7 +9,7 @@
 // that a new group reads its input from the oldest offset, so that it sees
 // the preloaded records.
 //
-// It prints PROGRESS <unix ms> <n> (words counted) every 50 ms and
+// It prints PROGRESS <unix ms> <n> <s> (words counted, lines read) every 50 ms and
 // READY <unix ms> once the processor is running, as flowapp does. With
 // --ts-headers the input record's timestamp travels in a header "ts" to the
 // output (goka stamps emitted records with the time of the emit), so that
@@ -36,7 +36,7 @@ import (
 	"github.com/lovoo/goka/storage"
 )
 
-var counter atomic.Int64
+var counter, source atomic.Int64
 
 func main() {
 	group := flag.String("group", "", "goka group (names the group, its loop and table topics)")
@@ -58,6 +58,7 @@ func main() {
 	out := goka.Stream(*output)
 	g := goka.DefineGroup(goka.Group(*group),
 		goka.Input(goka.Stream(*input), new(codec.String), func(ctx goka.Context, msg any) {
+			source.Add(1)
 			var opts []goka.ContextOption
 			if *tsHeaders {
 				ts := binary.BigEndian.AppendUint64(nil, uint64(ctx.Timestamp().UnixMilli()))
@@ -106,7 +107,7 @@ func main() {
 			case <-ctx.Done():
 				return
 			case now := <-tick.C:
-				fmt.Printf("PROGRESS %d %d\n", now.UnixMilli(), counter.Load())
+				fmt.Printf("PROGRESS %d %d %d\n", now.UnixMilli(), counter.Load(), source.Load())
 			}
 		}
 	}()
