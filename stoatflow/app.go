@@ -226,7 +226,10 @@ func (a *App) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	admCl, err := kgo.NewClient(base...)
+	// The admin client's metadata may not be cached for long: the start
+	// polls for topics it just created, and a 5 s cache (franz-go's
+	// default) made every first start wait that long.
+	admCl, err := kgo.NewClient(append(base, kgo.MetadataMinAge(100*time.Millisecond))...)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,11 @@ func (a *App) runHA(ctx context.Context) error {
 				h.leave()
 				return nil
 			}
-			return err
+			// A broker failing over refuses the changelog offsets for a
+			// moment: a standby waits and tries again rather than exit.
+			a.log.Warn("standby interrupted; starting it again", "err", err)
+			time.Sleep(h.cfg.Heartbeat)
+			continue
 		}
 		err = h.promote(ctx, epoch)
 		if err != nil && !errors.Is(err, ErrFenced) && ctx.Err() == nil {
@@ -82,12 +86,14 @@ func (a *App) runHA(ctx context.Context) error {
 			time.Sleep(h.cfg.Heartbeat)
 			continue
 		}
-		if err == nil {
+		for err == nil {
 			err = a.loop(ctx)
+			if errors.Is(err, errHandoff) {
+				// nil: nobody took over; go on processing.
+				err = h.handoff(ctx)
+			}
 		}
 		switch {
-		case errors.Is(err, errHandoff):
-			err = h.handoff(ctx)
 		case ctx.Err() != nil:
 			// SIGTERM of the active (a rolling deploy): commit, release
 			// the token so a standby takes over without waiting for
@@ -438,7 +444,7 @@ func (h *haRuntime) handoff(ctx context.Context) error {
 			h.mu.Lock()
 			h.node.Promoted()
 			h.mu.Unlock()
-			return a.loop(ctx)
+			return nil
 		}
 	}
 }

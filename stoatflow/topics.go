@@ -33,7 +33,7 @@ func (a *App) prepareTopics(ctx context.Context) error {
 		names = append(names, t)
 	}
 	sort.Strings(names)
-	md, err := a.adm.ListTopics(ctx, names...)
+	md, err := a.listStable(ctx, names)
 	if err != nil {
 		return fmt.Errorf("read metadata from %s: %w", strings.Join(a.cfg.BootstrapServers, ","), err)
 	}
@@ -232,4 +232,30 @@ func CreateTopics(ctx context.Context, cfg Config, partitions int, topics ...str
 	}
 	a.adm = adm
 	return a.waitTopics(ctx, topics)
+}
+
+// listStable lists topics, waiting out retriable topic errors (a topic
+// created a moment ago on a replication group may answer
+// LEADER_NOT_AVAILABLE until its leader is in place).
+func (a *App) listStable(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+	for {
+		md, err := a.adm.ListTopics(ctx, names...)
+		if err != nil {
+			return nil, err
+		}
+		retry := false
+		for _, d := range md {
+			if d.Err != nil && kerr.IsRetriable(d.Err) && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+				retry = true
+			}
+		}
+		if !retry {
+			return md, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timeAfter(100):
+		}
+	}
 }

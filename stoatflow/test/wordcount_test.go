@@ -6,15 +6,12 @@ package test
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/moonmq/moonmq/stoatflow/internal/flowcheck"
 	"github.com/moonmq/moonmq/stoatflow/internal/testenv"
 )
 
@@ -94,28 +92,13 @@ func (in *instance) url(path string) string {
 // storeContents reads the whole counts store over HTTP, or nil while the
 // instance is not ready.
 func (in *instance) storeContents() map[string]int64 {
-	resp, err := http.Get(in.url("/state/counts?limit=1000000"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := flowcheck.ReadStore(ctx, http.DefaultClient, in.url(""))
 	if err != nil {
 		return nil
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil
-	}
-	var body struct {
-		Entries []struct {
-			Key   string `json:"key"`
-			Value int64  `json:"value"`
-		} `json:"entries"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&body) != nil {
-		return nil
-	}
-	out := map[string]int64{}
-	for _, e := range body.Entries {
-		out[e.Key] = e.Value
-	}
-	return out
+	return got
 }
 
 // waitCounts waits until the store holds want.
@@ -136,36 +119,9 @@ func (in *instance) waitCounts(want map[string]int64, within time.Duration) {
 	t.Fatalf("store after %v: %s", within, diffCounts(got, want))
 }
 
-func equalCounts(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range b {
-		if a[k] != v {
-			return false
-		}
-	}
-	return true
-}
+func equalCounts(a, b map[string]int64) bool { return flowcheck.Equal(a, b) }
 
-func diffCounts(got, want map[string]int64) string {
-	var d []string
-	for k, v := range want {
-		if got[k] != v {
-			d = append(d, fmt.Sprintf("%s: got %d want %d", k, got[k], v))
-		}
-	}
-	for k, v := range got {
-		if _, ok := want[k]; !ok {
-			d = append(d, fmt.Sprintf("%s: got %d want none", k, v))
-		}
-	}
-	sort.Strings(d)
-	if len(d) > 10 {
-		d = append(d[:10], fmt.Sprintf("... %d more", len(d)-10))
-	}
-	return fmt.Sprintf("%d keys, %d differ: %s", len(got), len(d), strings.Join(d, "; "))
-}
+func diffCounts(got, want map[string]int64) string { return flowcheck.Diff(got, want) }
 
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -275,106 +231,45 @@ func (f *feeder) stopFeeding() int {
 }
 
 // readAll reads every record of topic up to its end offsets taken now,
-// read_committed, keeping control records so a partition whose tail is a
-// transaction marker is seen to its end.
+// read_committed (flowcheck.ReadAll).
 func readAll(t *testing.T, bootstrap, topic string, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	adm := kadm.NewClient(client(t, bootstrap, opts...))
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	recs, err := flowcheck.ReadAll(ctx, bootstrap, topic, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	cl := client(t, bootstrap, append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, opts...)...)
-	var out []*kgo.Record
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("reading %s: still waiting for partitions %v", topic, left)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-		})
-	}
-	return out
+	return recs
 }
 
 // expectedCounts is the word count of everything "words" holds.
 func expectedCounts(t *testing.T, bootstrap string, opts ...kgo.Opt) (map[string]int64, int) {
-	want := map[string]int64{}
-	lines := readAll(t, bootstrap, "words", opts...)
-	for _, r := range lines {
-		for _, w := range strings.Fields(strings.ToLower(string(r.Value))) {
-			want[w]++
-		}
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	want, lines, err := flowcheck.Expected(ctx, bootstrap, opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return want, len(lines)
+	return want, lines
 }
 
-// checkExactlyOnce checks the output and the changelog against the input:
-// each word's committed outputs are exactly 1, 2, ..., its count (no
-// update lost, none repeated), and the changelog's last value per word is
-// its count.
+// checkExactlyOnce checks the output and the changelog against the input
+// (flowcheck.CheckExactlyOnce): each word's committed outputs are exactly
+// 1, 2, ..., its count (no update lost, none repeated), and the
+// changelog's last value per word is its count.
 func checkExactlyOnce(t *testing.T, bootstrap, app string, want map[string]int64, opts ...kgo.Opt) {
 	t.Helper()
-	seqs := map[string][]int64{}
-	for _, r := range readAll(t, bootstrap, "word-counts", opts...) {
-		n, err := strconv.ParseInt(string(r.Value), 10, 64)
-		if err != nil {
-			t.Fatalf("word-counts: value %q of %q is not a decimal count", r.Value, r.Key)
-		}
-		seqs[string(r.Key)] = append(seqs[string(r.Key)], n)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	rep, err := flowcheck.CheckExactlyOnce(ctx, bootstrap, app, want, opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	bad := 0
-	for w, n := range want {
-		s := seqs[w]
-		ok := int64(len(s)) == n
-		for i := 0; ok && i < len(s); i++ {
-			ok = s[i] == int64(i+1)
-		}
-		if !ok {
-			bad++
-			if bad <= 5 {
-				t.Errorf("word %q: input holds it %d times; committed output counts %v", w, n, abbreviate(s))
-			}
-		}
+	for _, p := range rep.Problems {
+		t.Error(p)
 	}
-	for w := range seqs {
-		if _, ok := want[w]; !ok {
-			t.Errorf("output has word %q that no input holds", w)
-		}
-	}
-	replay := map[string]int64{}
-	for _, r := range readAll(t, bootstrap, app+"-counts-changelog", opts...) {
-		if r.Value == nil {
-			delete(replay, string(r.Key))
-			continue
-		}
-		replay[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
-	}
-	if !equalCounts(replay, want) {
-		t.Errorf("changelog replay differs from the input's counts: %s", diffCounts(replay, want))
-	}
-}
-
-func abbreviate(s []int64) string {
-	if len(s) <= 12 {
-		return fmt.Sprint(s)
-	}
-	return fmt.Sprintf("%v ... %v (%d updates)", s[:6], s[len(s)-6:], len(s))
 }
 
 var restoredRE = regexp.MustCompile(`"msg":"restoring stores from their changelogs"[^}]*"records":(\d+)`)

@@ -312,7 +312,9 @@ func (n *Node) Observe(r *Record, now time.Time) Action {
 }
 
 // Promoted tells the node the promotion finished: it is processing.
-func (n *Node) Promoted() { n.state = StateActive }
+// It also ends a handoff nobody took up: the pod keeps the token, and a
+// later command is heard again.
+func (n *Node) Promoted() { n.state, n.handingOff = StateActive, false }
 
 // HandedOff tells the node the active drained and committed; it returns
 // the release to publish. The pod stays active until a claim of the next
