@@ -46,11 +46,22 @@ func OpenDisk(dir string) (*Engine, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{DisableWAL: true, Logger: quietLogger{}})
+	c := pebble.NewCache(64 << 20)
+	// Open takes its own reference to the cache; ours ends here.
+	defer c.Unref()
+	db, err := pebble.Open(dir, diskOptions(c))
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w (if it is damaged, remove the directory: it is rebuilt from the changelog)", dir, err)
 	}
 	return &Engine{db: db, dir: dir}, nil
+}
+
+// diskOptions: no WAL (the changelog is the log); a block cache and
+// memtables larger than Pebble's defaults (8 MB, 4 MB), because every
+// processed record reads its key first and the benchmark's profile spent
+// a quarter of its time in reads that missed the cache.
+func diskOptions(c *pebble.Cache) *pebble.Options {
+	return &pebble.Options{DisableWAL: true, Logger: quietLogger{}, Cache: c, MemTableSize: 16 << 20}
 }
 
 // OpenMemory opens an engine that lives in memory only; it starts empty
@@ -265,10 +276,14 @@ type Restorer struct {
 	e *Engine
 	b *pebble.Batch
 	n int
+	// offsets reached per partition, written once per batch at Commit.
+	offsets map[*Partition]int64
 }
 
 // NewRestorer starts a restore batch on e.
-func (e *Engine) NewRestorer() *Restorer { return &Restorer{e: e, b: e.db.NewBatch()} }
+func (e *Engine) NewRestorer() *Restorer {
+	return &Restorer{e: e, b: e.db.NewBatch(), offsets: map[*Partition]int64{}}
+}
 
 // Apply records one changelog record (value nil: a tombstone) at offset.
 func (r *Restorer) Apply(p *Partition, key, value []byte, offset int64) error {
@@ -282,13 +297,15 @@ func (r *Restorer) Apply(p *Partition, key, value []byte, offset int64) error {
 		return err
 	}
 	r.n++
-	return r.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(offset)), nil)
+	r.offsets[p] = offset
+	return nil
 }
 
 // SetOffset records that p has reached offset without a data record (a
 // transaction marker or a compacted gap at the end).
 func (r *Restorer) SetOffset(p *Partition, offset int64) error {
-	return r.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(offset)), nil)
+	r.offsets[p] = offset
+	return nil
 }
 
 // Pending is the number of records in the current batch.
@@ -296,6 +313,12 @@ func (r *Restorer) Pending() int { return r.n }
 
 // Commit applies the batch and starts a new one.
 func (r *Restorer) Commit() error {
+	for p, off := range r.offsets {
+		if err := r.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(off)), nil); err != nil {
+			return err
+		}
+	}
+	clear(r.offsets)
 	if err := r.b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
