@@ -44,7 +44,7 @@ func killLoop(t *testing.T, bootstrap string, kills int, seed uint64) {
 			p = in.start("STOATFLOW_CRASHPOINT=" + point + "@" + string(rune('1'+rng.IntN(3))))
 			// A point that is not reached in time (mid-restore with
 			// nothing to restore) ends with a timed kill.
-			p.Wait(6 * time.Second)
+			p.Wait(3 * time.Second)
 			if p.Exited() && !strings.Contains(p.Log(), "crashpoint "+point) {
 				t.Fatalf("kill %d: the application exited before reaching %s:\n%s", i, point, tail(p.Log(), 30))
 			}

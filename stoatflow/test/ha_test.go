@@ -99,7 +99,7 @@ func TestHAFailover(t *testing.T) {
 	const failovers = 100
 	var worst, sum time.Duration
 	for i := 0; i < failovers; i++ {
-		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
+		time.Sleep(time.Duration(150+rng.IntN(350)) * time.Millisecond)
 		act.proc.Kill()
 		killed := time.Now()
 		var rest []*instance
