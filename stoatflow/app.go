@@ -58,6 +58,11 @@ type App struct {
 
 	produceErr atomic.Pointer[error]
 	produced   atomic.Bool // a sink produced since the last commit
+	// prodGen counts producers: a closed producer fails its buffered
+	// records on a goroutine of its own, after deactivate cleared
+	// produceErr, and such a late failure must not fail the next
+	// producer's first commit.
+	prodGen atomic.Int64
 	inTxn      bool
 	lastCommit time.Time
 	sinceCkpt  int64
@@ -467,10 +472,11 @@ func (a *App) produce(r *kgo.Record, partition int32) {
 	if c := a.outCounters[r.Topic]; c != nil {
 		c.Inc()
 	}
+	gen := a.prodGen.Load()
 	a.prod.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
 			e := fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, err)
-			a.produceErr.CompareAndSwap(nil, &e)
+			a.produceFailed(gen, &e)
 		}
 	})
 }
@@ -636,10 +642,11 @@ func (a *App) commit(ctx context.Context) error {
 			for _, k := range h.dirtyKeys() {
 				h := h
 				rec := &kgo.Record{Topic: h.topic, Partition: t.partition, Key: []byte(k), Value: h.dirty[k], Timestamp: time.Now()}
+				gen := a.prodGen.Load()
 				a.prod.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 					if err != nil {
 						e := fmt.Errorf("changelog %s/%d: %w", r.Topic, r.Partition, err)
-						a.produceErr.CompareAndSwap(nil, &e)
+						a.produceFailed(gen, &e)
 						return
 					}
 					// Promises run one at a time, in order per partition.
@@ -655,10 +662,11 @@ func (a *App) commit(ctx context.Context) error {
 		// which franz-go would not end it; it also keeps the positions
 		// with the data for anyone replaying the log.
 		b, _ := json.Marshal(flatOffsets(offsets))
+		gen := a.prodGen.Load()
 		a.prod.Produce(context.Background(), &kgo.Record{Topic: a.positionsTopic(), Key: []byte("positions"), Value: b, Partition: 0}, func(r *kgo.Record, err error) {
 			if err != nil {
 				e := fmt.Errorf("positions marker: %w", err)
-				a.produceErr.CompareAndSwap(nil, &e)
+				a.produceFailed(gen, &e)
 			}
 		})
 	}
@@ -872,6 +880,7 @@ func (a *App) deactivate() {
 		a.cons = nil
 	}
 	if a.prod != nil {
+		a.prodGen.Add(1)
 		a.prod.Close()
 		a.prod = nil
 	}
@@ -971,3 +980,10 @@ var partitionWatchInterval = func() time.Duration {
 	}
 	return 10 * time.Second
 }()
+
+// produceFailed records the first produce error of the current producer.
+func (a *App) produceFailed(gen int64, err *error) {
+	if gen == a.prodGen.Load() {
+		a.produceErr.CompareAndSwap(nil, err)
+	}
+}
