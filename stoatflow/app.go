@@ -62,7 +62,7 @@ type App struct {
 	// records on a goroutine of its own, after deactivate cleared
 	// produceErr, and such a late failure must not fail the next
 	// producer's first commit.
-	prodGen atomic.Int64
+	prodGen    atomic.Int64
 	inTxn      bool
 	lastCommit time.Time
 	sinceCkpt  int64
