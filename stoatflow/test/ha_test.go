@@ -126,12 +126,7 @@ func TestHAFailover(t *testing.T) {
 		}
 	}
 	f.stopFeeding()
-	want, _ := expectedCounts(t, c.Bootstrap())
-	act.waitCounts(want, 60*time.Second)
-	for _, p := range pods {
-		p.proc.Stop(30 * time.Second)
-	}
-	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+	finishExactlyOnce(t, c.Bootstrap(), w.app, act, pods, 60*time.Second)
 }
 
 func (in *instance) metricsText() string {
@@ -264,12 +259,7 @@ func TestHAZombie(t *testing.T) {
 		t.Fatalf("%s is active after the zombie came back, want %s", a.podID, other.podID)
 	}
 	f.stopFeeding()
-	want, _ := expectedCounts(t, c.Bootstrap())
-	other.waitCounts(want, 60*time.Second)
-	for _, p := range pods {
-		p.proc.Stop(30 * time.Second)
-	}
-	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+	finishExactlyOnce(t, c.Bootstrap(), w.app, other, pods, 60*time.Second)
 }
 
 // TestHAAtLeastOnce kills the active of an at-least-once application:
@@ -427,12 +417,7 @@ func TestHARollingRestart(t *testing.T) {
 	}
 	f.stopFeeding()
 	act = activeOf(t, pods, 10*time.Second)
-	want, _ := expectedCounts(t, c.Bootstrap())
-	act.waitCounts(want, 60*time.Second)
-	for _, p := range pods {
-		p.proc.Stop(30 * time.Second)
-	}
-	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+	finishExactlyOnce(t, c.Bootstrap(), w.app, act, pods, 60*time.Second)
 }
 
 // TestHALaggingStandby throttles the only standby's applier so it falls
@@ -576,12 +561,7 @@ func TestHABrokerFailoverDuringPromotion(t *testing.T) {
 		c.WaitHealthy(60 * time.Second)
 	}
 	f.stopFeeding()
-	want, _ := expectedCounts(t, c.Bootstrap())
-	act.waitCounts(want, 90*time.Second)
-	for _, p := range pods {
-		p.proc.Stop(30 * time.Second)
-	}
-	checkExactlyOnce(t, c.Bootstrap(), w.app, want)
+	finishExactlyOnce(t, c.Bootstrap(), w.app, act, pods, 90*time.Second)
 }
 
 // TestHARestartRequired adds partitions to the source topic: the pods say
@@ -651,4 +631,16 @@ func TestHACoordinationTopicMustHaveOnePartition(t *testing.T) {
 	if !strings.Contains(log, `"level":"ERROR"`) || !strings.Contains(log, "exactly one partition") || !strings.Contains(log, "--partitions 1 --config cleanup.policy=compact") {
 		t.Errorf("the refusal does not give the spec at ERROR:\n%s", tail(log, 10))
 	}
+}
+
+// finishExactlyOnce waits until the active's store holds the counts of
+// everything the input holds, stops every pod, and checks exactly-once.
+func finishExactlyOnce(t *testing.T, bootstrap, app string, act *instance, pods []*instance, within time.Duration) {
+	t.Helper()
+	want, _ := expectedCounts(t, bootstrap)
+	act.waitCounts(want, within)
+	for _, p := range pods {
+		p.proc.Stop(30 * time.Second)
+	}
+	checkExactlyOnce(t, bootstrap, app, want)
 }
