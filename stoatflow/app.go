@@ -2,10 +2,12 @@ package stoatflow
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -152,7 +154,9 @@ func (a *App) clientOpts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tc != nil {
+	if via := crashpoint.BrokerVia(); via != nil {
+		opts = append(opts, kgo.Dialer(viaDialer(via, tc)))
+	} else if tc != nil {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	switch s := a.cfg.SASL; s.Mechanism {
@@ -164,6 +168,26 @@ func (a *App) clientOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()))
 	}
 	return opts, nil
+}
+
+// viaDialer dials the broker addresses through the test's proxies (see
+// crashpoint.BrokerVia), with TLS on top when configured.
+func viaDialer(via map[string]string, tc *tls.Config) func(ctx context.Context, network, host string) (net.Conn, error) {
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		addr := host
+		if to, ok := via[host]; ok {
+			addr = to
+		}
+		c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+		if err != nil || tc == nil {
+			return c, err
+		}
+		cfg := tc.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(host)
+		}
+		return tls.Client(c, cfg), nil
+	}
 }
 
 // Run processes until ctx ends (a clean stop: the last work is committed)

@@ -129,6 +129,81 @@ func TestHAFailover(t *testing.T) {
 	finishExactlyOnce(t, c.Bootstrap(), w.app, act, pods, 60*time.Second)
 }
 
+// TestHANetworkCut cuts the network between the active and the broker
+// (a proxy that stalls every byte) while the standbys still reach the
+// broker: a standby takes over within failure detection and processes,
+// the cut pod cannot commit anything once it is fenced, and when the
+// network heals it finds itself fenced and rejoins as a standby. The
+// output stays exactly-once throughout.
+func TestHANetworkCut(t *testing.T) {
+	c := testenv.MoonMQ(t, 1)
+	w, pods := haPods(t, c.Bootstrap(), 3)
+	proxy := startCutProxy(t, c.Bootstrap())
+	cut := pods[0]
+	// The broker advertises the address the test dialled, so the cut
+	// pod's dialer maps it to the proxy for every connection.
+	cut.start("STOATFLOW_TEST_BROKER_VIA=" + c.Bootstrap() + "=" + proxy.Addr())
+	waitTopic(t, c.Bootstrap(), "words")
+	if a := activeOf(t, pods[:1], 30*time.Second); a != cut {
+		t.Fatal("the first pod is not the active")
+	}
+	for _, p := range pods[1:] {
+		p.start()
+	}
+	waitReadyStandbys(t, cut, 2, 30*time.Second)
+	f := startFeeder(t, c.Bootstrap(), 41)
+	time.Sleep(2 * time.Second)
+
+	proxy.Cut()
+	cutAt := time.Now()
+	next := activeOf(t, pods[1:], 20*time.Second)
+	t.Logf("%s took over %v after the cut", next.podID, time.Since(cutAt).Round(time.Millisecond))
+	// The new active processes while the old one is still cut off.
+	before := next.recordsIn("words")
+	deadline := time.Now().Add(20 * time.Second)
+	for next.recordsIn("words") <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new active processes nothing while the old one is cut off:\n%s", tail(next.proc.Log(), 30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+
+	proxy.Heal()
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		s, ok := cut.haStatus()
+		if ok && s.SelfRole == "STANDBY" {
+			break
+		}
+		if time.Now().After(deadline) || cut.proc.Exited() {
+			t.Fatalf("the healed pod did not become a standby (%+v):\n%s", s, tail(cut.proc.Log(), 40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if a := activeOf(t, pods, 10*time.Second); a != next {
+		t.Fatalf("%s is active after the network healed, want %s", a.podID, next.podID)
+	}
+	f.stopFeeding()
+	finishExactlyOnce(t, c.Bootstrap(), w.app, next, pods, 60*time.Second)
+}
+
+// waitReadyStandbys waits until a pod counts n ready standbys.
+func waitReadyStandbys(t *testing.T, p *instance, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s, ok := p.haStatus()
+		if ok && s.Ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s sees %d ready standbys after %v, want %d", p.podID, s.Ready, within, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (in *instance) metricsText() string {
 	resp, err := http.Get(in.url("/metrics"))
 	if err != nil {

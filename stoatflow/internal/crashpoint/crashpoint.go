@@ -1,6 +1,9 @@
-// Package crashpoint lets the kill tests end the process with SIGKILL at a
+// Package crashpoint holds the faults the tests inject into an application
+// process. It lets the kill tests end the process with SIGKILL at a
 // named step of the commit and checkpoint protocol, so that every step is
-// shown to be a safe place to die, and slow a standby down (ApplyDelay).
+// shown to be a safe place to die, slow a standby down (ApplyDelay), fail
+// a commit (Fail) and route the broker connections through a proxy
+// (BrokerVia).
 //
 // It is off unless the environment variable STOATFLOW_CRASHPOINT names a
 // point, as "<point>" (the first time it is reached) or "<point>@<n>" (the
@@ -107,3 +110,28 @@ func init() {
 	}
 	failPoint, failEvery = p, k
 }
+
+// BrokerVia maps broker addresses to the addresses this process dials
+// instead: STOATFLOW_TEST_BROKER_VIA="<broker host:port>=<proxy host:port>,...".
+// The network-cut test routes one pod through a proxy it can cut while
+// the other pods still reach the broker directly; a broker advertises one
+// address to every client, so only the dialer can tell the pods apart.
+// Nil unless set.
+func BrokerVia() map[string]string { return brokerVia }
+
+var brokerVia = func() map[string]string {
+	v := os.Getenv("STOATFLOW_TEST_BROKER_VIA")
+	if v == "" {
+		return nil
+	}
+	m := map[string]string{}
+	for _, pair := range strings.Split(v, ",") {
+		from, to, ok := strings.Cut(pair, "=")
+		if !ok || from == "" || to == "" {
+			fmt.Fprintf(os.Stderr, "STOATFLOW_TEST_BROKER_VIA=%s: want <broker host:port>=<proxy host:port>,...\n", v)
+			os.Exit(2)
+		}
+		m[from] = to
+	}
+	return m
+}()
