@@ -640,6 +640,11 @@ func fenced(err error) bool {
 // then, applies the buffered writes to the local stores.
 func (a *App) commit(ctx context.Context) error {
 	start := time.Now()
+	for _, t := range a.tasks {
+		if err := t.flushCaches(); err != nil {
+			return err
+		}
+	}
 	offsets := map[string]map[int32]int64{}
 	moved := a.produced.Swap(false)
 	for _, t := range a.tasks {

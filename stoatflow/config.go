@@ -58,6 +58,12 @@ type StateConfig struct {
 	// that much time, whichever comes first.
 	SegmentCheckpointRecords  int64
 	SegmentCheckpointInterval time.Duration
+	// CacheMaxKeys turns on the table cache (0, the default: off). A
+	// table (an aggregation, or a topic read as a table) then forwards
+	// only the latest change of each key per commit, as Kafka Streams'
+	// record cache does, holding at most this many keys per task before
+	// it forwards them early. Off, every update is forwarded.
+	CacheMaxKeys int
 }
 
 // HTTPConfig is `stoatflow.http`.
@@ -231,6 +237,7 @@ var fields = []field{
 	{"state.dir", str(func(c *Config) *string { return &c.State.Dir })},
 	{"state.segment-checkpoint-records", int64v(func(c *Config) *int64 { return &c.State.SegmentCheckpointRecords }, 1)},
 	{"state.segment-checkpoint-ms", millis(func(c *Config) *time.Duration { return &c.State.SegmentCheckpointInterval }, 1)},
+	{"state.cache-max-keys", integer(func(c *Config) *int { return &c.State.CacheMaxKeys }, 0)},
 	{"http.host", str(func(c *Config) *string { return &c.HTTP.Host })},
 	{"http.port", integer(func(c *Config) *int { return &c.HTTP.Port }, -1)},
 	{"ha.mode", oneOf(func(c *Config) *string { return &c.HA.Mode }, "off", "active-standby")},

@@ -62,14 +62,16 @@ func TableFrom[K, V any](t *Topology, topic, store string, ks Serde[K], vs Serde
 
 type materializeProc[K, V any] struct {
 	store string
-	kv    KeyValueStore[K, V]
+	kv    *kvStore[K, V]
+	cache *changeCache
 	pc    *procCtx
 }
 
 func (m *materializeProc[K, V]) init(pc *procCtx) error {
 	m.pc = pc
 	var err error
-	m.kv, err = KeyValueStoreOf[K, V](pc.store(m.store))
+	m.kv, err = kvStoreOf[K, V](pc.store(m.store))
+	m.cache = newChangeCache(pc)
 	return err
 }
 
@@ -78,8 +80,11 @@ func (m *materializeProc[K, V]) process(r record) error {
 		m.pc.task.count("dropped-null-key", 1)
 		return nil
 	}
-	k := key[K](r)
-	old, had, err := m.kv.Get(k)
+	kb, err := m.kv.ks.Encode(key[K](r))
+	if err != nil {
+		return err
+	}
+	old, had, err := m.kv.getEncoded(kb)
 	if err != nil {
 		return err
 	}
@@ -91,17 +96,16 @@ func (m *materializeProc[K, V]) process(r record) error {
 		if !had {
 			return nil
 		}
-		err = m.kv.Delete(k)
+		err = m.kv.h.put(kb, nil)
 	} else {
 		c.new = r.value
-		err = m.kv.Put(k, value[V](r))
+		err = m.kv.putEncoded(kb, value[V](r))
 	}
 	if err != nil {
 		return err
 	}
 	r.value = c
-	m.pc.forward(r, "")
-	return nil
+	return forwardChange(m.pc, m.cache, kb, r)
 }
 
 // Grouped is a stream grouped by key, ready to aggregate.
@@ -164,14 +168,16 @@ type aggProc[K, V, A any] struct {
 	store string
 	first func(K, V) A
 	add   func(K, V, A) A
-	kv    KeyValueStore[K, A]
+	kv    *kvStore[K, A]
+	cache *changeCache
 	pc    *procCtx
 }
 
 func (a *aggProc[K, V, A]) init(pc *procCtx) error {
 	a.pc = pc
 	var err error
-	a.kv, err = KeyValueStoreOf[K, A](pc.store(a.store))
+	a.kv, err = kvStoreOf[K, A](pc.store(a.store))
+	a.cache = newChangeCache(pc)
 	return err
 }
 
@@ -182,7 +188,11 @@ func (a *aggProc[K, V, A]) process(r record) error {
 		return nil
 	}
 	k, v := key[K](r), value[V](r)
-	old, had, err := a.kv.Get(k)
+	kb, err := a.kv.ks.Encode(k)
+	if err != nil {
+		return err
+	}
+	old, had, err := a.kv.getEncoded(kb)
 	if err != nil {
 		return err
 	}
@@ -194,13 +204,12 @@ func (a *aggProc[K, V, A]) process(r record) error {
 	} else {
 		next = a.first(k, v)
 	}
-	if err := a.kv.Put(k, next); err != nil {
+	if err := a.kv.putEncoded(kb, next); err != nil {
 		return err
 	}
 	c.new = next
 	r.value = c
-	a.pc.forward(r, "")
-	return nil
+	return forwardChange(a.pc, a.cache, kb, r)
 }
 
 // JoinTable joins each stream record with the table's current value for

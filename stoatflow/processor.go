@@ -139,6 +139,14 @@ type KeyValueStore[K, V any] interface {
 
 // KeyValueStoreOf gives the typed view of a key-value store.
 func KeyValueStoreOf[K, V any](s AnyStore, err error) (KeyValueStore[K, V], error) {
+	kv, err := kvStoreOf[K, V](s, err)
+	if err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
+func kvStoreOf[K, V any](s AnyStore, err error) (*kvStore[K, V], error) {
 	if err != nil {
 		return nil, err
 	}
@@ -158,11 +166,18 @@ type kvStore[K, V any] struct {
 }
 
 func (s *kvStore[K, V]) Get(k K) (V, bool, error) {
-	var zero V
 	kb, err := s.ks.Encode(k)
 	if err != nil {
+		var zero V
 		return zero, false, err
 	}
+	return s.getEncoded(kb)
+}
+
+// getEncoded and putEncoded take the key already encoded, for the DSL's
+// processors that also need its bytes.
+func (s *kvStore[K, V]) getEncoded(kb []byte) (V, bool, error) {
+	var zero V
 	b, ok, err := s.h.get(kb)
 	if err != nil || !ok {
 		return zero, false, err
@@ -176,6 +191,10 @@ func (s *kvStore[K, V]) Put(k K, v V) error {
 	if err != nil {
 		return err
 	}
+	return s.putEncoded(kb, v)
+}
+
+func (s *kvStore[K, V]) putEncoded(kb []byte, v V) error {
 	vb, err := s.vs.Encode(v)
 	if err != nil {
 		return err

@@ -50,7 +50,8 @@ type task struct {
 		offset    int64
 	}
 	puncts []*punctuation
-	err    error // the first processing error of the round
+	caches []*changeCache // in graph order
+	err    error          // the first processing error of the round
 
 	inCounters map[string]prometheus.Counter // records-in per topic
 	processed  int64

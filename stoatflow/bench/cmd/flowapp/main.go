@@ -53,6 +53,7 @@ func main() {
 	stateDir := flag.String("state-dir", "", "stoatflow.state.dir")
 	httpPort := flag.Int("http-port", 0, "stoatflow.http.port (0: any free port)")
 	threads := flag.Int("threads", 1, "stoatflow.threads")
+	cacheKeys := flag.Int("cache-max-keys", 0, "stoatflow.state.cache-max-keys (0: every update forwarded)")
 	window := flag.Duration("window", time.Minute, "tumbling window size (windowed)")
 	windowImpl := flag.String("windowed-impl", "dsl", "windowed: dsl (WindowedBy + AggregateWindows) | processor (Processor API over a key-value store)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -85,6 +86,7 @@ func main() {
 	cfg.HTTP.Port = *httpPort
 	cfg.HTTP.Host = "127.0.0.1"
 	cfg.Threads = *threads
+	cfg.State.CacheMaxKeys = *cacheKeys
 
 	var topo *stoatflow.Topology
 	switch *mode {

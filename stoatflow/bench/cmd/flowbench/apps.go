@@ -28,11 +28,15 @@ type appOpts struct {
 
 const (
 	fwStoatFlow = "stoatflow"
-	fwKStreams  = "kstreams"
-	fwGoka      = "goka"
+	// fwStoatFlowCache is StoatFlow with its table cache on, so that it
+	// forwards what Kafka Streams' default cache forwards: the latest
+	// count per word per commit rather than every one.
+	fwStoatFlowCache = "stoatflow-cache"
+	fwKStreams       = "kstreams"
+	fwGoka           = "goka"
 )
 
-var fwTitle = map[string]string{fwStoatFlow: "StoatFlow", fwKStreams: "Kafka Streams", fwGoka: "goka"}
+var fwTitle = map[string]string{fwStoatFlow: "StoatFlow", fwStoatFlowCache: "StoatFlow (table cache)", fwKStreams: "Kafka Streams", fwGoka: "goka"}
 
 // internalTopics are the topics besides the input whose committed
 // positions must reach their end for the input to count as processed.
@@ -58,7 +62,7 @@ func (b *bench) startApp(framework, guarantee, mode, id, input, output string, o
 	var bin string
 	var args []string
 	switch framework {
-	case fwStoatFlow:
+	case fwStoatFlow, fwStoatFlowCache:
 		g := "exactly-once"
 		if guarantee == "alo" {
 			g = "at-least-once"
@@ -69,6 +73,9 @@ func (b *bench) startApp(framework, guarantee, mode, id, input, output string, o
 		args = []string{"--mode", mode, "--app-id", id, "--bootstrap", b.br.addr, "--guarantee", g,
 			"--input", input, "--output", output, "--state-dir", a.stateDir, "--http-port", strconv.Itoa(port),
 			"--window", b.opt.window.String(), "--windowed-impl", b.opt.windowImpl}
+		if framework == fwStoatFlowCache {
+			args = append(args, "--cache-max-keys", strconv.Itoa(b.opt.cacheKeys))
+		}
 		if o.profile {
 			a.profile = filepath.Join(b.results, "cpu-"+id+o.logSuffix+".prof")
 			args = append(args, "--cpuprofile", a.profile)

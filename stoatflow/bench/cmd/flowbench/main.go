@@ -44,6 +44,7 @@ type options struct {
 	flowapp       string
 	partitions    int
 	lines         int64
+	cacheKeys     int
 	vocab         int
 	wordsPerLine  int
 	windowRecords int64
@@ -99,7 +100,8 @@ func main() {
 	flag.DurationVar(&o.pacedWarmup, "paced-warmup", 3*time.Second, "latency: unmeasured start of each paced run")
 	flag.Float64Var(&o.pacedFraction, "paced-fraction", 0.5, "latency: paced rate as a fraction of the lowest steady wordcount rate of the guarantee")
 	flag.Float64Var(&o.pacedRate, "paced-rate", 0, "latency: fixed paced rate in lines/s (overrides --paced-fraction)")
-	flag.StringVar(&skip, "skip", "", "comma-separated parts to skip: kstreams, goka, wordcount, latency, windowed, restore, alo, eos")
+	flag.StringVar(&skip, "skip", "", "comma-separated parts to skip: kstreams, goka, cache (StoatFlow with its table cache), wordcount, latency, windowed, restore, alo, eos")
+	flag.IntVar(&o.cacheKeys, "cache-max-keys", 100000, "stoatflow.state.cache-max-keys of the table-cache runs")
 	flag.BoolVar(&o.profile, "profile", true, "CPU-profile the StoatFlow app during the wordcount exactly-once run")
 	flag.DurationVar(&o.stall, "stall", 90*time.Second, "fail a case that makes no progress for this long")
 	flag.DurationVar(&o.caseTimeout, "case-timeout", 10*time.Minute, "fail a case that takes longer")
@@ -284,9 +286,14 @@ func (b *bench) run() error {
 	ctx := context.Background()
 	rep := &report{opt: b.opt, started: b.started}
 
-	frameworks := func(withGoka bool, guarantee string) []string {
+	// withCache adds StoatFlow with its table cache (the word count's
+	// counts are its only table).
+	frameworks := func(withGoka bool, guarantee string, withCache bool) []string {
 		var out []string
 		out = append(out, fwStoatFlow)
+		if withCache && !b.opt.skip["cache"] {
+			out = append(out, fwStoatFlowCache)
+		}
 		if !b.opt.skip["kstreams"] {
 			out = append(out, fwKStreams)
 		}
@@ -316,7 +323,7 @@ func (b *bench) run() error {
 		}
 		words := b.opt.lines * int64(b.opt.wordsPerLine)
 		for _, g := range guarantees {
-			for _, fw := range frameworks(true, g) {
+			for _, fw := range frameworks(true, g, true) {
 				o := appOpts{profile: b.opt.profile && fw == fwStoatFlow && g == "eos"}
 				r := b.throughput("wordcount", fw, g, input, b.opt.lines, words, o)
 				if r.Profile != "" {
@@ -353,7 +360,7 @@ func (b *bench) run() error {
 					progressf("[latency %s] no throughput measured: skipped", g)
 					continue
 				}
-				for _, fw := range frameworks(true, g) {
+				for _, fw := range frameworks(true, g, false) {
 					rep.latency = append(rep.latency, b.latency(fw, g, rate))
 					save()
 					time.Sleep(2 * time.Second)
@@ -380,7 +387,7 @@ func (b *bench) run() error {
 			return err
 		}
 		for _, g := range guarantees {
-			for _, fw := range frameworks(false, g) {
+			for _, fw := range frameworks(false, g, false) {
 				rep.throughput = append(rep.throughput, b.throughput("windowed", fw, g, input, n, n, appOpts{}))
 				save()
 				time.Sleep(2 * time.Second)

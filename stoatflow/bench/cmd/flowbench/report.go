@@ -98,8 +98,8 @@ func (r *report) markdown() string {
 	w("")
 	w("| comparison | StoatFlow | peer | ratio (end-to-end) | ratio (steady) | target |")
 	w("| --- | --- | --- | --- | --- | --- |")
-	pair := func(title, workload, g, peer string, target float64) {
-		a, p := r.tp(workload, fwStoatFlow, g), r.tp(workload, peer, g)
+	pairOf := func(title, workload, g, fw, peer string, target float64) {
+		a, p := r.tp(workload, fw, g), r.tp(workload, peer, g)
 		if a == nil || p == nil {
 			w("| %s | %s | %s | n/a | n/a | %s |", title, rateOf(a), rateOf(p), targetText(target))
 			return
@@ -110,7 +110,15 @@ func (r *report) markdown() string {
 		}
 		w("| %s | %s rec/s | %s rec/s | %s | %s | %s |", title, human(int64(a.Rate)), human(int64(p.Rate)), ratio(a.Rate, p.Rate), ratio(a.Steady, p.Steady), t)
 	}
+	pair := func(title, workload, g, peer string, target float64) {
+		pairOf(title, workload, g, fwStoatFlow, peer, target)
+	}
 	pair("wordcount EOS throughput, StoatFlow / Kafka Streams", "wordcount", "eos", fwKStreams, 1.5)
+	if r.tp("wordcount", fwStoatFlowCache, "eos") != nil {
+		// Both forward the latest count per word per commit.
+		pairOf("wordcount EOS throughput, StoatFlow with the table cache / Kafka Streams (its cache on by default)", "wordcount", "eos", fwStoatFlowCache, fwKStreams, 1.5)
+		pairOf("wordcount ALO throughput, StoatFlow with the table cache / Kafka Streams", "wordcount", "alo", fwStoatFlowCache, fwKStreams, 0)
+	}
 	pair("wordcount ALO throughput, StoatFlow / Kafka Streams", "wordcount", "alo", fwKStreams, 0)
 	pair("wordcount ALO throughput, StoatFlow / goka", "wordcount", "alo", fwGoka, 2)
 	pair("windowed EOS throughput, StoatFlow / Kafka Streams", "windowed", "eos", fwKStreams, 0)

@@ -68,17 +68,27 @@ func vocabulary(n int, seed uint64) []string {
 	return out
 }
 
-// bigWord is distinct word i of the large-state preload: 32 characters,
-// "z" + 15 hex digits of i + 16 hex digits of a hash of i (the vocabulary
-// has no digits, so these never collide with it).
-func bigWord(i int64) string {
-	h := fnv.New64a()
-	var b [8]byte
-	for k := range 8 {
-		b[k] = byte(i >> (8 * k))
+// bigWord is distinct word i of the large-state preload, size characters
+// (at least 32): "z" + 15 hex digits of i + 16 hex digits of a hash of i,
+// then of (i, 1), (i, 2), ... for a longer word, so that the store does
+// not compress it away (the vocabulary has no digits, so these never
+// collide with it). Longer words reach a large store with fewer records.
+func bigWord(i int64, size int) string {
+	w := fmt.Sprintf("z%015x", i)
+	var b [16]byte
+	for k := int64(0); len(w) < size; k++ {
+		h := fnv.New64a()
+		for j := range 8 {
+			b[j], b[8+j] = byte(i>>(8*j)), byte(k>>(8*j))
+		}
+		if k == 0 {
+			h.Write(b[:8]) // the 32-character words of earlier runs
+		} else {
+			h.Write(b[:])
+		}
+		w += fmt.Sprintf("%016x", h.Sum64())
 	}
-	h.Write(b[:])
-	return fmt.Sprintf("z%015x%016x", i, h.Sum64())
+	return w[:size]
 }
 
 func newProducer(addr string, extra ...kgo.Opt) (*kgo.Client, error) {

@@ -57,6 +57,7 @@ type options struct {
 	switches      int
 	largeFor      time.Duration
 	largeMax      int64
+	largeWordLen  int
 	largeHB       []time.Duration
 	largeKills    int
 	largeSwitches int
@@ -132,6 +133,7 @@ func main() {
 	flag.IntVar(&o.switches, "switches", 20, "POST /ha/switch per heartbeat, small state")
 	flag.DurationVar(&o.largeFor, "large-for", 4*time.Minute, "large state: how long to preload distinct words (0: no large-state part)")
 	flag.Int64Var(&o.largeMax, "large-words", 50_000_000, "large state: at most this many distinct words")
+	flag.IntVar(&o.largeWordLen, "large-word-bytes", 32, "large state: characters per distinct word (at least 32; longer reaches a large store with fewer records)")
 	flag.StringVar(&largeHBs, "large-heartbeats", "100ms", "heartbeats measured with the large state")
 	flag.IntVar(&o.largeKills, "large-kills", 20, "kills per heartbeat, large state")
 	flag.IntVar(&o.largeSwitches, "large-switches", 20, "switches per heartbeat, large state")
@@ -146,6 +148,10 @@ func main() {
 	var err error
 	if o.heartbeats, err = durations(hbs); err != nil {
 		fmt.Fprintln(os.Stderr, "habench: --heartbeats:", err)
+		os.Exit(2)
+	}
+	if o.largeWordLen < 32 {
+		fmt.Fprintln(os.Stderr, "habench: --large-word-bytes must be at least 32")
 		os.Exit(2)
 	}
 	if o.largeHB, err = durations(largeHBs); err != nil {
@@ -393,7 +399,7 @@ func (b *bench) runStoat() error {
 				return err
 			}
 		}
-		r := s.measure("large", words, b.vocabBytes()+n*(32+8), b.opt.largeKills, b.opt.largeSwitches)
+		r := s.measure("large", words, b.vocabBytes()+n*int64(b.opt.largeWordLen+8), b.opt.largeKills, b.opt.largeSwitches)
 		b.res.Sets = append(b.res.Sets, r)
 		if r.Err != "" {
 			return fmt.Errorf("large state, heartbeat %v: %s", hb, r.Err)

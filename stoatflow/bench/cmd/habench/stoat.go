@@ -458,7 +458,7 @@ func (s *stoat) preloadLarge(d time.Duration, maxWords int64) (int64, error) {
 				if w > 0 {
 					sb.WriteByte(' ')
 				}
-				sb.WriteString(bigWord(n))
+				sb.WriteString(bigWord(n, s.b.opt.largeWordLen))
 				n++
 			}
 			lines = append(lines, sb.String())
