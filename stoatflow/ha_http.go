@@ -57,7 +57,7 @@ func (a *App) haPeers() int {
 	c := 0
 	now := time.Now()
 	for _, p := range h.node.Peers(now) {
-		if time.Duration(p.FreshnessMs)*time.Millisecond <= h.cfg.Staleness() {
+		if p.Live {
 			c++
 		}
 	}
@@ -170,9 +170,9 @@ func (a *App) handoffTarget(name, target string) error {
 	peers := h.node.Peers(now)
 	self := h.node.Heartbeat(h.gen)
 	self.State = h.node.State()
-	all := append([]ha.PeerView{{Heartbeat: *self}}, peers...)
+	all := append([]ha.PeerView{{Heartbeat: *self, Live: true}}, peers...)
 	for _, p := range all {
-		if time.Duration(p.FreshnessMs)*time.Millisecond > h.cfg.Staleness() {
+		if !p.Live {
 			continue
 		}
 		if p.Role != ha.RoleStandby || p.State != ha.StateReadyStandby {

@@ -170,22 +170,29 @@ func TestHANetworkCut(t *testing.T) {
 	time.Sleep(3 * time.Second)
 
 	proxy.Heal()
-	deadline = time.Now().Add(60 * time.Second)
+	rejoinedAsStandby(t, "the healed pod", cut, next, pods, 60*time.Second)
+	f.stopFeeding()
+	finishExactlyOnce(t, c.Bootstrap(), w.app, next, pods, 60*time.Second)
+}
+
+// rejoinedAsStandby waits until the old active says it is a standby and
+// the new one is still the only active.
+func rejoinedAsStandby(t *testing.T, what string, old, next *instance, pods []*instance, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		s, ok := cut.haStatus()
+		s, ok := old.haStatus()
 		if ok && s.SelfRole == "STANDBY" {
 			break
 		}
-		if time.Now().After(deadline) || cut.proc.Exited() {
-			t.Fatalf("the healed pod did not become a standby (%+v):\n%s", s, tail(cut.proc.Log(), 40))
+		if time.Now().After(deadline) || old.proc.Exited() {
+			t.Fatalf("%s did not become a standby (%+v):\n%s", what, s, tail(old.proc.Log(), 40))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	if a := activeOf(t, pods, 10*time.Second); a != next {
-		t.Fatalf("%s is active after the network healed, want %s", a.podID, next.podID)
+		t.Fatalf("%s is active after %s came back, want %s", a.podID, what, next.podID)
 	}
-	f.stopFeeding()
-	finishExactlyOnce(t, c.Bootstrap(), w.app, next, pods, 60*time.Second)
 }
 
 // waitReadyStandbys waits until a pod counts n ready standbys.
@@ -319,20 +326,7 @@ func TestHAZombie(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	act.proc.Resume()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s, ok := act.haStatus()
-		if ok && s.SelfRole == "STANDBY" {
-			break
-		}
-		if time.Now().After(deadline) || act.proc.Exited() {
-			t.Fatalf("the resumed zombie did not become a standby (%+v):\n%s", s, tail(act.proc.Log(), 30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if a := activeOf(t, pods, 10*time.Second); a != other {
-		t.Fatalf("%s is active after the zombie came back, want %s", a.podID, other.podID)
-	}
+	rejoinedAsStandby(t, "the resumed zombie", act, other, pods, 20*time.Second)
 	f.stopFeeding()
 	finishExactlyOnce(t, c.Bootstrap(), w.app, other, pods, 60*time.Second)
 }

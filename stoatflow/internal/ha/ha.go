@@ -14,8 +14,11 @@
 // the fence behind it: a pod that wins by mistake still cannot commit
 // beside another.
 //
-// Failure detection uses only the local monotonic clock: how long ago the
-// active's last heartbeat arrived here. No wall clock of another pod is
+// Failure detection uses the local monotonic clock (how long ago the
+// active's last heartbeat arrived here) and the log's order (how many of
+// this pod's own heartbeats follow the active's last one): the active is
+// gone when both say so, so a pod that was stalled itself does not take
+// its own silence for the active's. No wall clock of another pod is
 // compared with ours.
 package ha
 
@@ -60,6 +63,9 @@ type Heartbeat struct {
 	Generation int64  `json:"generation"`
 	TokenEpoch int64  `json:"tokenEpoch"`
 	Stopping   bool   `json:"stopping,omitempty"`
+	// Incarnation is the run of the pod that sent it, so that a pod
+	// counts only its own current heartbeats (see peer.ownSince).
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Claim asks for token epoch Epoch, replacing Prev; keyed
@@ -183,6 +189,13 @@ type Action struct {
 type peer struct {
 	hb      Heartbeat
 	arrived time.Time // local monotonic time of the last heartbeat
+	// ownSince counts this pod's own heartbeats in the log after the
+	// peer's last one. A peer is gone only when its silence shows in the
+	// log's order as well as on the local clock: a pod that was itself
+	// stalled (CPU starvation, a GC pause) and then reads an old fetch
+	// sees every peer silent on its clock, but its own heartbeats, which
+	// it could not send while stalled, are not in the log between.
+	ownSince int
 }
 
 // Node is one pod's view.
@@ -247,7 +260,8 @@ func (n *Node) Stopping() { n.stopping = true }
 // Heartbeat is the record this pod publishes now.
 func (n *Node) Heartbeat(generation int64) *Heartbeat {
 	return &Heartbeat{Pod: n.cfg.Pod, Role: n.role, State: n.state, LagRecords: n.lag, LagMs: n.lagMs,
-		Priority: n.cfg.FailoverPriority, Generation: generation, TokenEpoch: n.epoch, Stopping: n.stopping}
+		Priority: n.cfg.FailoverPriority, Generation: generation, TokenEpoch: n.epoch, Stopping: n.stopping,
+		Incarnation: n.cfg.Incarnation}
 }
 
 // Observe applies one record of the coordination topic, read in order.
@@ -257,14 +271,21 @@ func (n *Node) Observe(r *Record, now time.Time) Action {
 	case r.Heartbeat != nil:
 		hb := *r.Heartbeat
 		if hb.Pod == n.cfg.Pod {
-			return a // our own: we know our state better
+			// Our own: we know our state better, but it measures the
+			// others' silence in the log's order.
+			if hb.Incarnation == n.cfg.Incarnation {
+				for _, p := range n.peers {
+					p.ownSince++
+				}
+			}
+			return a
 		}
 		p := n.peers[hb.Pod]
 		if p == nil {
 			p = &peer{}
 			n.peers[hb.Pod] = p
 		}
-		p.hb, p.arrived = hb, now
+		p.hb, p.arrived, p.ownSince = hb, now, 0
 	case r.Claim != nil:
 		c := r.Claim
 		if c.Epoch != n.epoch+1 || c.Prev != n.epoch {
@@ -330,10 +351,17 @@ func (n *Node) Demoted() {
 	n.state = StateCatchingUp
 }
 
+// gone reports whether a peer has been silent for the staleness window
+// on the local clock and for as many of this pod's own heartbeats in the
+// log.
+func (n *Node) gone(p *peer, now time.Time) bool {
+	return now.Sub(p.arrived) > n.cfg.Staleness() && p.ownSince >= n.cfg.StalenessMisses
+}
+
 func (n *Node) live(now time.Time) map[string]*peer {
 	out := map[string]*peer{}
 	for id, p := range n.peers {
-		if now.Sub(p.arrived) <= n.cfg.Staleness() && !p.hb.Stopping {
+		if !n.gone(p, now) && !p.hb.Stopping {
 			out[id] = p
 		}
 	}
@@ -355,7 +383,7 @@ func (n *Node) activeAlive(now time.Time) bool {
 		// when its claim arrived.
 		return now.Sub(n.epochAt) <= n.cfg.Staleness()
 	}
-	if now.Sub(p.arrived) > n.cfg.Staleness() {
+	if n.gone(p, now) {
 		return false
 	}
 	return p.hb.Role == RoleActive && p.hb.TokenEpoch >= n.epoch || now.Sub(n.epochAt) <= n.cfg.Staleness()
@@ -466,13 +494,16 @@ func (n *Node) ClaimFailed() { n.claimedFor = 0 }
 type PeerView struct {
 	Heartbeat
 	FreshnessMs int64 `json:"freshnessMs"`
+	// Live: heard from within failure detection (see Node.gone) and not
+	// stopping.
+	Live bool `json:"live"`
 }
 
 // Peers lists the pods heard from, freshest first by id.
 func (n *Node) Peers(now time.Time) []PeerView {
 	var out []PeerView
 	for _, p := range n.peers {
-		out = append(out, PeerView{Heartbeat: p.hb, FreshnessMs: now.Sub(p.arrived).Milliseconds()})
+		out = append(out, PeerView{Heartbeat: p.hb, FreshnessMs: now.Sub(p.arrived).Milliseconds(), Live: !n.gone(p, now) && !p.hb.Stopping})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
 	return out

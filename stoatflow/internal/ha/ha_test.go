@@ -28,6 +28,12 @@ type simPod struct {
 	lag     int64
 	gen     int64
 	running bool
+	// frozen counts the steps the pod is stalled (it reads, heartbeats
+	// and ticks nothing); staleOnce makes its first step after the stall
+	// decide on the view it had before it, as a pod does that processes a
+	// fetch it received before it stalled.
+	frozen    int
+	staleOnce bool
 }
 
 var incarnations int
@@ -83,7 +89,16 @@ func (s *sim) step(i int) {
 		if p.dead {
 			continue
 		}
+		if p.frozen > 0 {
+			if p.frozen--; p.frozen == 0 {
+				p.staleOnce = true
+			}
+			continue
+		}
 		limit := len(s.log) - p.delay
+		if p.staleOnce {
+			limit, p.staleOnce = p.read, false
+		}
 		for p.read < limit {
 			r := s.log[p.read]
 			p.read++
@@ -165,6 +180,41 @@ func TestFailoverAfterStaleness(t *testing.T) {
 	limit := cfg("x").Staleness() + 200*time.Millisecond
 	if took > limit {
 		t.Fatalf("failover took %v (simulated), more than staleness + two heartbeats (%v)", took, limit)
+	}
+}
+
+// TestStalledStandbyDoesNotClaim: a standby stalled for longer than
+// failure detection while the active goes on, deciding on the view it had
+// before the stall, does not take its own silence for the active's: its
+// own heartbeats are missing from the log too.
+func TestStalledStandbyDoesNotClaim(t *testing.T) {
+	s := newSim(t, 5, "pod-0", "pod-1")
+	s.run(100)
+	act := s.runningPods()[0]
+	sb := "pod-0"
+	if sb == act {
+		sb = "pod-1"
+	}
+	s.pods[sb].frozen = 60 // 600 ms, twice the staleness
+	claims := func() int {
+		c := 0
+		for _, r := range s.log {
+			if r.Claim != nil {
+				c++
+			}
+		}
+		return c
+	}
+	before := claims()
+	for i := 0; i < 100; i++ {
+		s.step(i)
+	}
+	s.check()
+	if n := claims() - before; n != 0 {
+		t.Fatalf("the stalled standby claimed %d times although %s kept heartbeating", n, act)
+	}
+	if r := s.runningPods(); len(r) != 1 || r[0] != act {
+		t.Fatalf("running %v, want %s still", r, act)
 	}
 }
 
