@@ -108,4 +108,3 @@ func subsequences(got []kv, full map[string][]string) error {
 	}
 	return nil
 }
-
