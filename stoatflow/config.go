@@ -36,7 +36,12 @@ type Config struct {
 	// exactly-once it bounds how long output waits before a read_committed
 	// consumer sees it.
 	CommitInterval time.Duration
-	// Threads is the number of goroutines that process tasks.
+	// Threads is the number of goroutines that process tasks (default 2).
+	// Tasks of different partitions then run side by side, so the
+	// functions given to the DSL and processors sharing anything across
+	// partitions must be safe for concurrent use (as with Kafka Streams'
+	// num.stream.threads above 1). Processing within a task stays in
+	// order on one goroutine at a time.
 	Threads int
 	// ReplicationFactor of the internal topics StoatFlow creates (-1: the
 	// broker's default).
@@ -110,7 +115,7 @@ func Defaults() Config {
 	return Config{
 		BootstrapServers:    []string{"127.0.0.1:9092"},
 		ProcessingGuarantee: ExactlyOnce,
-		Threads:             1,
+		Threads:             2,
 		ReplicationFactor:   -1,
 		State: StateConfig{
 			Dir:                       "/tmp/stoatflow",

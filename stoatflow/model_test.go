@@ -180,7 +180,12 @@ func TestAggregations(t *testing.T) {
 		return max(a, int64(num(v)))
 	}, Decimal).ToStream().To(outs["groupby-aggregate"], String, Decimal)
 
-	app := startApp(t, testConfig(t, bs, unique(t, "app")), topo)
+	cfg := testConfig(t, bs, unique(t, "app"))
+	// Two goroutines process the tasks (3 partitions of two
+	// sub-topologies), so that this test, under -race in CI, also covers
+	// tasks running side by side.
+	cfg.Threads = 2
+	app := startApp(t, cfg, topo)
 	o := readOutputs(t, bs, topicsOf(outs)...)
 	produce(t, testClient(t, bs), recs)
 

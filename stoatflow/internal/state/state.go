@@ -333,31 +333,61 @@ func (r *Restorer) Close() { r.b.Close() }
 // Txn buffers one task's writes for one Kafka transaction. Reads through it
 // see its own writes over the committed state. Apply makes them visible;
 // Discard drops them (an aborted or fenced transaction).
+//
+// A Txn starts unindexed: it keeps only the latest write per key, in a
+// map, which costs far less than the skiplist of an indexed batch (a store
+// update on the hot path is a read and a write of the same key), and Apply
+// hands Pebble one write per key however often the key changed. The first
+// range read over pending writes, or range deletion, moves the writes into
+// an indexed batch for the rest of the transaction, so that Pebble merges
+// them with the committed state in key order.
 type Txn struct {
 	e       *Engine
 	b       *pebble.Batch
+	indexed bool
+	latest  map[string][]byte // unindexed: the latest write per full key (nil: deleted)
 	offsets map[*Partition]int64
 	writes  int
 }
 
 // NewTxn starts an empty buffer.
 func (e *Engine) NewTxn() *Txn {
-	return &Txn{e: e, b: e.db.NewIndexedBatch(), offsets: map[*Partition]int64{}}
+	return &Txn{e: e, b: e.db.NewBatch(), latest: map[string][]byte{}, offsets: map[*Partition]int64{}}
 }
 
 // Get reads key, seeing this buffer's writes.
-func (t *Txn) Get(p *Partition, key []byte) ([]byte, bool, error) { return get(t.b, p.key(key)) }
+func (t *Txn) Get(p *Partition, key []byte) ([]byte, bool, error) {
+	fk := p.key(key)
+	if t.indexed {
+		return get(t.b, fk)
+	}
+	if v, ok := t.latest[string(fk)]; ok {
+		return v, v != nil, nil
+	}
+	return get(t.e.db, fk)
+}
 
-// Put buffers a write.
+// Put buffers a write. The Txn keeps value until Apply or Discard: the
+// caller must not change it.
 func (t *Txn) Put(p *Partition, key, value []byte) error {
 	t.writes++
-	return t.b.Set(p.key(key), value, nil)
+	fk := p.key(key)
+	if !t.indexed {
+		t.latest[string(fk)] = value
+		return nil
+	}
+	return t.b.Set(fk, value, nil)
 }
 
 // Delete buffers a deletion.
 func (t *Txn) Delete(p *Partition, key []byte) error {
 	t.writes++
-	return t.b.Delete(p.key(key), nil)
+	fk := p.key(key)
+	if !t.indexed {
+		t.latest[string(fk)] = nil
+		return nil
+	}
+	return t.b.Delete(fk, nil)
 }
 
 // DeleteRange buffers the deletion of every key of p in [lower, upper)
@@ -365,6 +395,9 @@ func (t *Txn) Delete(p *Partition, key []byte) error {
 // once; the committed state loses them at Apply. Window and session stores
 // drop expired segments with it.
 func (t *Txn) DeleteRange(p *Partition, lower, upperK []byte) error {
+	if err := t.index(); err != nil {
+		return err
+	}
 	lo, hi := p.bounds(lower, upperK)
 	t.writes++
 	return t.b.DeleteRange(lo, hi, nil)
@@ -372,7 +405,44 @@ func (t *Txn) DeleteRange(p *Partition, lower, upperK []byte) error {
 
 // Scan iterates [lower, upper) over the buffer and the committed state.
 func (t *Txn) Scan(p *Partition, lower, upperK []byte, reverse bool, fn func(k, v []byte) bool) error {
+	if !t.indexed && len(t.latest) == 0 {
+		return scan(t.e.db, p, lower, upperK, reverse, fn)
+	}
+	if err := t.index(); err != nil {
+		return err
+	}
 	return scan(t.b, p, lower, upperK, reverse, fn)
+}
+
+// index moves the buffered writes into an indexed batch.
+func (t *Txn) index() error {
+	if t.indexed {
+		return nil
+	}
+	ib := t.e.db.NewIndexedBatch()
+	if err := writeLatest(ib, t.latest); err != nil {
+		ib.Close()
+		return err
+	}
+	t.b.Close()
+	t.b, t.indexed = ib, true
+	clear(t.latest)
+	return nil
+}
+
+func writeLatest(b *pebble.Batch, latest map[string][]byte) error {
+	for k, v := range latest {
+		var err error
+		if v == nil {
+			err = b.Delete([]byte(k), nil)
+		} else {
+			err = b.Set([]byte(k), v, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SetOffset records the changelog offset the buffer's writes to p reach.
@@ -388,6 +458,11 @@ func (t *Txn) Writes() int { return t.writes }
 // Apply writes the buffer and its offsets atomically and starts a new,
 // empty buffer.
 func (t *Txn) Apply() error {
+	if !t.indexed {
+		if err := writeLatest(t.b, t.latest); err != nil {
+			return err
+		}
+	}
 	for p, off := range t.offsets {
 		if err := t.b.Set(p.offKey, binary.BigEndian.AppendUint64(nil, uint64(off)), nil); err != nil {
 			return err
@@ -407,7 +482,8 @@ func (t *Txn) Discard() { t.reset() }
 
 func (t *Txn) reset() {
 	t.b.Close()
-	t.b = t.e.db.NewIndexedBatch()
+	t.b, t.indexed = t.e.db.NewBatch(), false
+	clear(t.latest)
 	clear(t.offsets)
 	t.writes = 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"testing"
 )
 
@@ -165,5 +166,101 @@ func TestRestorerAndMemory(t *testing.T) {
 	}
 	if off, _, _ := p.Offset(); off != 8 {
 		t.Fatalf("offset %d, want 8", off)
+	}
+}
+
+// TestTxnAgainstModel runs seeded random operations through a Txn (point
+// reads and writes in its unindexed mode, range reads and range deletions
+// that index it, applies and discards) and checks every read against a
+// plain model: committed map plus the transaction's overlay.
+func TestTxnAgainstModel(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		e, err := OpenDisk(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, q := e.Partition("s", 0), e.Partition("s", 1)
+		x := e.NewTxn()
+		rng := rand.New(rand.NewPCG(seed, 3))
+		committed := map[string]string{}
+		pending := map[string]*string{} // nil: deleted
+		key := func() string { return fmt.Sprintf("k%02d", rng.IntN(30)) }
+		view := func() map[string]string {
+			m := map[string]string{}
+			for k, v := range committed {
+				m[k] = v
+			}
+			for k, v := range pending {
+				if v == nil {
+					delete(m, k)
+				} else {
+					m[k] = *v
+				}
+			}
+			return m
+		}
+		for i := 0; i < 2000; i++ {
+			switch op := rng.IntN(100); {
+			case op < 40:
+				k, v := key(), fmt.Sprint(i)
+				x.Put(p, []byte(k), []byte(v))
+				pending[k] = &v
+			case op < 50:
+				k := key()
+				x.Delete(p, []byte(k))
+				pending[k] = nil
+			case op < 80:
+				k := key()
+				got, ok, err := x.Get(p, []byte(k))
+				want, wok := view()[k]
+				if err != nil || ok != wok || string(got) != want {
+					t.Fatalf("seed %d op %d: Get(%s) = %q %v %v, want %q %v", seed, i, k, got, ok, err, want, wok)
+				}
+			case op < 88:
+				lo, hi := key(), key()
+				if lo > hi {
+					lo, hi = hi, lo
+				}
+				var got []string
+				x.Scan(p, []byte(lo), []byte(hi), false, func(k, v []byte) bool {
+					got = append(got, string(k)+"="+string(v))
+					return true
+				})
+				var want []string
+				m := view()
+				for k, v := range m {
+					if k >= lo && k < hi {
+						want = append(want, k+"="+v)
+					}
+				}
+				sort.Strings(want)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("seed %d op %d: Scan[%s,%s) = %v, want %v", seed, i, lo, hi, got, want)
+				}
+			case op < 91:
+				lo, hi := key(), key()
+				if lo > hi {
+					lo, hi = hi, lo
+				}
+				x.DeleteRange(p, []byte(lo), []byte(hi))
+				for k := range view() {
+					if k >= lo && k < hi {
+						pending[k] = nil
+					}
+				}
+			case op < 97:
+				// Another partition's writes never show in p.
+				x.Put(q, []byte(key()), []byte("q"))
+				if err := x.Apply(); err != nil {
+					t.Fatal(err)
+				}
+				committed, pending = view(), map[string]*string{}
+			default:
+				x.Discard()
+				pending = map[string]*string{}
+			}
+		}
+		x.Close()
+		e.Close()
 	}
 }
