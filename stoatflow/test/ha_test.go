@@ -594,7 +594,10 @@ func TestHAConflictAndFloor(t *testing.T) {
 	if code, body := post(t, act.url("/ha/switch?force=true")); code != http.StatusAccepted || body["force"] != true {
 		t.Fatalf("forced switch: %d %v", code, body)
 	}
-	if a := activeOf(t, pods[:2], 20*time.Second); a != pods[1] {
+	// Wait for the successor itself: right after the POST the old active
+	// may not have read the command yet and still be the only active.
+	activeOf(t, pods[1:2], 20*time.Second)
+	if a := activeOf(t, pods[:2], 10*time.Second); a != pods[1] {
 		t.Fatalf("after the forced switch %s is active", a.podID)
 	}
 }
