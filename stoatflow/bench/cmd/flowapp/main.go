@@ -52,7 +52,7 @@ func main() {
 	output := flag.String("output", "", "output topic (wordcount, windowed)")
 	stateDir := flag.String("state-dir", "", "stoatflow.state.dir")
 	httpPort := flag.Int("http-port", 0, "stoatflow.http.port (0: any free port)")
-	threads := flag.Int("threads", 1, "stoatflow.threads")
+	threads := flag.Int("threads", 0, "stoatflow.threads (0: the library's default)")
 	cacheKeys := flag.Int("cache-max-keys", 0, "stoatflow.state.cache-max-keys (0: every update forwarded)")
 	window := flag.Duration("window", time.Minute, "tumbling window size (windowed)")
 	windowImpl := flag.String("windowed-impl", "dsl", "windowed: dsl (WindowedBy + AggregateWindows) | processor (Processor API over a key-value store)")
@@ -85,7 +85,9 @@ func main() {
 	cfg.State.Dir = *stateDir
 	cfg.HTTP.Port = *httpPort
 	cfg.HTTP.Host = "127.0.0.1"
-	cfg.Threads = *threads
+	if *threads > 0 {
+		cfg.Threads = *threads
+	}
 	cfg.State.CacheMaxKeys = *cacheKeys
 
 	var topo *stoatflow.Topology

@@ -73,7 +73,9 @@ func (b *bench) startApp(framework, guarantee, mode, id, input, output string, o
 		args = []string{"--mode", mode, "--app-id", id, "--bootstrap", b.br.addr, "--guarantee", g,
 			"--input", input, "--output", output, "--state-dir", a.stateDir, "--http-port", strconv.Itoa(port),
 			"--window", b.opt.window.String(), "--windowed-impl", b.opt.windowImpl}
-		args = append(args, "--threads", strconv.Itoa(b.opt.threads))
+		if b.opt.threads > 0 {
+			args = append(args, "--threads", strconv.Itoa(b.opt.threads))
+		}
 		if framework == fwStoatFlowCache {
 			args = append(args, "--cache-max-keys", strconv.Itoa(b.opt.cacheKeys))
 		}

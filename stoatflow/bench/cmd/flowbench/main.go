@@ -102,7 +102,7 @@ func main() {
 	flag.Float64Var(&o.pacedFraction, "paced-fraction", 0.5, "latency: paced rate as a fraction of the lowest steady wordcount rate of the guarantee")
 	flag.Float64Var(&o.pacedRate, "paced-rate", 0, "latency: fixed paced rate in lines/s (overrides --paced-fraction)")
 	flag.StringVar(&skip, "skip", "", "comma-separated parts to skip: kstreams, goka, cache (StoatFlow with its table cache), wordcount, latency, windowed, restore, alo, eos")
-	flag.IntVar(&o.threads, "threads", 1, "stoatflow.threads of the StoatFlow runs (Kafka Streams runs one stream thread)")
+	flag.IntVar(&o.threads, "threads", 0, "stoatflow.threads of the StoatFlow runs (0: the library's default; Kafka Streams runs one stream thread)")
 	flag.IntVar(&o.cacheKeys, "cache-max-keys", 100000, "stoatflow.state.cache-max-keys of the table-cache runs")
 	flag.BoolVar(&o.profile, "profile", true, "CPU-profile the StoatFlow app during the wordcount exactly-once run")
 	flag.DurationVar(&o.stall, "stall", 90*time.Second, "fail a case that makes no progress for this long")

@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moonmq/moonmq/stoatflow"
 )
 
 type report struct {
@@ -88,8 +91,8 @@ func (r *report) markdown() string {
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	w("# flowbench %s", r.started.Format("2006-01-02 15:04"))
 	w("")
-	w("Machine: %s. One single-node MoonMQ; %d partitions per topic; wordcount %s lines × %d words (vocabulary %d, Zipf s=1.1); windowed %s records over %d keys, %v tumbling windows (StoatFlow: %s); restore %s keys × %d B. StoatFlow threads: %d; table-cache runs: state.cache-max-keys %d.",
-		machine(), r.opt.partitions, human(r.opt.lines), r.opt.wordsPerLine, r.opt.vocab, human(r.opt.windowRecords), r.opt.windowKeys, r.opt.window, map[string]string{"dsl": "DSL WindowedBy/AggregateWindows", "processor": "Processor API + key-value store"}[r.opt.windowImpl], human(r.opt.restoreKeys), r.opt.restoreValue, r.opt.threads, r.opt.cacheKeys)
+	w("Machine: %s. One single-node MoonMQ; %d partitions per topic; wordcount %s lines × %d words (vocabulary %d, Zipf s=1.1); windowed %s records over %d keys, %v tumbling windows (StoatFlow: %s); restore %s keys × %d B. StoatFlow threads: %s; table-cache runs: state.cache-max-keys %d.",
+		machine(), r.opt.partitions, human(r.opt.lines), r.opt.wordsPerLine, r.opt.vocab, human(r.opt.windowRecords), r.opt.windowKeys, r.opt.window, map[string]string{"dsl": "DSL WindowedBy/AggregateWindows", "processor": "Processor API + key-value store"}[r.opt.windowImpl], human(r.opt.restoreKeys), r.opt.restoreValue, threadsText(r.opt.threads), r.opt.cacheKeys)
 	if !r.finished.IsZero() {
 		w("Run took %v.", r.finished.Sub(r.started).Round(time.Second))
 	}
@@ -221,4 +224,11 @@ func (r *report) write(dir string) {
 	writeJSON(filepath.Join(dir, "results.json"), map[string]any{
 		"started": r.started, "throughput": r.throughput, "latency": r.latency, "restore": r.restore,
 	})
+}
+
+func threadsText(n int) string {
+	if n <= 0 {
+		return fmt.Sprintf("the default (%d)", stoatflow.Defaults().Threads)
+	}
+	return strconv.Itoa(n)
 }
