@@ -138,7 +138,7 @@ func TestHAFailover(t *testing.T) {
 func TestHANetworkCut(t *testing.T) {
 	c := testenv.MoonMQ(t, 1)
 	w, pods := haPods(t, c.Bootstrap(), 3)
-	proxy := startCutProxy(t, c.Bootstrap())
+	proxy := testenv.StartCutProxy(t, c.Bootstrap())
 	cut := pods[0]
 	// The broker advertises the address the test dialled, so the cut
 	// pod's dialer maps it to the proxy for every connection.

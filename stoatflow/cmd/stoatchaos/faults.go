@@ -36,6 +36,8 @@ func (r *runner) inject(n int, s Step) (Fault, error) {
 		err = r.killStandby(&f, act, s)
 	case PauseActive:
 		err = r.pauseActive(&f, act, s)
+	case CutActive:
+		err = r.cutActive(&f, act, s)
 	case Switch:
 		err = r.switchActive(&f, act)
 	case Restart:
@@ -99,11 +101,24 @@ func (r *runner) pauseActive(f *Fault, act *pod, s Step) error {
 	if !r.ha() {
 		return r.zombie(f, act, s)
 	}
-	act.pause()
+	return r.isolate(f, act, s, "frozen", act.pause, act.resume)
+}
+
+func (r *runner) cutActive(f *Fault, act *pod, s Step) error {
+	f.Target, f.Takeover = act.id, true
+	return r.isolate(f, act, s, "cut off from the broker", act.cut, act.heal)
+}
+
+// isolate takes the active out of play (a pause, a network cut) for the
+// step's hold: a standby must take over, and the pod, back, must find it
+// cannot commit (the new active fenced it) and rebuild as a standby in
+// the same process.
+func (r *runner) isolate(f *Fault, act *pod, s Step, what string, out, back func()) error {
+	out()
 	t0 := time.Now()
 	next, took, err := r.waitActive(r.standbys(act), t0, takeoverWithin)
 	if err != nil {
-		act.resume()
+		back()
 		return err
 	}
 	f.To, f.Took = next.id, took
@@ -111,9 +126,7 @@ func (r *runner) pauseActive(f *Fault, act *pod, s Step) error {
 		time.Sleep(rest)
 	}
 	held := time.Since(t0)
-	act.resume()
-	// The resumed pod cannot commit (the new active fenced it): it must
-	// rebuild as a standby in the same process.
+	back()
 	deadline := time.Now().Add(takeoverWithin)
 	for {
 		if err := r.exits(); err != nil {
@@ -124,7 +137,7 @@ func (r *runner) pauseActive(f *Fault, act *pod, s Step) error {
 		}
 		if time.Now().After(deadline) {
 			st, _ := act.status()
-			return anomalyf("%s, resumed after %v frozen, did not become a standby within %v (%+v):\n%s", act.id, held.Round(time.Millisecond), takeoverWithin, st, act.tail(20))
+			return anomalyf("%s, back after %v %s, did not become a standby within %v (%+v):\n%s", act.id, held.Round(time.Millisecond), what, takeoverWithin, st, act.tail(20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -133,9 +146,9 @@ func (r *runner) pauseActive(f *Fault, act *pod, s Step) error {
 		return err
 	}
 	if after != next {
-		return anomalyf("%s is active after the frozen %s came back, want %s (who took over)", after.id, act.id, next.id)
+		return anomalyf("%s is active after %s came back (%s), want %s (who took over)", after.id, act.id, what, next.id)
 	}
-	f.Detail = fmt.Sprintf("frozen %v; resumed as a standby in place", held.Round(time.Millisecond))
+	f.Detail = fmt.Sprintf("%s %v; back as a standby in place", what, held.Round(time.Millisecond))
 	return nil
 }
 

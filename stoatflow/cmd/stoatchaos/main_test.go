@@ -45,7 +45,7 @@ func TestPlanIsSeeded(t *testing.T) {
 	if _, err := parseKinds("switch", 1, 1); err == nil {
 		t.Error("switch accepted with one pod")
 	}
-	if ks, err := parseKinds("-switch,-crashpoint", 3, 1); err != nil || len(ks) != 4 {
+	if ks, err := parseKinds("-switch,-crashpoint", 3, 1); err != nil || len(ks) != 5 {
 		t.Errorf("exclusions: %v %v", ks, err)
 	}
 }

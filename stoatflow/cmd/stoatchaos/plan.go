@@ -27,6 +27,12 @@ const (
 	// starts from a second state directory while the instance is frozen
 	// (it fences it), and the resumed zombie must exit with status 3.
 	PauseActive Kind = "pause-active"
+	// CutActive: the network between the active and the broker stalls
+	// (every pod dials the broker through its own proxy), while the
+	// standbys still reach it; healed after the hold. A standby must take
+	// over, and the healed pod find itself fenced and rebuild as a
+	// standby in place.
+	CutActive Kind = "cut-active"
 	// Switch: POST /ha/switch to the active; a caught-up standby takes
 	// over and the old active becomes a standby in the same process.
 	Switch Kind = "switch"
@@ -45,12 +51,12 @@ const (
 )
 
 // AllKinds lists every fault kind.
-var AllKinds = []Kind{KillActive, KillStandby, PauseActive, Switch, Restart, KillBrokerLeader, CrashPoint}
+var AllKinds = []Kind{KillActive, KillStandby, PauseActive, CutActive, Switch, Restart, KillBrokerLeader, CrashPoint}
 
 // applicable reports why kind cannot run with pods and replicas, or "".
 func applicable(k Kind, pods, replicas int) string {
 	switch k {
-	case KillStandby, Switch:
+	case KillStandby, Switch, CutActive:
 		if pods < 2 {
 			return "needs --pods 2 or more (a standby)"
 		}
@@ -152,7 +158,7 @@ type Step struct {
 func (s Step) String() string {
 	d := fmt.Sprintf("%s gap=%v pick=%.2f", s.Kind, s.Gap, s.Pick)
 	switch s.Kind {
-	case PauseActive, KillBrokerLeader:
+	case PauseActive, CutActive, KillBrokerLeader:
 		d += fmt.Sprintf(" hold=%v", s.Hold)
 	case CrashPoint:
 		d += fmt.Sprintf(" point=%s@%d", s.Point, s.Nth)

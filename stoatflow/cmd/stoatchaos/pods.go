@@ -31,6 +31,9 @@ type pod struct {
 	// die at a crash point); any other exit is an anomaly.
 	expectExit bool
 	paused     bool
+	// proxies carry every connection of the pod to the brokers, one per
+	// broker address, when the run has cut-active faults.
+	proxies []*testenv.CutProxy
 }
 
 // checkpointRecords makes checkpoints frequent, so that dying in the
@@ -52,11 +55,36 @@ func (p *pod) start(extra ...string) {
 		env = append(env, "STOATFLOW__HA__MODE=active-standby", "STOATFLOW__HA__POD_ID="+p.id,
 			fmt.Sprintf("STOATFLOW__HA__DESIRED_STANDBYS=%d", n-1), fmt.Sprintf("STOATFLOW__HA__MAX_STANDBYS=%d", n))
 	}
+	if r.cutsNetwork() {
+		if p.proxies == nil {
+			for _, a := range r.cluster.Addrs() {
+				p.proxies = append(p.proxies, testenv.StartCutProxy(r.tb, a))
+			}
+		}
+		var via []string
+		for i, a := range r.cluster.Addrs() {
+			via = append(via, a+"="+p.proxies[i].Addr())
+		}
+		env = append(env, "STOATFLOW_TEST_BROKER_VIA="+strings.Join(via, ","))
+	}
 	p.runs++
 	r.tb.name(fmt.Sprintf("%s-run%03d", p.id, p.runs))
 	p.proc = testenv.StartProcess(r.tb, r.bin, []string{"--partitions", "3"}, append(env, extra...))
 	p.logDir = r.tb.lastDir()
 	p.expectExit, p.paused = false, false
+}
+
+// cut stalls the pod's network to every broker; heal lets it through.
+func (p *pod) cut() {
+	for _, x := range p.proxies {
+		x.Cut()
+	}
+}
+
+func (p *pod) heal() {
+	for _, x := range p.proxies {
+		x.Heal()
+	}
 }
 
 func (p *pod) running() bool { return p.proc != nil && !p.proc.Exited() }

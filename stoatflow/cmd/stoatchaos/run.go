@@ -770,3 +770,14 @@ func (r *Result) Summary() string {
 	}
 	return s
 }
+
+// cutsNetwork reports whether the run has cut-active faults, for which
+// every pod dials the brokers through proxies of its own.
+func (r *runner) cutsNetwork() bool {
+	for _, k := range r.cfg.Faults {
+		if k == CutActive {
+			return true
+		}
+	}
+	return false
+}

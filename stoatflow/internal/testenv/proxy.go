@@ -1,17 +1,16 @@
-package test
+package testenv
 
 import (
 	"net"
 	"sync"
-	"testing"
 )
 
-// cutProxy forwards TCP connections to one address until it is cut. A
+// CutProxy forwards TCP connections to one address until it is cut. A
 // cut stalls every byte in both directions, on open connections and new
 // ones alike, without closing anything: the peers see what a partitioned
 // network shows them, silence, and find out only by their own timeouts.
 // Heal lets the stalled bytes through.
-type cutProxy struct {
+type CutProxy struct {
 	ln     net.Listener
 	target string
 
@@ -21,13 +20,16 @@ type cutProxy struct {
 	wg    sync.WaitGroup
 }
 
-func startCutProxy(t *testing.T, target string) *cutProxy {
+// StartCutProxy listens on a free loopback port and forwards to target
+// until the test ends. A pod dials through it when started with
+// STOATFLOW_TEST_BROKER_VIA=<target>=<Addr()> (crashpoint.BrokerVia).
+func StartCutProxy(t TB, target string) *CutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("testenv: proxy: %v", err)
 	}
-	p := &cutProxy{ln: ln, target: target, open: make(chan struct{})}
+	p := &CutProxy{ln: ln, target: target, open: make(chan struct{})}
 	close(p.open)
 	p.wg.Add(1)
 	go p.accept()
@@ -44,10 +46,10 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 	return p
 }
 
-func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+func (p *CutProxy) Addr() string { return p.ln.Addr().String() }
 
 // Cut stops the flow; Heal resumes it.
-func (p *cutProxy) Cut() {
+func (p *CutProxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -57,7 +59,7 @@ func (p *cutProxy) Cut() {
 	}
 }
 
-func (p *cutProxy) Heal() {
+func (p *CutProxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -67,13 +69,13 @@ func (p *cutProxy) Heal() {
 	}
 }
 
-func (p *cutProxy) gate() <-chan struct{} {
+func (p *CutProxy) gate() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.open
 }
 
-func (p *cutProxy) accept() {
+func (p *CutProxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -103,7 +105,7 @@ func (p *cutProxy) accept() {
 
 // pipe copies src to dst through the gate, and closes both when either
 // side ends.
-func (p *cutProxy) pipe(dst, src net.Conn) {
+func (p *CutProxy) pipe(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 64<<10)
