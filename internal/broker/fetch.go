@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/storage"
 )
@@ -16,7 +15,7 @@ const errFetchSessionIDNotFound int16 = 70
 
 // fetchTarget is a resolved partition of a fetch request.
 type fetchTarget struct {
-	p   *partition.Partition
+	p   *partition
 	req *kmsg.FetchRequestTopicPartition
 	out *kmsg.FetchResponseTopicPartition
 }
@@ -97,16 +96,46 @@ func anyError(ts []fetchTarget) bool {
 // MinBytes are there or the wait expires. An expired wait still answers,
 // with whatever there is (possibly nothing).
 func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, minBytes int, wait time.Duration, committedOnly bool) int {
-	parts := make([]*partition.Partition, len(targets))
+	parts := make([]*partition, len(targets))
 	for i, t := range targets {
 		parts[i] = t.p
 	}
 	n := 0
-	partition.WaitUntil(ctx, parts, wait, func() bool {
+	waitUntil(ctx, parts, wait, func() bool {
 		n = b.collect(targets, maxBytes, committedOnly)
 		return n >= minBytes || anyError(targets)
 	})
 	return n
+}
+
+// waitUntil calls done now and after every wake-up of one of parts (a high
+// watermark move) until it returns true, the timeout passes or ctx ends,
+// and reports whether done returned true. The waiter is registered before
+// the first call, so a wake-up between a check and the wait is not missed.
+func waitUntil(ctx context.Context, parts []*partition, timeout time.Duration, done func() bool) bool {
+	ch := make(chan struct{}, 1)
+	for _, p := range parts {
+		p.addWaiter(ch)
+	}
+	defer func() {
+		for _, p := range parts {
+			p.removeWaiter(ch)
+		}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		if done() {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // collect reads every target below its high watermark (read_committed:
@@ -116,8 +145,8 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 	total := 0
 	for _, t := range targets {
 		p, out := t.p, t.out
-		hw := p.HighWatermark()
-		lso := p.LSO(hw)
+		hw := p.hw.Load()
+		lso := p.lso(hw)
 		out.HighWatermark = hw
 		out.LastStableOffset = lso
 		out.AbortedTransactions = nil
@@ -125,14 +154,14 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		if committedOnly {
 			limit = lso
 		}
-		out.LogStartOffset = p.Log().StartOffset()
+		out.LogStartOffset = p.log.StartOffset()
 		out.RecordBatches = []byte{}
-		if p.Deleted() {
+		if p.deleted.Load() {
 			out.ErrorCode = errUnknownTopicOrPartition
 			continue
 		}
 		off := t.req.FetchOffset
-		if off < out.LogStartOffset || off > p.Log().EndOffset() {
+		if off < out.LogStartOffset || off > p.log.EndOffset() {
 			out.ErrorCode = errOffsetOutOfRange
 			continue
 		}
@@ -144,13 +173,13 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		if max <= 0 || max > remaining {
 			max = remaining
 		}
-		data, err := p.Log().Read(off, max, limit)
+		data, err := p.log.Read(off, max, limit)
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
 			out.ErrorCode = errOffsetOutOfRange
 			continue
 		}
 		if err != nil {
-			b.log.Error("read failed", "topic", p.Topic, "partition", p.Index, "offset", off, "err", err)
+			b.log.Error("read failed", "topic", p.topic, "partition", p.index, "offset", off, "err", err)
 			out.ErrorCode = errKafkaStorageError
 			continue
 		}
@@ -163,7 +192,7 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		out.RecordBatches = data
 		total += len(data)
 		if committedOnly && len(data) > 0 {
-			out.AbortedTransactions = abortedIn(p, off, lastOffsetIn(data)+1)
+			out.AbortedTransactions = p.abortedIn(off, lastOffsetIn(data)+1)
 		}
 	}
 	return total
@@ -183,11 +212,28 @@ func lastOffsetIn(data []byte) int64 {
 	return last
 }
 
-// abortedIn lists aborted transactions overlapping [from, to) of p for a
+// lso is the partition's last stable offset given its high watermark.
+func (p *partition) lso(hw int64) int64 {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	return p.txns.LSO(hw)
+}
+
+// trimAborted forgets aborted transactions wholly below the log start, so
+// the index (and its snapshot) does not grow forever.
+func (p *partition) trimAborted() {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	p.txns.TrimBelow(p.log.StartOffset())
+}
+
+// abortedIn lists aborted transactions overlapping [from, to) for a
 // read_committed answer.
-func abortedIn(p *partition.Partition, from, to int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+func (p *partition) abortedIn(from, to int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
 	var out []kmsg.FetchResponseTopicPartitionAbortedTransaction
-	for _, a := range p.AbortedIn(from, to) {
+	for _, a := range p.txns.AbortedIn(from, to) {
 		out = append(out, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 	}
 	return out
