@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,51 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
-
-// findModule walks up from the working directory to the directory whose
-// go.mod declares module.
-func findModule(module string) (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if goModModule(filepath.Join(dir, "go.mod")) == module {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no directory above the working directory has the go.mod of %s (run flowbench from stoatflow/bench)", module)
-		}
-		dir = parent
-	}
-}
-
-func goModModule(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && fs[0] == "module" {
-			return strings.Trim(fs[1], "\"`")
-		}
-	}
-	return ""
-}
-
-func run(dir string, name string, args ...string) error {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out)
-	}
-	return nil
-}
 
 // newer reports whether any file under the roots is newer than target (or
 // target is missing).
@@ -89,7 +45,7 @@ type broker struct {
 }
 
 func startBroker(bin, work string) (*broker, error) {
-	ports, err := freePorts(2)
+	ports, err := benchutil.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}

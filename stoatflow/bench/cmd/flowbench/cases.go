@@ -18,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
 
 // tpResult is one throughput case: N preloaded input records, from the
@@ -88,7 +90,7 @@ func (b *bench) throughput(mode, framework, guarantee, input string, n, expect i
 		if first.src == 0 {
 			if s, ok := a.p.firstProgress(); ok {
 				first = s
-				cpu0, bcpu0 = cpuSeconds(a.p.pid()), cpuSeconds(b.br.p.pid())
+				cpu0, bcpu0 = benchutil.CPUSeconds(a.p.pid()), benchutil.CPUSeconds(b.br.p.pid())
 				res.Startup = float64(first.ms-a.launched) / 1000
 			}
 		}
@@ -100,8 +102,8 @@ func (b *bench) throughput(mode, framework, guarantee, input string, n, expect i
 					ends.Each(func(o kadm.ListedOffset) { res.Output += max(o.Offset, 0) })
 				}
 			}
-			res.AppCPU = cpuSeconds(a.p.pid()) - cpu0
-			res.BrokerCPU = cpuSeconds(b.br.p.pid()) - bcpu0
+			res.AppCPU = benchutil.CPUSeconds(a.p.pid()) - cpu0
+			res.BrokerCPU = benchutil.CPUSeconds(b.br.p.pid()) - bcpu0
 			res.Seconds = float64(done-first.ms) / 1000
 			res.Rate = float64(n) / res.Seconds
 			t10, t90 := a.p.crossing(expect/10), a.p.crossing(expect*9/10)
@@ -231,7 +233,7 @@ func (b *bench) latency(framework, guarantee string, rate float64) (res latResul
 	var sent int64
 	tick := time.NewTicker(2 * time.Millisecond)
 	lastLog := time.Now()
-	cpu0 := cpuSeconds(a.p.pid())
+	cpu0 := benchutil.CPUSeconds(a.p.pid())
 	for now := range tick.C {
 		el := now.Sub(pstart)
 		if el >= total {
@@ -273,7 +275,7 @@ func (b *bench) latency(framework, guarantee string, rate float64) (res latResul
 		progressf("[%s] waiting for the app to commit the paced input (%s)", label, c.why)
 		time.Sleep(time.Second)
 	}
-	res.AppCPU = cpuSeconds(a.p.pid()) - cpu0
+	res.AppCPU = benchutil.CPUSeconds(a.p.pid()) - cpu0
 	for i := 0; i < 100; i++ {
 		mu.Lock()
 		idle := !lastRecv.IsZero() && time.Since(lastRecv) > 1500*time.Millisecond
@@ -369,7 +371,7 @@ func (b *bench) restore(framework, input string, n, bytes int64) (res restoreRes
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	res.AppCPU = cpuSeconds(a.p.pid())
+	res.AppCPU = benchutil.CPUSeconds(a.p.pid())
 	switch framework {
 	case fwStoatFlow:
 		// The readiness endpoint must agree with the READY line.

@@ -36,6 +36,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
 
 type options struct {
@@ -162,12 +164,12 @@ func human(n int64) string {
 }
 
 func (b *bench) build() error {
-	benchDir, err := findModule("github.com/moonmq/moonmq/stoatflow/bench")
+	benchDir, err := benchutil.FindModule("github.com/moonmq/moonmq/stoatflow/bench", "flowbench")
 	if err != nil {
 		return err
 	}
 	repo := filepath.Dir(filepath.Dir(benchDir))
-	if goModModule(filepath.Join(repo, "go.mod")) != "github.com/moonmq/moonmq" {
+	if benchutil.ModulePath(filepath.Join(repo, "go.mod")) != "github.com/moonmq/moonmq" {
 		return fmt.Errorf("%s is not the moonmq repository", repo)
 	}
 	bin := filepath.Join(b.work, "bin")
@@ -176,7 +178,7 @@ func (b *bench) build() error {
 	if b.bins.moonmq == "" {
 		progressf("[build] moonmq (go build ./cmd/moonmq in %s)", repo)
 		b.bins.moonmq = filepath.Join(bin, "moonmq")
-		if err := run(repo, "go", "build", "-o", b.bins.moonmq, "./cmd/moonmq"); err != nil {
+		if err := benchutil.Run(repo, "go", "build", "-o", b.bins.moonmq, "./cmd/moonmq"); err != nil {
 			return err
 		}
 	}
@@ -184,14 +186,14 @@ func (b *bench) build() error {
 	if b.bins.flowapp == "" {
 		progressf("[build] flowapp")
 		b.bins.flowapp = filepath.Join(bin, "flowapp")
-		if err := run(benchDir, "go", "build", "-o", b.bins.flowapp, "./cmd/flowapp"); err != nil {
+		if err := benchutil.Run(benchDir, "go", "build", "-o", b.bins.flowapp, "./cmd/flowapp"); err != nil {
 			return err
 		}
 	}
 	b.bins.gokaapp = filepath.Join(bin, "gokaapp")
 	if !b.opt.skip["goka"] {
 		progressf("[build] gokaapp")
-		if err := run(benchDir, "go", "build", "-o", b.bins.gokaapp, "./cmd/gokaapp"); err != nil {
+		if err := benchutil.Run(benchDir, "go", "build", "-o", b.bins.gokaapp, "./cmd/gokaapp"); err != nil {
 			return err
 		}
 	}
@@ -201,7 +203,7 @@ func (b *bench) build() error {
 		class := filepath.Join(ks, "target", "classes", "io", "moonmq", "flowbench", "KsApp.class")
 		if newer(class, filepath.Join(ks, "src"), filepath.Join(ks, "pom.xml")) || newer(cpFile, filepath.Join(ks, "pom.xml")) {
 			progressf("[build] kstreams (mvn -q -B package in %s)", ks)
-			if err := run(ks, "mvn", "-q", "-B", "package"); err != nil {
+			if err := benchutil.Run(ks, "mvn", "-q", "-B", "package"); err != nil {
 				return err
 			}
 		}
@@ -258,7 +260,7 @@ func (b *bench) run() error {
 	var err error
 	b.runID = "fb" + time.Now().Format("150405")
 	if b.opt.results == "" {
-		dir, err := findModule("github.com/moonmq/moonmq/stoatflow/bench")
+		dir, err := benchutil.FindModule("github.com/moonmq/moonmq/stoatflow/bench", "flowbench")
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
 
 // proc is one program flowbench runs: a broker or an application under
@@ -227,52 +228,8 @@ func (p *proc) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// cpuSeconds is the user+system CPU time of pid so far (all threads), from
-// /proc/<pid>/stat; 0 when the process is gone.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	// The command name is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	// Fields after the name start at field 3 (state): utime is field 14,
-	// stime 15.
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ is 100 on Linux
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
-}
-
 func freePort() int {
-	p, err := freePorts(1)
+	p, err := benchutil.FreePorts(1)
 	if err != nil {
 		return 0
 	}

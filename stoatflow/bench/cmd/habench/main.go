@@ -40,6 +40,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
 
 type options struct {
@@ -215,20 +217,20 @@ func loadAvg() string {
 }
 
 func (b *bench) build() error {
-	benchDir, err := findModule("github.com/moonmq/moonmq/stoatflow/bench")
+	benchDir, err := benchutil.FindModule("github.com/moonmq/moonmq/stoatflow/bench", "habench")
 	if err != nil {
 		return err
 	}
 	flowDir := filepath.Dir(benchDir)
 	repo := filepath.Dir(flowDir)
-	if goModModule(filepath.Join(repo, "go.mod")) != "github.com/moonmq/moonmq" {
+	if benchutil.ModulePath(filepath.Join(repo, "go.mod")) != "github.com/moonmq/moonmq" {
 		return fmt.Errorf("%s is not the moonmq repository", repo)
 	}
 	b.bins.moonmq = b.opt.moonmq
 	if b.bins.moonmq == "" {
 		b.bins.moonmq = "/tmp/habench-moonmq"
 		progressf("[build] go build -o %s ./cmd/moonmq (in %s)", b.bins.moonmq, repo)
-		if err := runCmd(repo, "go", "build", "-o", b.bins.moonmq, "./cmd/moonmq"); err != nil {
+		if err := benchutil.Run(repo, "go", "build", "-o", b.bins.moonmq, "./cmd/moonmq"); err != nil {
 			return err
 		}
 	}
@@ -236,14 +238,14 @@ func (b *bench) build() error {
 	if b.bins.wordcount == "" {
 		b.bins.wordcount = "/tmp/habench-wordcount"
 		progressf("[build] go build -o %s ./examples/wordcount (in %s)", b.bins.wordcount, flowDir)
-		if err := runCmd(flowDir, "go", "build", "-o", b.bins.wordcount, "./examples/wordcount"); err != nil {
+		if err := benchutil.Run(flowDir, "go", "build", "-o", b.bins.wordcount, "./examples/wordcount"); err != nil {
 			return err
 		}
 	}
 	if !b.opt.skip["kstreams"] {
 		ks := filepath.Join(benchDir, "kstreams-ha")
 		progressf("[build] mvn -q -B package (in %s)", ks)
-		if err := runCmd(ks, "mvn", "-q", "-B", "package"); err != nil {
+		if err := benchutil.Run(ks, "mvn", "-q", "-B", "package"); err != nil {
 			return err
 		}
 		cp, err := os.ReadFile(filepath.Join(ks, "target", "classpath.txt"))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
 
 // proc is one program habench runs: the broker, a word-count pod or a
@@ -157,104 +158,6 @@ func (p *proc) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// cpuSeconds is the user+system CPU time of pid so far, from
-// /proc/<pid>/stat; 0 when the process is gone.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	var ut, st float64
-	fmt.Sscan(f[11], &ut)
-	fmt.Sscan(f[12], &st)
-	return (ut + st) / 100
-}
-
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
-}
-
-// dirBytes is the size of the regular files under dir.
-func dirBytes(dir string) int64 {
-	var n int64
-	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
-		}
-		return nil
-	})
-	return n
-}
-
-// runCmd runs a build step, its output shown only when it fails.
-func runCmd(dir, name string, args ...string) error {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out)
-	}
-	return nil
-}
-
-// findModule walks up from the working directory to the directory whose
-// go.mod declares module.
-func findModule(module string) (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if goModModule(filepath.Join(dir, "go.mod")) == module {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no directory above the working directory has the go.mod of %s (run habench from stoatflow/bench)", module)
-		}
-		dir = parent
-	}
-}
-
-func goModModule(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && fs[0] == "module" {
-			return strings.Trim(fs[1], "\"`")
-		}
-	}
-	return ""
-}
-
 // broker is the single-node moonmq every phase runs against.
 type broker struct {
 	p       *proc
@@ -263,7 +166,7 @@ type broker struct {
 }
 
 func startBroker(bin, work, logDir string) (*broker, error) {
-	ports, err := freePorts(2)
+	ports, err := benchutil.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/stoatflow/bench/internal/benchutil"
 )
 
 // pod is one word-count pod: a state directory, an HTTP port and a pod id
@@ -72,7 +74,7 @@ type stoat struct {
 
 func (b *bench) newStoat() (*stoat, error) {
 	s := &stoat{b: b, app: "habench-wc", rng: rand.New(rand.NewPCG(b.opt.seed, 11)), notes: &b.res.Notes}
-	ports, err := freePorts(2)
+	ports, err := benchutil.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +406,7 @@ func (s *stoat) measure(store string, words, kv int64, kills, switches int) (r s
 func (s *stoat) sizes() (store, changelog int64) {
 	for _, p := range s.pods {
 		if st, ok := p.status(); ok && st.Role == "ACTIVE" {
-			store = dirBytes(p.dir)
+			store = benchutil.DirBytes(p.dir)
 		}
 	}
 	return store, s.b.br.topicBytes(s.app + "-counts-changelog")
