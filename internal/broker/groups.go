@@ -98,8 +98,9 @@ func (b *Broker) handleOffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response,
 	if len(writes) == 0 {
 		return resp, nil
 	}
+	write := b.startOffsetWrite(writes)
 	return nil, func(ctx context.Context) kmsg.Response {
-		if err := b.writeOffsets(ctx, writes); err != nil {
+		if err := write(ctx); err != nil {
 			b.log.Error("offset commit failed", "group", r.Group, "err", err)
 			code := coordinatorCode(err)
 			for _, s := range slots {
@@ -234,8 +235,9 @@ func (b *Broker) handleOffsetDelete(r *kmsg.OffsetDeleteRequest) (kmsg.Response,
 		}
 		return resp, nil
 	}
+	write := b.startOffsetWrite(writes)
 	return nil, func(ctx context.Context) kmsg.Response {
-		if err := b.writeOffsets(ctx, writes); err != nil {
+		if err := write(ctx); err != nil {
 			b.log.Error("offset delete failed", "group", r.Group, "err", err)
 			resp.ErrorCode = errKafkaStorageError
 		}
@@ -268,8 +270,9 @@ func (b *Broker) handleDeleteGroups(r *kmsg.DeleteGroupsRequest) (kmsg.Response,
 	if len(writes) == 0 {
 		return resp, nil
 	}
+	write := b.startOffsetWrite(writes)
 	return nil, func(ctx context.Context) kmsg.Response {
-		if err := b.writeOffsets(ctx, writes); err != nil {
+		if err := write(ctx); err != nil {
 			b.log.Error("deleting group offsets failed", "err", err)
 			for i := range resp.Groups {
 				if resp.Groups[i].ErrorCode == 0 {

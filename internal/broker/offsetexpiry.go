@@ -96,7 +96,11 @@ func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, gro
 		// the tombstones may still become durable, and offsets that a
 		// restart would not bring back must not stay in memory (an
 		// expired offset deleted early is harmless).
-		if err := b.writeOffsetsGated(ctx, writes, true); err != nil {
+		a, err := b.appendOffsets(writes, true)
+		if err == nil {
+			err = a.wait(ctx)
+		}
+		if err != nil {
 			b.log.Error("offsets retention: writing tombstones failed; retrying at the next check", "offsets", len(writes), "err", err)
 			return 0, 0, err
 		}

@@ -374,21 +374,65 @@ func (b *Broker) waitOwn(ctx context.Context, p *partition, end int64) error {
 // writeOffsets appends commits to __consumer_offsets, waits until they are
 // durable, then applies them to memory.
 func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
-	b.offsets.writes.RLock()
-	defer b.offsets.writes.RUnlock()
-	return b.writeOffsetsGated(ctx, writes, false)
+	return b.startOffsetWrite(writes)(ctx)
 }
 
-// writeOffsetsGated is writeOffsets for a caller that holds
-// b.offsets.writes. With applyFirst the writes are applied to memory once
-// appended, before the wait, whatever it brings.
-func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite, applyFirst bool) error {
-	if len(writes) == 0 {
+// startOffsetWrite appends writes now, in the caller's goroutine, and
+// returns the wait that makes them durable and then applies them to memory.
+// A request handler calls it before it returns, so that commits pipelined
+// on one connection reach the log in the order they were sent: Kafka
+// handles a connection's requests one at a time, and sarama sends a commit
+// from each partition's goroutine without waiting for the last one. Were
+// the appends made by the waits, which run side by side, an older commit
+// could land after a newer one and win. The returned function must be
+// called exactly once: it holds b.offsets.writes shared until it returns.
+func (b *Broker) startOffsetWrite(writes []offsetWrite) func(context.Context) error {
+	b.offsets.writes.RLock()
+	a, err := b.appendOffsets(writes, false)
+	if err != nil {
+		b.offsets.writes.RUnlock()
+		return func(context.Context) error { return err }
+	}
+	return func(ctx context.Context) error {
+		defer b.offsets.writes.RUnlock()
+		return a.wait(ctx)
+	}
+}
+
+// offsetAppend is offset writes in the log that wait to become durable.
+type offsetAppend struct {
+	b       *Broker
+	p       *partition
+	end     int64
+	applied bool
+	apply   func()
+}
+
+// wait waits until the writes are durable, then applies them to memory
+// unless they were applied at the append.
+func (a offsetAppend) wait(ctx context.Context) error {
+	if a.p == nil {
 		return nil
+	}
+	if err := a.b.waitOwn(ctx, a.p, a.end); err != nil {
+		return err
+	}
+	if !a.applied {
+		a.apply()
+	}
+	return nil
+}
+
+// appendOffsets appends writes to __consumer_offsets for a caller that
+// holds b.offsets.writes. With applyFirst the writes are applied to memory
+// at once, before the wait, whatever it brings.
+func (b *Broker) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetAppend, error) {
+	if len(writes) == 0 {
+		return offsetAppend{}, nil
 	}
 	p, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"})
 	if err != nil {
-		return err
+		return offsetAppend{}, err
 	}
 	now := time.Now()
 	recs := make([]recordbatch.Record, len(writes))
@@ -397,11 +441,11 @@ func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite, ap
 	}
 	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
 	if err != nil {
-		return err
+		return offsetAppend{}, err
 	}
 	end, err := b.appendOwn(p, batch)
 	if err != nil {
-		return err
+		return offsetAppend{}, err
 	}
 	apply := func() {
 		base := end - int64(len(writes))
@@ -414,13 +458,7 @@ func (b *Broker) writeOffsetsGated(ctx context.Context, writes []offsetWrite, ap
 	if applyFirst {
 		apply()
 	}
-	if err := b.waitOwn(ctx, p, end); err != nil {
-		return err
-	}
-	if !applyFirst {
-		apply()
-	}
-	return nil
+	return offsetAppend{b: b, p: p, end: end, applied: applyFirst, apply: apply}, nil
 }
 
 // appendOwn appends a batch the broker wrote itself (internal-topic records,
