@@ -7,11 +7,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
 )
 
 // partitionOf resolves a topic and partition for the admin handlers.
-func (b *Broker) partitionOf(name string, index int32) (*partition, int16) {
+func (b *Broker) partitionOf(name string, index int32) (*partition.Partition, int16) {
 	t := b.lookup(name)
 	if t == nil || index < 0 || int(index) >= len(t.partitions) {
 		return nil, errUnknownTopicOrPartition
@@ -46,14 +47,14 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 				out.Partitions = append(out.Partitions, op)
 				continue
 			}
-			hw := p.hw.Load()
+			hw := p.HighWatermark()
 			// KIP-207: a new leader whose high watermark has not yet
 			// reached its log end as of its promotion would answer a
 			// "latest" below what the previous leader answered.
 			lagging := b.hwBehindEpochStart(p)
 			if r.IsolationLevel == 1 {
 				// read_committed sees up to the last stable offset.
-				hw = p.lso(hw)
+				hw = p.LSO(hw)
 			}
 			switch ts := rp.Timestamp; ts {
 			case -1: // latest
@@ -62,10 +63,10 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 					op.ErrorCode, op.Offset = errOffsetNotAvailable, -1
 				}
 			case -2: // earliest
-				op.Offset = p.log.StartOffset()
+				op.Offset = p.Log().StartOffset()
 			case -3: // the record with the largest timestamp (KIP-734)
 				op.Offset, op.Timestamp = -1, -1
-				if off, mts, ok, err := p.log.MaxTimestamp(); err == nil && ok && off < hw {
+				if off, mts, ok, err := p.Log().MaxTimestamp(); err == nil && ok && off < hw {
 					op.Offset, op.Timestamp = off, mts
 				}
 			default:
@@ -73,7 +74,7 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 					op.ErrorCode = errInvalidRequest
 					break
 				}
-				off, found, ok, err := p.log.OffsetForTimestamp(ts)
+				off, found, ok, err := p.Log().OffsetForTimestamp(ts)
 				switch {
 				case err != nil:
 					b.log.Error("timestamp lookup failed", "topic", rt.Topic, "partition", rp.Partition, "err", err)
@@ -254,10 +255,10 @@ func (b *Broker) handleCreatePartitions(r *kmsg.CreatePartitionsRequest) kmsg.Re
 // addPartitionsLocked grows t to count partitions and installs the new
 // snapshot. The caller holds b.mu.
 func (b *Broker) addPartitionsLocked(t *topic, count int) error {
-	parts := append([]*partition(nil), t.partitions...)
+	parts := append([]*partition.Partition(nil), t.partitions...)
 	closeNew := func() {
 		for _, p := range parts[len(t.partitions):] {
-			p.log.Close()
+			p.Close()
 		}
 	}
 	for i := len(parts); i < count; i++ {
@@ -299,7 +300,7 @@ func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response
 				out.Partitions = append(out.Partitions, op)
 				continue
 			}
-			hw := p.hw.Load()
+			hw := p.HighWatermark()
 			off := rp.Offset
 			if off == -1 {
 				off = hw
@@ -309,7 +310,7 @@ func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response
 				out.Partitions = append(out.Partitions, op)
 				continue
 			}
-			start, err := p.log.DeleteRecords(off)
+			start, err := p.Log().DeleteRecords(off)
 			if errors.Is(err, storage.ErrOffsetOutOfRange) {
 				op.ErrorCode = errOffsetOutOfRange
 			} else if err != nil {
@@ -317,7 +318,7 @@ func (b *Broker) handleDeleteRecords(r *kmsg.DeleteRecordsRequest) kmsg.Response
 				op.ErrorCode = errKafkaStorageError
 			} else {
 				op.LowWatermark = start
-				p.trimAborted()
+				p.TrimAborted()
 			}
 			out.Partitions = append(out.Partitions, op)
 		}
@@ -341,7 +342,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest)
 			if code != 0 {
 				op.ErrorCode = code
 			} else {
-				op.LeaderEpoch, op.EndOffset = p.log.EndOffsetForEpoch(rp.LeaderEpoch)
+				op.LeaderEpoch, op.EndOffset = p.Log().EndOffsetForEpoch(rp.LeaderEpoch)
 				// The current epoch ends at the log end, whose records
 				// above the high watermark could still be taken back: a
 				// consumer is told the high watermark. An older epoch's
@@ -350,7 +351,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest)
 				// lags right after a failover, made consumers that had
 				// read up to the old leader's high watermark see a false
 				// truncation and read records again.
-				if hw := p.hw.Load(); op.LeaderEpoch == b.epoch.Load() && op.EndOffset > hw {
+				if hw := p.HighWatermark(); op.LeaderEpoch == b.epoch.Load() && op.EndOffset > hw {
 					op.EndOffset = hw
 				}
 			}
@@ -470,7 +471,7 @@ func (b *Broker) alterTopicConfigs(name string, edit func(map[string]string) err
 	b.topics[nt.name], b.byID[nt.id] = &nt, &nt
 	opts := b.storageOptions(&nt)
 	for _, p := range nt.partitions {
-		p.log.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
+		p.Log().Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
 	}
 	b.log.Info("altered topic configs", "topic", name, "configs", next)
 	return 0, ""

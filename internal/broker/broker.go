@@ -1,11 +1,11 @@
 // Package broker owns the single-node Kafka broker: the topic registry and
-// its on-disk metadata, the request handlers for every advertised API, the
-// group-commit flusher that turns appends into durable, visible records,
-// and the client listener.
+// its on-disk metadata, the request handlers for every advertised API,
+// replication's broker side, and the client listener.
 //
 // It may not parse frames or record batches itself (internal/protocol and
-// internal/recordbatch do), and it touches partition data only through
-// internal/storage.
+// internal/recordbatch do). It appends to a partition, and moves or waits
+// for its high watermark, only through internal/partition, which owns that
+// state; it reads partition data through the partition's storage.Log.
 package broker
 
 import (
@@ -25,9 +25,8 @@ import (
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/group"
-	"github.com/moonmq/moonmq/internal/producer"
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
-	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -56,7 +55,7 @@ type Broker struct {
 	// before catching up with a leader (raftgroup.Config.LogDamaged).
 	logDamaged atomic.Bool
 
-	flush *flusher
+	flush *partition.Flusher
 	stats *Stats
 
 	// repl is the replication group this broker is part of, nil on a
@@ -93,46 +92,14 @@ type Broker struct {
 
 // topic is an immutable snapshot of a topic: a change (new partitions, new
 // configs) installs a new snapshot in the registry, so handlers may hold one
-// without the broker lock. Snapshots share their *partition values.
+// without the broker lock. Snapshots share their *partition.Partition values.
 type topic struct {
 	name       string
 	id         [16]byte
 	dir        string
 	overrides  map[string]string
 	settings   topicSettings
-	partitions []*partition
-}
-
-// partition is one partition's log and the state that makes records visible.
-type partition struct {
-	topic   string
-	topicID [16]byte
-	index   int32
-	log     *storage.Log
-
-	// appendMu serialises appends so the offsets a produce gets match the
-	// order its batches reach the log.
-	appendMu sync.Mutex
-
-	// producers is the idempotent producers' state, guarded by appendMu.
-	producers *producer.State
-	// txns tracks open and aborted transactions (LSO, aborted index).
-	// Appends change it under appendMu and txnMu; fetches read it under
-	// txnMu only, so they never wait for an append.
-	txnMu sync.Mutex
-	txns  *txn.Partition
-
-	// hw is the high watermark: the durable log end. Consumers only see
-	// records below it, so a crash can never take back a record that was
-	// read.
-	hw atomic.Int64
-
-	// deleted is set when the topic is deleted, so the flusher does not
-	// mistake the closed log's error for a failed fsync.
-	deleted atomic.Bool
-
-	waitMu  sync.Mutex
-	waiters map[chan struct{}]struct{}
+	partitions []*partition.Partition
 }
 
 // topicMeta is the on-disk description of a topic (topic.json).
@@ -213,7 +180,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	// The flusher runs first: recovering transactions writes markers and
 	// waits for them to be durable.
 	b.wg.Add(1)
-	go func() { defer b.wg.Done(); b.flush.run(ctx) }()
+	go func() { defer b.wg.Done(); b.flush.Run(ctx) }()
 	fail := func(err error) (*Broker, error) {
 		cancel()
 		b.wg.Wait()
@@ -369,7 +336,7 @@ func (b *Broker) storageOptions(t *topic) storage.Options {
 	}
 }
 
-func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
+func (b *Broker) openPartition(t *topic, index int32) (*partition.Partition, error) {
 	dir := filepath.Join(t.dir, fmt.Sprint(index))
 	l, err := storage.Open(dir, b.storageOptions(t))
 	if err != nil {
@@ -380,25 +347,19 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition, error) {
 		b.log.Error("partition log lost data that had been durable; a replica will not stand for election before catching up with a leader",
 			"topic", t.name, "partition", index, "reason", r.Reason, "log_end", r.LostFrom, "dropped_bytes", r.DroppedBytes)
 	}
-	p := &partition{topic: t.name, topicID: t.id, index: index, log: l, waiters: map[chan struct{}]struct{}{}}
-	// Everything recovered from disk was on disk; fsync it once so that the
-	// high watermark never covers bytes a second crash could lose.
-	durable, err := l.Sync()
-	if err != nil {
-		l.Close()
-		return nil, fmt.Errorf("sync partition %s/%d: %w", t.name, index, err)
-	}
-	p.hw.Store(durable)
-	if b.repl != nil && b.repl.failover {
+	p, err := partition.New(partition.Config{
+		Topic: t.name, TopicID: t.id, Index: index, Log: l,
+		Policy: b.commitPolicy(), Fence: brokerFence{b}, Flusher: b.flush,
 		// In a failover group what is durable here is not necessarily
 		// committed: an unreplicated tail may still be truncated. The
 		// high watermark comes only from the group (the leader's
-		// decision, or LeaderPosition on a follower).
-		p.hw.Store(l.StartOffset())
-	}
-	if err := b.loadProducerState(p); err != nil {
+		// decision, or the leader's on a follower).
+		UncommittedTail: b.repl != nil && b.repl.failover,
+		FS:              b.fs, Logger: b.log,
+	})
+	if err != nil {
 		l.Close()
-		return nil, fmt.Errorf("rebuild producer state of %s/%d: %w", t.name, index, err)
+		return nil, err
 	}
 	if b.repl != nil {
 		b.repl.track(p)
@@ -426,7 +387,7 @@ func (b *Broker) createTopicWithIDLocked(name string, id [16]byte, n int, overri
 		p, err := b.openPartition(t, int32(i))
 		if err != nil {
 			for _, p := range t.partitions {
-				p.log.Close()
+				p.Close()
 			}
 			_ = b.fs.RemoveAll(t.dir)
 			return nil, err
@@ -435,7 +396,7 @@ func (b *Broker) createTopicWithIDLocked(name string, id [16]byte, n int, overri
 	}
 	if err := b.saveTopic(t); err != nil {
 		for _, p := range t.partitions {
-			p.log.Close()
+			p.Close()
 		}
 		_ = b.fs.RemoveAll(t.dir)
 		return nil, err
@@ -463,9 +424,7 @@ func (b *Broker) deleteTopicLocked(t *topic) error {
 	delete(b.topics, t.name)
 	delete(b.byID, t.id)
 	for _, p := range t.partitions {
-		p.deleted.Store(true)
-		p.log.Close()
-		p.wake()
+		p.Delete()
 		if b.repl != nil {
 			b.repl.forget(p)
 		}
@@ -581,14 +540,14 @@ func (b *Broker) EnforceRetention(now time.Time) {
 			b.compact(t, now)
 		}
 		for _, p := range t.partitions {
-			n, err := p.log.EnforceRetention(now)
+			n, err := p.Log().EnforceRetention(now)
 			if err != nil {
-				b.log.Error("retention failed", "topic", t.name, "partition", p.index, "err", err)
+				b.log.Error("retention failed", "topic", t.name, "partition", p.Index, "err", err)
 				continue
 			}
 			if n > 0 {
-				b.log.Info("retention removed segments", "topic", t.name, "partition", p.index, "segments", n, "log_start_offset", p.log.StartOffset())
-				p.trimAborted()
+				b.log.Info("retention removed segments", "topic", t.name, "partition", p.Index, "segments", n, "log_start_offset", p.Log().StartOffset())
+				p.TrimAborted()
 			}
 		}
 	}
@@ -599,19 +558,19 @@ func (b *Broker) EnforceRetention(now time.Time) {
 // atomically) and never touches the active segment.
 func (b *Broker) compact(t *topic, now time.Time) {
 	for _, p := range t.partitions {
-		st, err := p.log.Compact(now, storage.CompactOptions{
+		st, err := p.Log().Compact(now, storage.CompactOptions{
 			DeleteRetentionMs:  t.settings.deleteRetention,
 			MinCompactionLagMs: t.settings.minCompactLag,
 			// Only what can never be taken back decides what is
 			// superseded.
-			MaxOffset: p.hw.Load(),
+			MaxOffset: p.HighWatermark(),
 		})
 		if err != nil {
-			b.log.Error("compaction failed", "topic", t.name, "partition", p.index, "err", err)
+			b.log.Error("compaction failed", "topic", t.name, "partition", p.Index, "err", err)
 			continue
 		}
 		if st.SegmentsRewritten > 0 {
-			b.log.Info("compacted", "topic", t.name, "partition", p.index, "segments", st.SegmentsRewritten,
+			b.log.Info("compacted", "topic", t.name, "partition", p.Index, "segments", st.SegmentsRewritten,
 				"records_before", st.RecordsBefore, "records_after", st.RecordsAfter, "bytes_before", st.BytesBefore, "bytes_after", st.BytesAfter)
 		}
 	}
@@ -629,11 +588,11 @@ func (b *Broker) Close() error {
 	}
 	b.wg.Wait()
 	// A final sync: acks=1 data written just before shutdown is kept.
-	b.flush.syncAll()
+	b.flush.SyncAll()
 	b.checkpointRecoveryPoints()
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			b.saveProducerState(p)
+			p.SaveState()
 		}
 	}
 	b.closeLogs()
@@ -645,33 +604,9 @@ func (b *Broker) closeLogs() {
 	defer b.mu.Unlock()
 	for _, t := range b.topics {
 		for _, p := range t.partitions {
-			p.log.Close()
+			p.Close()
 		}
 	}
-}
-
-// wake tells long-polling fetches that the high watermark moved.
-func (p *partition) wake() {
-	p.waitMu.Lock()
-	for ch := range p.waiters {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	p.waitMu.Unlock()
-}
-
-func (p *partition) addWaiter(ch chan struct{}) {
-	p.waitMu.Lock()
-	p.waiters[ch] = struct{}{}
-	p.waitMu.Unlock()
-}
-
-func (p *partition) removeWaiter(ch chan struct{}) {
-	p.waitMu.Lock()
-	delete(p.waiters, ch)
-	p.waitMu.Unlock()
 }
 
 func validTopicName(name string) error {
@@ -729,8 +664,8 @@ func (b *Broker) recoveryPointLoop(ctx context.Context) {
 func (b *Broker) checkpointRecoveryPoints() {
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			if err := p.log.CheckpointRecoveryPoint(); err != nil && !errors.Is(err, storage.ErrClosed) {
-				b.log.Warn("checkpoint recovery point", "topic", t.name, "partition", p.index, "err", err)
+			if err := p.Log().CheckpointRecoveryPoint(); err != nil && !errors.Is(err, storage.ErrClosed) {
+				b.log.Warn("checkpoint recovery point", "topic", t.name, "partition", p.Index, "err", err)
 			}
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/protocol"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -84,19 +86,29 @@ func TestOffsetForLeaderEpochOlderEpochUnclamped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.log.Close()
-	tp.partitions = []*partition{p}
+	defer p.Close()
+	tp.partitions = []*partition.Partition{p}
 	b.topics["t"] = tp
 	for epoch := int32(1); epoch <= 2; epoch++ {
 		for i := 0; i < 5; i++ {
 			batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
-			if _, err := p.log.Append(batch, epoch); err != nil {
+			if _, err := p.Log().Append(batch, epoch); err != nil {
 				t.Fatal(err)
+			}
+			if epoch == 1 && i == 2 {
+				// The high watermark lags: it covers offsets 0-2 only,
+				// below the end of epoch 1 (offset 5).
+				if _, err := p.Log().Sync(); err != nil {
+					t.Fatal(err)
+				}
+				p.Recommit()
 			}
 		}
 	}
 	b.epoch.Store(2)
-	p.hw.Store(3) // lagging: below the end of epoch 1 (offset 5)
+	if hw := p.HighWatermark(); hw != 3 {
+		t.Fatalf("high watermark %d, want the lagging 3", hw)
+	}
 	ask := func(epoch int32) (int32, int64) {
 		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 		req.Version = 3
@@ -132,18 +144,17 @@ func TestWaitEndsWhenLeadershipEnds(t *testing.T) {
 	b := &Broker{cfg: cfg, nodeID: 1, log: slog.New(slog.DiscardHandler)}
 	b.repl = newReplica(b)
 	b.repl.active.Store(true)
-	p := &partition{topic: "t", waiters: map[chan struct{}]struct{}{}}
-	p.hw.Store(5)
+	p := committedPartition(t, b, 5)
 	done := make(chan *kmsg.ProduceResponseTopicPartition)
 	go func() {
 		res := &kmsg.ProduceResponseTopicPartition{}
-		b.waitDurable(t.Context(), []produceWait{{p: p, end: 10, result: res}}, 3*time.Second)
+		b.waitAcked(t.Context(), []produceWait{{p: p, end: 10, result: res}}, 3*time.Second)
 		done <- res
 	}()
 	b.repl.active.Store(false) // what stepDown does before it wakes everybody
 	var res *kmsg.ProduceResponseTopicPartition
 	for res == nil {
-		p.wake()
+		p.Wake()
 		select {
 		case res = <-done:
 		case <-time.After(10 * time.Millisecond):
@@ -172,15 +183,13 @@ func TestWaitNeverEndsInSuccessUnacknowledged(t *testing.T) {
 	for _, failover := range []bool{false, true} {
 		cfg := config.Default()
 		b := &Broker{cfg: cfg, nodeID: 1, log: slog.New(slog.DiscardHandler)}
-		wait := b.waitDurable
+		wait := b.waitAcked
 		if failover {
 			b.cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 1, Failover: config.Failover{Enabled: true}}
 			b.repl = newReplica(b)
 			b.repl.active.Store(true) // still leading
-			wait = b.waitReplicated
 		}
-		p := &partition{topic: "t", waiters: map[chan struct{}]struct{}{}}
-		p.hw.Store(5)
+		p := committedPartition(t, b, 5)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel() // the connection closed
 		res := &kmsg.ProduceResponseTopicPartition{}
@@ -195,6 +204,31 @@ func TestWaitNeverEndsInSuccessUnacknowledged(t *testing.T) {
 			t.Fatalf("failover=%v: a covered write answered %d", failover, res.ErrorCode)
 		}
 	}
+}
+
+// committedPartition is a partition of b holding n records, all of them
+// committed (its high watermark is n), under b's policy and fence.
+func committedPartition(t *testing.T, b *Broker, n int) *partition.Partition {
+	t.Helper()
+	l, err := storage.Open(t.TempDir(), storage.Options{RetentionMs: -1, RetentionBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+		if _, err := l.Append(batch, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := partition.New(partition.Config{Topic: "t", Log: l, Policy: b.commitPolicy(), Fence: brokerFence{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if p.HighWatermark() != int64(n) {
+		t.Fatalf("test partition's high watermark %d, want %d", p.HighWatermark(), n)
+	}
+	return p
 }
 
 // TestCoordinatorAnswersWhileNotServing: a replica that does not serve

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/storage"
 )
@@ -15,7 +16,7 @@ const errFetchSessionIDNotFound int16 = 70
 
 // fetchTarget is a resolved partition of a fetch request.
 type fetchTarget struct {
-	p   *partition
+	p   *partition.Partition
 	req *kmsg.FetchRequestTopicPartition
 	out *kmsg.FetchResponseTopicPartition
 }
@@ -96,46 +97,16 @@ func anyError(ts []fetchTarget) bool {
 // MinBytes are there or the wait expires. An expired wait still answers,
 // with whatever there is (possibly nothing).
 func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, minBytes int, wait time.Duration, committedOnly bool) int {
-	parts := make([]*partition, len(targets))
+	parts := make([]*partition.Partition, len(targets))
 	for i, t := range targets {
 		parts[i] = t.p
 	}
 	n := 0
-	waitUntil(ctx, parts, wait, func() bool {
+	partition.WaitUntil(ctx, parts, wait, func() bool {
 		n = b.collect(targets, maxBytes, committedOnly)
 		return n >= minBytes || anyError(targets)
 	})
 	return n
-}
-
-// waitUntil calls done now and after every wake-up of one of parts (a high
-// watermark move) until it returns true, the timeout passes or ctx ends,
-// and reports whether done returned true. The waiter is registered before
-// the first call, so a wake-up between a check and the wait is not missed.
-func waitUntil(ctx context.Context, parts []*partition, timeout time.Duration, done func() bool) bool {
-	ch := make(chan struct{}, 1)
-	for _, p := range parts {
-		p.addWaiter(ch)
-	}
-	defer func() {
-		for _, p := range parts {
-			p.removeWaiter(ch)
-		}
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		if done() {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
 }
 
 // collect reads every target below its high watermark (read_committed:
@@ -145,8 +116,8 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 	total := 0
 	for _, t := range targets {
 		p, out := t.p, t.out
-		hw := p.hw.Load()
-		lso := p.lso(hw)
+		hw := p.HighWatermark()
+		lso := p.LSO(hw)
 		out.HighWatermark = hw
 		out.LastStableOffset = lso
 		out.AbortedTransactions = nil
@@ -154,14 +125,14 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		if committedOnly {
 			limit = lso
 		}
-		out.LogStartOffset = p.log.StartOffset()
+		out.LogStartOffset = p.Log().StartOffset()
 		out.RecordBatches = []byte{}
-		if p.deleted.Load() {
+		if p.Deleted() {
 			out.ErrorCode = errUnknownTopicOrPartition
 			continue
 		}
 		off := t.req.FetchOffset
-		if off < out.LogStartOffset || off > p.log.EndOffset() {
+		if off < out.LogStartOffset || off > p.Log().EndOffset() {
 			out.ErrorCode = errOffsetOutOfRange
 			continue
 		}
@@ -173,13 +144,13 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		if max <= 0 || max > remaining {
 			max = remaining
 		}
-		data, err := p.log.Read(off, max, limit)
+		data, err := p.Log().Read(off, max, limit)
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
 			out.ErrorCode = errOffsetOutOfRange
 			continue
 		}
 		if err != nil {
-			b.log.Error("read failed", "topic", p.topic, "partition", p.index, "offset", off, "err", err)
+			b.log.Error("read failed", "topic", p.Topic, "partition", p.Index, "offset", off, "err", err)
 			out.ErrorCode = errKafkaStorageError
 			continue
 		}
@@ -192,7 +163,7 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		out.RecordBatches = data
 		total += len(data)
 		if committedOnly && len(data) > 0 {
-			out.AbortedTransactions = p.abortedIn(off, lastOffsetIn(data)+1)
+			out.AbortedTransactions = abortedIn(p, off, lastOffsetIn(data)+1)
 		}
 	}
 	return total
@@ -212,28 +183,11 @@ func lastOffsetIn(data []byte) int64 {
 	return last
 }
 
-// lso is the partition's last stable offset given its high watermark.
-func (p *partition) lso(hw int64) int64 {
-	p.txnMu.Lock()
-	defer p.txnMu.Unlock()
-	return p.txns.LSO(hw)
-}
-
-// trimAborted forgets aborted transactions wholly below the log start, so
-// the index (and its snapshot) does not grow forever.
-func (p *partition) trimAborted() {
-	p.txnMu.Lock()
-	defer p.txnMu.Unlock()
-	p.txns.TrimBelow(p.log.StartOffset())
-}
-
-// abortedIn lists aborted transactions overlapping [from, to) for a
+// abortedIn lists aborted transactions overlapping [from, to) of p for a
 // read_committed answer.
-func (p *partition) abortedIn(from, to int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
-	p.txnMu.Lock()
-	defer p.txnMu.Unlock()
+func abortedIn(p *partition.Partition, from, to int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
 	var out []kmsg.FetchResponseTopicPartitionAbortedTransaction
-	for _, a := range p.txns.AbortedIn(from, to) {
+	for _, a := range p.AbortedIn(from, to) {
 		out = append(out, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 	}
 	return out

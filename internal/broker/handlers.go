@@ -250,7 +250,7 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 		mt := kmsg.MetadataResponseTopic{Topic: &name, TopicID: t.id, IsInternal: internalTopic(name)}
 		for _, p := range t.partitions {
 			mp := kmsg.MetadataResponseTopicPartition{
-				Partition:   p.index,
+				Partition:   p.Index,
 				Leader:      b.nodeID,
 				LeaderEpoch: b.epoch.Load(),
 				Replicas:    []int32{b.nodeID},

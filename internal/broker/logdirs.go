@@ -38,7 +38,7 @@ func (b *Broker) handleDescribeLogDirs(r *kmsg.DescribeLogDirsRequest) kmsg.Resp
 			}
 			p := kmsg.NewDescribeLogDirsResponseDirTopicPartition()
 			p.Partition = i
-			p.Size = t.partitions[i].log.Size()
+			p.Size = t.partitions[i].Log().Size()
 			out.Partitions = append(out.Partitions, p)
 		}
 		if len(out.Partitions) > 0 {

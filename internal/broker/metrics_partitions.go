@@ -41,13 +41,13 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 	hws := map[offsetKey]int64{}
 	for _, t := range c.b.sortedTopics() {
 		for _, p := range t.partitions {
-			idx := strconv.Itoa(int(p.index))
-			hw := p.hw.Load()
-			gauge(c.start, p.log.StartOffset(), t.name, idx)
-			gauge(c.end, p.log.EndOffset(), t.name, idx)
+			idx := strconv.Itoa(int(p.Index))
+			hw := p.HighWatermark()
+			gauge(c.start, p.Log().StartOffset(), t.name, idx)
+			gauge(c.end, p.Log().EndOffset(), t.name, idx)
 			gauge(c.hw, hw, t.name, idx)
-			gauge(c.size, p.log.Size(), t.name, idx)
-			hws[offsetKey{topic: t.name, partition: p.index}] = hw
+			gauge(c.size, p.Log().Size(), t.name, idx)
+			hws[offsetKey{topic: t.name, partition: p.Index}] = hw
 		}
 	}
 	if c.b.following() {

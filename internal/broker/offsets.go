@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
 )
@@ -210,7 +211,7 @@ func decodeOffsetRecord(r recordbatch.Record) (offsetWrite, bool, error) {
 
 // internalPartition returns partition 0 of an internal topic, creating the
 // topic on first use.
-func (b *Broker) internalPartition(name string, configs map[string]string) (*partition, error) {
+func (b *Broker) internalPartition(name string, configs map[string]string) (*partition.Partition, error) {
 	if t := b.lookup(name); t != nil {
 		return t.partitions[0], nil
 	}
@@ -234,10 +235,10 @@ func (b *Broker) loadOffsets() error {
 	}
 	p := t.partitions[0]
 	n := 0
-	// scanBatches, not recordbatch.Split: compaction leaves batches with
+	// Scan, not recordbatch.Split: compaction leaves batches with
 	// fewer records than their offset span, which Split (a check for
 	// producer-written batches) refuses.
-	err := scanBatches(p, p.log.StartOffset(), p.hw.Load(), func(h recordbatch.Header, batch []byte) error {
+	err := p.Scan(p.Log().StartOffset(), p.HighWatermark(), func(h recordbatch.Header, batch []byte) error {
 		recs, err := recordbatch.Records(batch, 64<<20)
 		if err != nil {
 			return fmt.Errorf("%s batch at %d: %w", offsetsTopic, h.BaseOffset, err)
@@ -356,20 +357,25 @@ func coordinatorCode(err error) int16 {
 	return errKafkaStorageError
 }
 
-// waitOwn waits until the broker's own write to p ending at end is durable
-// (in failover mode: on the ISR).
-func (b *Broker) waitOwn(ctx context.Context, p *partition, end int64) error {
-	if b.waitHW(ctx, p, end, 10*time.Second) {
+// waitOwn waits until the broker's own write to p ending at end is
+// committed (in failover mode: on the ISR), at most ownWriteTimeout.
+func (b *Broker) waitOwn(ctx context.Context, p *partition.Partition, end int64) error {
+	ctx, cancel := context.WithTimeout(ctx, ownWriteTimeout)
+	defer cancel()
+	switch err := p.WaitCommitted(ctx, end); {
+	case err == nil:
 		return nil
-	}
-	if b.fenced() {
+	case errors.Is(err, partition.ErrStoppedLeading):
 		return errStoppedLeading
-	}
-	if b.heldUnderMinISR(p) {
+	case errors.Is(err, partition.ErrHeld):
 		return errBelowMinISR
 	}
 	return errCommitTimeout
 }
+
+// ownWriteTimeout bounds how long the broker waits for one of its own
+// writes to be committed.
+const ownWriteTimeout = 10 * time.Second
 
 // writeOffsets appends commits to __consumer_offsets, waits until they are
 // durable, then applies them to memory.
@@ -402,7 +408,7 @@ func (b *Broker) startOffsetWrite(writes []offsetWrite) func(context.Context) er
 // offsetAppend is offset writes in the log that wait to become durable.
 type offsetAppend struct {
 	b       *Broker
-	p       *partition
+	p       *partition.Partition
 	end     int64
 	applied bool
 	apply   func()
@@ -464,54 +470,24 @@ func (b *Broker) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetApp
 // appendOwn appends a batch the broker wrote itself (internal-topic records,
 // transaction markers), keeps the partition's producer and transaction state
 // in step with it, and schedules it for the next group commit. It returns
-// the offset after the batch: what durability must reach.
-func (b *Broker) appendOwn(p *partition, batch []byte) (int64, error) {
-	return b.appendOwnSync(p, batch, true)
+// the offset after the batch: what waitOwn must reach.
+func (b *Broker) appendOwn(p *partition.Partition, batch []byte) (int64, error) {
+	return b.appendInternal(p, batch, partition.FlushNow)
 }
 
 // appendOwnLazy is appendOwn for a write nobody waits for and whose loss
 // recovery repairs (a transaction's Complete* record): it is synced with
 // the next write that is waited for, or by the flusher's idle tick, rather
 // than in a pass of its own that the next produce would queue behind.
-func (b *Broker) appendOwnLazy(p *partition, batch []byte) (int64, error) {
-	return b.appendOwnSync(p, batch, false)
+func (b *Broker) appendOwnLazy(p *partition.Partition, batch []byte) (int64, error) {
+	return b.appendInternal(p, batch, partition.FlushLazily)
 }
 
-func (b *Broker) appendOwnSync(p *partition, batch []byte, kick bool) (int64, error) {
+func (b *Broker) appendInternal(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {
 	// Internal writes are acks=all writes: refused before the append while
 	// p's ISR is below min.insync.replicas, as Kafka's coordinators are.
 	if b.notEnoughReplicas(p, b.minISROf(p)) {
 		return 0, errBelowMinISR
 	}
-	p.appendMu.Lock()
-	if b.fenced() {
-		p.appendMu.Unlock()
-		return 0, errNotServing
-	}
-	base, err := p.log.Append(batch, b.epoch.Load())
-	var h recordbatch.Header
-	if err == nil {
-		h, err = recordbatch.ParseHeader(batch)
-	}
-	if err == nil {
-		h.BaseOffset = base
-		err = applyBatch(p, h, batch, time.Now().UnixMilli())
-	}
-	p.appendMu.Unlock()
-	if err != nil {
-		return 0, err
-	}
-	if kick {
-		b.flush.markDirty(p)
-	} else {
-		b.flush.markDirtyLazy(p)
-	}
-	return h.LastOffset() + 1, nil
-}
-
-// waitHW waits until p's high watermark reaches end.
-func (b *Broker) waitHW(ctx context.Context, p *partition, end int64, timeout time.Duration) bool {
-	waits := []produceWait{{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}}}
-	b.waitDurable(ctx, waits, timeout)
-	return p.hw.Load() >= end
+	return p.AppendOwn(batch, flush)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
 )
@@ -28,7 +29,7 @@ const (
 
 // produceWait is one partition's durability target for an acks=all answer.
 type produceWait struct {
-	p      *partition
+	p      *partition.Partition
 	end    int64 // the high watermark must reach this
 	result *kmsg.ProduceResponseTopicPartition
 }
@@ -85,7 +86,7 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 				continue
 			}
 			res.BaseOffset = end.base
-			res.LogStartOffset = p.log.StartOffset()
+			res.LogStartOffset = p.Log().StartOffset()
 			b.stats.produced(int64(len(rp.Records)), end.records)
 			waits = append(waits, produceWait{p: p, end: end.last + 1, result: res})
 		}
@@ -112,19 +113,18 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	wait := b.waitDurable
 	if b.repl != nil {
-		// Static replication: acks=all also waits for every follower,
-		// at most AckTimeout.
+		// Replication: acks=all waits at most AckTimeout (and, in
+		// static mode, also for every follower: the partition's
+		// policy).
 		if at := time.Duration(b.cfg.Replication.AckTimeout * float64(time.Second)); at > 0 && at < timeout {
 			timeout = at
 		}
-		wait = b.waitReplicated
 	}
 	return nil, func(ctx context.Context) kmsg.Response {
-		wait(ctx, waits, timeout)
+		b.waitAcked(ctx, waits, timeout)
 		for _, w := range waits[:stateWaits] {
-			if w.p.hw.Load() < w.end {
+			if w.p.HighWatermark() < w.end {
 				for _, d := range waits[stateWaits:] {
 					d.result.ErrorCode = errRequestTimedOut
 				}
@@ -154,70 +154,38 @@ func (b *Broker) refuseProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceRespons
 	return resp
 }
 
-// waitReplicated is waitDurable for a replication leader: in static mode a
-// partition is acknowledged once its high watermark covers the append and
-// every follower has reported it durable (in failover mode the high
-// watermark already is the lowest position over the acks=all set).
-func (b *Broker) waitReplicated(ctx context.Context, waits []produceWait, timeout time.Duration) {
-	b.waitAcked(ctx, waits, timeout, func(w produceWait) bool {
-		return w.p.hw.Load() >= w.end && b.repl.acked(w.p, w.end)
-	})
-}
-
-// waitDurable blocks until every partition's high watermark covers what the
-// produce appended, marking the ones that miss the deadline
-// REQUEST_TIMED_OUT (their records may still become durable later, as in
-// Kafka: a timeout is an unknown outcome, not a failure).
-func (b *Broker) waitDurable(ctx context.Context, waits []produceWait, timeout time.Duration) {
-	b.waitAcked(ctx, waits, timeout, func(w produceWait) bool { return w.p.hw.Load() >= w.end })
-}
-
-// waitAcked waits until done holds for every wait, and then gives every
-// wait for which it does not hold an error code: NOT_LEADER_OR_FOLLOWER
-// when this replica stopped leading, NOT_ENOUGH_REPLICAS_AFTER_APPEND
-// below min.insync.replicas, REQUEST_TIMED_OUT otherwise (the deadline
-// passed, or ctx ended: the connection or the broker is closing). A
-// result's code starts as success, so a wait must never end without this
-// pass: the fault harness lost acknowledged records when a stopping
-// leader's waits returned early on their closed context with success
-// still set, and the answer went out before the connection closed.
-func (b *Broker) waitAcked(ctx context.Context, waits []produceWait, timeout time.Duration, done func(produceWait) bool) {
-	parts := make([]*partition, len(waits))
+// waitAcked waits until every wait's partition has committed (and, in
+// static replication, every follower holds) what the produce appended,
+// at most timeout, and gives every wait that did not get there an error
+// code: NOT_LEADER_OR_FOLLOWER when this replica stopped leading,
+// NOT_ENOUGH_REPLICAS_AFTER_APPEND below min.insync.replicas,
+// REQUEST_TIMED_OUT otherwise (the deadline passed, or ctx ended: the
+// connection or the broker is closing; as in Kafka an unknown outcome,
+// the records may still be committed later).
+func (b *Broker) waitAcked(ctx context.Context, waits []produceWait, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pw := make([]partition.Wait, len(waits))
 	for i, w := range waits {
-		parts[i] = w.p
+		pw[i] = partition.Wait{P: w.p, Offset: w.end, Acks: true}
 	}
-	waitUntil(ctx, parts, timeout, func() bool {
-		if b.fenced() {
-			// This replica stopped leading (stepDown wakes every
-			// waiter): its high watermark will not move again, so
-			// waiting out the timeout only delays the answer, and the
-			// shutdown that waits for this request.
-			return true
-		}
-		for _, w := range waits {
-			if !done(w) && !b.heldUnderMinISR(w.p) {
-				return false
-			}
-		}
-		return true
-	})
-	for _, w := range waits {
+	for i, err := range partition.WaitAll(ctx, pw) {
 		switch {
-		case done(w):
-		case b.fenced():
-			w.result.ErrorCode = errNotLeaderOrFollower
-		case b.heldUnderMinISR(w.p):
-			w.result.ErrorCode = errNotEnoughReplicasAfterAppend
+		case err == nil:
+		case errors.Is(err, partition.ErrStoppedLeading):
+			waits[i].result.ErrorCode = errNotLeaderOrFollower
+		case errors.Is(err, partition.ErrHeld):
+			waits[i].result.ErrorCode = errNotEnoughReplicasAfterAppend
 		default:
-			w.result.ErrorCode = errRequestTimedOut
+			waits[i].result.ErrorCode = errRequestTimedOut
 		}
 	}
 }
 
 // minISROf is p's min.insync.replicas: its topic's setting (the default
 // for a topic that is gone).
-func (b *Broker) minISROf(p *partition) int {
-	if t := b.lookup(p.topic); t != nil && t.id == p.topicID {
+func (b *Broker) minISROf(p *partition.Partition) int {
+	if t := b.lookup(p.Topic); t != nil && t.id == p.TopicID {
 		return t.settings.minISR
 	}
 	return defaultMinISR(&b.cfg)
@@ -229,19 +197,11 @@ func (b *Broker) minISROf(p *partition) int {
 // Writes the broker makes itself to internal topics follow the same rule
 // (they would be lost otherwise); their callers answer their clients with
 // the coordinator's error.
-func (b *Broker) notEnoughReplicas(p *partition, minISR int) bool {
+func (b *Broker) notEnoughReplicas(p *partition.Partition, minISR int) bool {
 	if b.repl == nil {
 		return minISR > 1
 	}
 	return b.repl.underMinISR(p, minISR)
-}
-
-// heldUnderMinISR reports whether p's high watermark is held because its
-// ISR is below min.insync.replicas (failover mode): a write waiting for it
-// is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND at once rather than after
-// the full timeout.
-func (b *Broker) heldUnderMinISR(p *partition) bool {
-	return b.repl != nil && b.repl.heldUnderMinISR(p)
 }
 
 // addTxnPartitions adds every partition a transactional Produce v12+ writes
@@ -281,14 +241,14 @@ type appended struct {
 // appendBatches validates a partition's record batches and appends them.
 // Validation covers every batch before the first append, so a request is
 // stored whole or not at all per partition.
-func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version int16) (appended, int16, string) {
+func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte, version int16) (appended, int16, string) {
 	var res appended
 	batches, err := recordbatch.Split(records)
 	switch {
 	case errors.Is(err, recordbatch.ErrUnsupportedMagic):
 		return res, errUnsupportedForMsgFormat, "MoonMQ stores record batch format v2 only (produce v3+)"
 	case err != nil:
-		b.log.Warn("refused corrupt record batch", "topic", t.name, "partition", p.index, "err", err)
+		b.log.Warn("refused corrupt record batch", "topic", t.name, "partition", p.Index, "err", err)
 		return res, errCorruptMessage, err.Error()
 	case len(batches) == 0:
 		return res, errInvalidRecord, "produce carried no record batch"
@@ -311,7 +271,7 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 			if version >= 12 {
 				// Transactions v2: the first produce to a partition
 				// adds it to the transaction.
-				if code := b.txc.addImplicit(b.ctx, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: t.name, Partition: p.index}); code != 0 {
+				if code := b.txc.addImplicit(b.ctx, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: t.name, Partition: p.Index}); code != 0 {
 					return res, code, "could not add the partition to the producer's transaction"
 				}
 			}
@@ -321,52 +281,30 @@ func (b *Broker) appendBatches(t *topic, p *partition, records []byte, version i
 		}
 		res.records += int64(h.RecordsCount)
 	}
-	p.appendMu.Lock()
-	defer p.appendMu.Unlock()
-	if p.deleted.Load() {
+	txnCheck := func(h recordbatch.Header) int16 {
+		return b.txc.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.Index)
+	}
+	a, err := p.AppendClient(batches, headers, txnCheck)
+	var refused *partition.Refusal
+	switch {
+	case errors.As(err, &refused) && refused.Transaction:
+		return res, refused.Code, "the partition is not part of an ongoing transaction of this producer"
+	case errors.As(err, &refused):
+		return res, refused.Code, ""
+	case errors.Is(err, partition.ErrDeleted):
 		return res, errUnknownTopicOrPartition, ""
-	}
-	if h := headers[0]; h.Transactional() {
-		// Checked under the append lock: the coordinator installs a
-		// Prepare* (or fencing) state before it appends a marker here,
-		// so a batch either lands before the marker or is refused; it
-		// can never slip in after it and reopen the transaction.
-		if code := b.txc.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.index); code != 0 {
-			return res, code, "the partition is not part of an ongoing transaction of this producer"
-		}
-	}
-	if h := headers[0]; h.ProducerID >= 0 {
-		v := p.producers.Check(batchInfo(h, 0)) // Check reads no time
-		if v.Code != 0 {
-			return res, v.Code, ""
-		}
-		if v.Duplicate {
-			// A retry of a batch we already hold: answer with its
-			// original offset (after it is durable, like the original).
-			res.base, res.last, res.records = v.BaseOffset, v.BaseOffset+int64(h.LastOffsetDelta), 0
-			return res, 0, ""
-		}
-	}
-	if b.fenced() {
+	case errors.Is(err, errNotServing):
 		// Checked under the append lock: this replica stopped leading.
 		return res, errNotLeaderOrFollower, ""
+	case err != nil:
+		b.log.Error("append failed", "topic", t.name, "partition", p.Index, "err", err)
+		return res, errKafkaStorageError, ""
 	}
-	now := time.Now().UnixMilli()
-	for i, batch := range batches {
-		base, err := p.log.Append(batch, b.epoch.Load())
-		if err != nil {
-			b.log.Error("append failed", "topic", t.name, "partition", p.index, "err", err)
-			return res, errKafkaStorageError, ""
-		}
-		if i == 0 {
-			res.base = base
-		}
-		res.last = base + int64(headers[i].LastOffsetDelta)
-		headers[i].BaseOffset = base
-		if err := applyBatch(p, headers[i], batch, now); err != nil {
-			b.log.Error("producer state update failed", "topic", t.name, "partition", p.index, "err", err)
-		}
+	res.base, res.last = a.Base, a.Last
+	if a.Duplicate {
+		// A retry: answered with its original offsets once they are
+		// committed, like the original.
+		res.records = 0
 	}
-	b.flush.markDirty(p)
 	return res, 0, ""
 }

@@ -19,13 +19,11 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
-	"github.com/moonmq/moonmq/internal/producer"
-	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
 	"github.com/moonmq/moonmq/internal/storage"
-	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -43,7 +41,7 @@ func (b *Broker) MarkCleanShutdown() error {
 	ends := map[string]int64{}
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			ends[fmt.Sprintf("%s/%d", t.name, p.index)] = p.log.EndOffset()
+			ends[fmt.Sprintf("%s/%d", t.name, p.Index)] = p.Log().EndOffset()
 		}
 	}
 	data, err := json.Marshal(cleanShutdown{LogEnds: ends})
@@ -91,7 +89,7 @@ func (b *Broker) logsAsLeft(marker []byte) bool {
 	now := map[string]int64{}
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			now[fmt.Sprintf("%s/%d", t.name, p.index)] = p.log.EndOffset()
+			now[fmt.Sprintf("%s/%d", t.name, p.Index)] = p.Log().EndOffset()
 		}
 	}
 	for key, end := range m.LogEnds {
@@ -147,17 +145,17 @@ type replica struct {
 	// has not caught up with a leader; caught holds, per partition,
 	// whether its durable end has reached the leader's high watermark.
 	unclean atomic.Bool
-	caught  map[*partition]bool
+	caught  map[*partition.Partition]bool
 	// epochStart is, per partition, the log end when this replica's
 	// current leadership began (KIP-207; failover leader only).
-	epochStart map[*partition]int64
+	epochStart map[*partition.Partition]int64
 
 	mu     sync.Mutex
 	ldr    *replication.Leader
-	pos    map[*partition]map[int32]int64 // followers' durable ends (leader)
-	seen   map[int32]time.Time            // followers' latest fetch (leader)
-	leader int32                          // the leader's id (-1: not known yet)
-	isr    []int32                        // follower: the leader's last status
+	pos    map[*partition.Partition]map[int32]int64 // followers' durable ends (leader)
+	seen   map[int32]time.Time                      // followers' latest fetch (leader)
+	leader int32                                    // the leader's id (-1: not known yet)
+	isr    []int32                                  // follower: the leader's last status
 
 	started time.Time // static leader: when it started leading; failover: when it last started leading
 
@@ -183,7 +181,7 @@ func staticReplication(cfg *config.Server) bool {
 
 func newReplica(b *Broker) *replica {
 	r := &replica{b: b, cfg: b.cfg.Replication, self: b.nodeID, leader: -1, started: time.Now(),
-		pos: map[*partition]map[int32]int64{}, seen: map[int32]time.Time{}, done: make(chan struct{})}
+		pos: map[*partition.Partition]map[int32]int64{}, seen: map[int32]time.Time{}, done: make(chan struct{})}
 	r.failover = r.cfg.Failover.Enabled
 	r.epochs = newEpochsFile(b)
 	r.ids = []int32{r.self}
@@ -203,23 +201,23 @@ func newReplica(b *Broker) *replica {
 
 // key names a partition incarnation in replication.Leader: a topic deleted
 // and recreated under its name starts afresh.
-func lkey(p *partition) replication.TopicPartition {
-	return replication.TopicPartition{Topic: p.topic + "/" + formatUUID(p.topicID), Partition: p.index}
+func lkey(p *partition.Partition) replication.TopicPartition {
+	return replication.TopicPartition{Topic: p.Topic + "/" + formatUUID(p.TopicID), Partition: p.Index}
 }
 
 // track reports a partition the broker opened.
-func (r *replica) track(p *partition) {
+func (r *replica) track(p *partition.Partition) {
 	r.epochs.track(p)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ldr == nil {
 		return
 	}
-	r.ldr.AppendLocal(lkey(p), p.log.EndOffset(), p.log.DurableEnd())
+	r.ldr.AppendLocal(lkey(p), p.Log().EndOffset(), p.Log().DurableEnd())
 }
 
 // forget drops a deleted partition's follower positions.
-func (r *replica) forget(p *partition) {
+func (r *replica) forget(p *partition.Partition) {
 	r.epochs.forget(p)
 	r.mu.Lock()
 	delete(r.pos, p)
@@ -230,42 +228,36 @@ func (r *replica) forget(p *partition) {
 	r.mu.Unlock()
 }
 
-// synced reports the leader's durable end of p after an fsync and raises
-// p's high watermark to the group's.
-func (r *replica) synced(p *partition, durable int64) {
+// replicaPolicy is the high-watermark policy of a replication group's
+// partitions: the group's rule, computed by replication.Leader.
+type replicaPolicy struct{ r *replica }
+
+// Committed reports p's leader durable end to replication.Leader and
+// returns the high watermark it allows; a follower (no Leader) has none:
+// its high watermark is its leader's (sink.LeaderPosition).
+func (pol replicaPolicy) Committed(p *partition.Partition, durable int64) (int64, bool) {
+	r := pol.r
 	m := r.b.minISROf(p)
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.ldr == nil {
-		// A failover follower: its high watermark is the leader's.
-		r.mu.Unlock()
-		return
+		return 0, false
 	}
 	k := lkey(p)
 	r.ldr.SetMinISR(k, m)
-	r.ldr.AppendLocal(k, p.log.EndOffset(), durable)
-	hw := r.ldr.HighWatermark(k)
-	r.mu.Unlock()
-	raiseHW(p, hw, durable)
+	r.ldr.AppendLocal(k, p.Log().EndOffset(), durable)
+	return r.ldr.HighWatermark(k), true
 }
 
-// raiseHW raises p's high watermark to hw, never above limit, and wakes its
-// waiters.
-func raiseHW(p *partition, hw, limit int64) {
-	hw = min(hw, limit)
-	for {
-		cur := p.hw.Load()
-		if hw <= cur {
-			return
-		}
-		if p.hw.CompareAndSwap(cur, hw) {
-			p.wake()
-			return
-		}
-	}
-}
+// Held reports whether a failover leader holds p's high watermark because
+// the ISR is below p's min.insync.replicas.
+func (pol replicaPolicy) Held(p *partition.Partition) bool { return pol.r.heldUnderMinISR(p) }
+
+// Acked: in static mode an acks=all produce also waits for every follower.
+func (pol replicaPolicy) Acked(p *partition.Partition, end int64) bool { return pol.r.acked(p, end) }
 
 // acked reports whether every follower has end of p on its disk.
-func (r *replica) acked(p *partition, end int64) bool {
+func (r *replica) acked(p *partition.Partition, end int64) bool {
 	if r.failover {
 		// The high watermark is the lowest position over the acks=all set.
 		return true
@@ -289,7 +281,7 @@ const errOffsetNotAvailable int16 = 78
 // end as of this leader's promotion (KIP-207): until it catches up, the
 // latest offset this leader could name may be below one the previous
 // leader already named, so ListOffsets answers OFFSET_NOT_AVAILABLE.
-func (b *Broker) hwBehindEpochStart(p *partition) bool {
+func (b *Broker) hwBehindEpochStart(p *partition.Partition) bool {
 	r := b.repl
 	if r == nil || !r.failover {
 		return false
@@ -297,7 +289,7 @@ func (b *Broker) hwBehindEpochStart(p *partition) bool {
 	r.mu.Lock()
 	start, ok := r.epochStart[p]
 	r.mu.Unlock()
-	return ok && p.hw.Load() < start
+	return ok && p.HighWatermark() < start
 }
 
 // isrLag is Replication.IsrLagSeconds, or the default.
@@ -317,7 +309,7 @@ func (r *replica) isrLag() time.Duration {
 // every follower that has fetched within IsrLagSeconds (or that may still
 // start within it after the leader started): a minimum above that is
 // refused at once instead of every produce timing out.
-func (r *replica) underMinISR(p *partition, minISR int) bool {
+func (r *replica) underMinISR(p *partition.Partition, minISR int) bool {
 	if r.failover {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -349,7 +341,7 @@ func (r *replica) underMinISR(p *partition, minISR int) bool {
 
 // heldUnderMinISR reports whether a failover leader holds p's high
 // watermark because the ISR is below p's min.insync.replicas.
-func (r *replica) heldUnderMinISR(p *partition) bool {
+func (r *replica) heldUnderMinISR(p *partition.Partition) bool {
 	if !r.failover {
 		return false
 	}
@@ -360,7 +352,7 @@ func (r *replica) heldUnderMinISR(p *partition) bool {
 
 // counted is the set of replicas counted towards p's high watermark: the
 // leader and every follower within LagMax of the log end.
-func (r *replica) counted(p *partition) []int32 {
+func (r *replica) counted(p *partition.Partition) []int32 {
 	if r.failover {
 		return r.committedISR()
 	}
@@ -372,7 +364,7 @@ func (r *replica) counted(p *partition) []int32 {
 		}
 		return append([]int32(nil), r.isr...)
 	}
-	end := p.log.EndOffset()
+	end := p.Log().EndOffset()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []int32{}
@@ -584,7 +576,7 @@ func (r *replica) status() statusDoc {
 	}
 	d.Role = "leader"
 	d.Followers = map[string]followerPosition{}
-	var parts []*partition
+	var parts []*partition.Partition
 	for _, t := range r.b.sortedTopics() {
 		parts = append(parts, t.partitions...)
 	}
@@ -595,12 +587,12 @@ func (r *replica) status() statusDoc {
 		}
 		fp := followerPosition{LastFetch: r.seen[id], Partitions: map[string]int64{}}
 		for p, pos := range r.pos {
-			if off, ok := pos[id]; ok && !p.deleted.Load() {
-				fp.Partitions[fmt.Sprintf("%s-%d", p.topic, p.index)] = off
+			if off, ok := pos[id]; ok && !p.Deleted() {
+				fp.Partitions[fmt.Sprintf("%s-%d", p.Topic, p.Index)] = off
 			}
 		}
 		for _, p := range parts {
-			start, end := p.log.StartOffset(), p.log.EndOffset()
+			start, end := p.Log().StartOffset(), p.Log().EndOffset()
 			pos, ok := r.pos[p][id]
 			if !ok || pos < start {
 				pos = start
@@ -689,7 +681,7 @@ func (r *replica) findLeader(ctx context.Context) {
 }
 
 // partitionOf resolves a shipping topic partition.
-func (b *Broker) replPartition(tp replication.TopicPartition) *partition {
+func (b *Broker) replPartition(tp replication.TopicPartition) *partition.Partition {
 	t := b.lookup(tp.Topic)
 	if t == nil || tp.Partition < 0 || int(tp.Partition) >= len(t.partitions) {
 		return nil
@@ -741,12 +733,12 @@ func (s source) Partition(tp replication.TopicPartition) (shipping.PartitionLog,
 	if p == nil {
 		return nil, false
 	}
-	return p.log, true
+	return p.Log(), true
 }
 
 func (s source) HighWatermark(tp replication.TopicPartition) int64 {
 	if p := s.r.b.replPartition(tp); p != nil {
-		return p.hw.Load()
+		return p.HighWatermark()
 	}
 	return 0
 }
@@ -778,13 +770,12 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	// fsync: a follower that copied and synced a record first would be
 	// counted one fetch short, and its next fetch long-polls (500 ms) with
 	// nothing new. Report the current ends first.
-	r.ldr.AppendLocal(k, p.log.EndOffset(), p.log.DurableEnd())
+	r.ldr.AppendLocal(k, p.Log().EndOffset(), p.Log().DurableEnd())
 	r.ldr.FollowerFetch(replica, k, durableEnd, now)
-	hw := r.ldr.HighWatermark(k)
 	r.mu.Unlock()
-	raiseHW(p, hw, p.log.DurableEnd())
+	p.Recommit()
 	// acks=all waits for follower positions, not only the high watermark.
-	p.wake()
+	p.Wake()
 }
 
 func (s source) WaitForData(ctx context.Context, tp replication.TopicPartition, offset int64) {
@@ -793,10 +784,10 @@ func (s source) WaitForData(ctx context.Context, tp replication.TopicPartition, 
 		<-ctx.Done()
 		return
 	}
-	waitUntil(ctx, []*partition{p}, time.Hour, func() bool {
-		return p.log.EndOffset() > offset || p.deleted.Load()
+	partition.WaitUntil(ctx, []*partition.Partition{p}, time.Hour, func() bool {
+		return p.Log().EndOffset() > offset || p.Deleted()
 	})
-	if p.deleted.Load() {
+	if p.Deleted() {
 		<-ctx.Done()
 	}
 }
@@ -886,7 +877,7 @@ func (s sink) Partition(tp replication.TopicPartition) (shipping.ReplicaLog, boo
 	if p == nil {
 		return nil, false
 	}
-	return replicaLog{Log: p.log, b: s.r.b, p: p}, true
+	return replicaLog{Log: p.Log(), p: p}, true
 }
 
 func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logStart int64) {
@@ -900,78 +891,28 @@ func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logSt
 	if s.r.unclean.Load() {
 		s.r.noteCatchUp(p, highWatermark)
 	}
-	raiseHW(p, highWatermark, p.log.DurableEnd())
-	if logStart > p.log.StartOffset() && logStart <= p.log.EndOffset() {
-		if _, err := p.log.DeleteRecords(logStart); err != nil {
-			s.r.b.log.Warn("following the leader's log start failed", "topic", p.topic, "partition", p.index, "err", err)
+	p.Follow(highWatermark)
+	if logStart > p.Log().StartOffset() && logStart <= p.Log().EndOffset() {
+		if _, err := p.Log().DeleteRecords(logStart); err != nil {
+			s.r.b.log.Warn("following the leader's log start failed", "topic", p.Topic, "partition", p.Index, "err", err)
 		}
 	}
 }
 
-// replicaLog is a follower's partition log: appends keep the producer and
-// transaction state in step, truncation rebuilds it.
+// replicaLog is a follower's partition log: appends and truncations go
+// through the partition, which keeps the producer and transaction state in
+// step (a truncation rebuilds it) and checks that this replica follows.
 type replicaLog struct {
 	*storage.Log
-	b *Broker
-	p *partition
+	p *partition.Partition
 }
 
-func (l replicaLog) AppendReplica(batch []byte) error {
-	p := l.p
-	p.appendMu.Lock()
-	defer p.appendMu.Unlock()
-	if err := l.b.repl.mayFollow(); err != nil {
-		return err
-	}
-	if err := p.log.AppendReplica(batch); err != nil {
-		return err
-	}
-	h, err := recordbatch.ParseHeader(batch)
-	if err == nil {
-		err = applyBatch(p, h, batch, time.Now().UnixMilli())
-	}
-	if err != nil {
-		l.b.log.Error("producer state update failed", "topic", p.topic, "partition", p.index, "err", err)
-	}
-	return nil
-}
+func (l replicaLog) AppendReplica(batch []byte) error { return l.p.AppendReplica(batch) }
 
-func (l replicaLog) Truncate(offset int64) error {
-	return l.rebuildAfter(func() error { return l.p.log.Truncate(offset) })
-}
+func (l replicaLog) Truncate(offset int64) error { return l.p.Truncate(offset) }
 
 func (l replicaLog) TruncateFullyAndStartAt(offset int64) error {
-	return l.rebuildAfter(func() error { return l.p.log.TruncateFullyAndStartAt(offset) })
-}
-
-// rebuildAfter runs a truncation and rebuilds the partition's producer and
-// transaction state from what is left; the high watermark never stays
-// above the log end.
-func (l replicaLog) rebuildAfter(cut func() error) error {
-	p := l.p
-	p.appendMu.Lock()
-	defer p.appendMu.Unlock()
-	if err := l.b.repl.mayFollow(); err != nil {
-		return err
-	}
-	if err := cut(); err != nil {
-		return err
-	}
-	for {
-		cur := p.hw.Load()
-		end := p.log.EndOffset()
-		if cur <= end || p.hw.CompareAndSwap(cur, end) {
-			break
-		}
-	}
-	ps, ts := producer.New(), txn.NewPartition()
-	p.txnMu.Lock()
-	p.producers, p.txns = ps, ts
-	p.txnMu.Unlock()
-	now := time.Now().UnixMilli()
-	return scanBatches(p, p.log.StartOffset(), p.log.EndOffset(), func(h recordbatch.Header, batch []byte) error {
-		return applyBatch(p, h, batch, now)
-	})
+	return l.p.TruncateFullyAndStartAt(offset)
 }
 
 // ReadLog returns every stored byte of a partition, from its log start to
@@ -981,10 +922,10 @@ func (b *Broker) ReadLog(topic string, partition int32) ([]byte, int64, error) {
 	if p == nil {
 		return nil, 0, fmt.Errorf("no partition %s/%d", topic, partition)
 	}
-	end := p.log.EndOffset()
+	end := p.Log().EndOffset()
 	var out []byte
-	for off := p.log.StartOffset(); off < end; {
-		data, err := p.log.Read(off, 4<<20, end)
+	for off := p.Log().StartOffset(); off < end; {
+		data, err := p.Log().Read(off, 4<<20, end)
 		if err != nil {
 			return nil, 0, err
 		}

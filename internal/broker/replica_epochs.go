@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -47,7 +48,7 @@ type epochsFile struct {
 	dirty chan struct{}
 
 	mu   sync.Mutex
-	hist map[*partition][]storage.EpochEntry
+	hist map[*partition.Partition][]storage.EpochEntry
 
 	wmu  sync.Mutex // serializes writes
 	last []byte     // what was last written
@@ -55,18 +56,18 @@ type epochsFile struct {
 
 func newEpochsFile(b *Broker) *epochsFile {
 	return &epochsFile{b: b, path: filepath.Join(b.cfg.DataDir, EpochsFile), dirty: make(chan struct{}, 1),
-		hist: map[*partition][]storage.EpochEntry{}}
+		hist: map[*partition.Partition][]storage.EpochEntry{}}
 }
 
 // track starts following p's history.
-func (e *epochsFile) track(p *partition) {
-	e.set(p, p.log.EpochHistory())
-	p.log.SetEpochObserver(func(h []storage.EpochEntry) { e.set(p, h) })
+func (e *epochsFile) track(p *partition.Partition) {
+	e.set(p, p.Log().EpochHistory())
+	p.Log().SetEpochObserver(func(h []storage.EpochEntry) { e.set(p, h) })
 }
 
 // forget drops a deleted partition.
-func (e *epochsFile) forget(p *partition) {
-	p.log.SetEpochObserver(nil)
+func (e *epochsFile) forget(p *partition.Partition) {
+	p.Log().SetEpochObserver(nil)
 	e.mu.Lock()
 	delete(e.hist, p)
 	e.mu.Unlock()
@@ -75,7 +76,7 @@ func (e *epochsFile) forget(p *partition) {
 
 // set records p's history. It runs under p's log lock (the observer), so
 // it only copies and signals.
-func (e *epochsFile) set(p *partition, h []storage.EpochEntry) {
+func (e *epochsFile) set(p *partition.Partition, h []storage.EpochEntry) {
 	e.mu.Lock()
 	e.hist[p] = h
 	e.mu.Unlock()
@@ -97,7 +98,7 @@ func (e *epochsFile) write() error {
 		if h == nil {
 			h = []storage.EpochEntry{}
 		}
-		doc.Partitions = append(doc.Partitions, epochsPartition{Topic: p.topic, TopicID: formatUUID(p.topicID), Partition: p.index, Epochs: h})
+		doc.Partitions = append(doc.Partitions, epochsPartition{Topic: p.Topic, TopicID: formatUUID(p.TopicID), Partition: p.Index, Epochs: h})
 	}
 	e.mu.Unlock()
 	sort.Slice(doc.Partitions, func(i, j int) bool {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
@@ -103,11 +104,11 @@ func (r *replica) uncleanRestart() (bool, error) {
 // noteCatchUp records that p's durable end has (or has not) reached hw,
 // the leader's high watermark, and once every partition has, lets this
 // replica stand for election again.
-func (r *replica) noteCatchUp(p *partition, hw int64) {
-	now := p.log.DurableEnd() >= hw
+func (r *replica) noteCatchUp(p *partition.Partition, hw int64) {
+	now := p.Log().DurableEnd() >= hw
 	r.mu.Lock()
 	if r.caught == nil {
-		r.caught = map[*partition]bool{}
+		r.caught = map[*partition.Partition]bool{}
 	}
 	was := r.caught[p]
 	r.caught[p] = now
@@ -263,9 +264,7 @@ func (r *replica) apply(ctx context.Context, st raftgroup.Status, log *slog.Logg
 func (r *replica) barrier() {
 	for _, t := range r.b.sortedTopics() {
 		for _, p := range t.partitions {
-			p.appendMu.Lock()
-			//lint:ignore SA2001 an empty critical section is the barrier
-			p.appendMu.Unlock()
+			p.Barrier()
 		}
 	}
 }
@@ -302,19 +301,19 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 		ldr.Heard(id)
 	}
 	r.mu.Lock()
-	r.epochStart = map[*partition]int64{}
+	r.epochStart = map[*partition.Partition]int64{}
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
 			k := lkey(p)
-			r.epochStart[p] = p.log.EndOffset()
+			r.epochStart[p] = p.Log().EndOffset()
 			ldr.SetMinISR(k, t.settings.minISR)
-			ldr.AppendLocal(k, p.log.EndOffset(), p.log.DurableEnd())
-			ldr.SeedHighWatermark(k, p.hw.Load())
+			ldr.AppendLocal(k, p.Log().EndOffset(), p.Log().DurableEnd())
+			ldr.SeedHighWatermark(k, p.HighWatermark())
 		}
 	}
 	r.ldr, r.leader, r.fepoch = ldr, r.self, 0
 	r.isrSeen = slices.Clone(isr)
-	r.pos, r.seen = map[*partition]map[int32]int64{}, map[int32]time.Time{}
+	r.pos, r.seen = map[*partition.Partition]map[int32]int64{}, map[int32]time.Time{}
 	r.started = time.Now()
 	r.mu.Unlock()
 	r.active.Store(true)
@@ -383,7 +382,7 @@ func (r *replica) stepDown() {
 func (b *Broker) wakeAll() {
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			p.wake()
+			p.Wake()
 		}
 	}
 }
@@ -409,21 +408,12 @@ func (r *replica) isrChanged(st raftgroup.Status) {
 }
 
 // raiseAll raises every partition's high watermark to the leader's. It
-// also refreshes each partition's min.insync.replicas, so a changed topic
-// config takes effect within one tick.
+// also refreshes each partition's min.insync.replicas (replicaPolicy), so
+// a changed topic config takes effect within one tick.
 func (r *replica) raiseAll() {
 	for _, t := range r.b.sortedTopics() {
 		for _, p := range t.partitions {
-			r.mu.Lock()
-			if r.ldr == nil {
-				r.mu.Unlock()
-				return
-			}
-			k := lkey(p)
-			r.ldr.SetMinISR(k, t.settings.minISR)
-			hw := r.ldr.HighWatermark(k)
-			r.mu.Unlock()
-			raiseHW(p, hw, p.log.DurableEnd())
+			p.Recommit()
 		}
 	}
 }
@@ -495,10 +485,10 @@ func (b *Broker) rebuildLeaderState(ctx context.Context) error {
 			continue
 		}
 		for _, p := range t.partitions {
-			end := p.log.EndOffset()
-			// Not waitHW: that gives up at once while the ISR is below
+			end := p.Log().EndOffset()
+			// Not waitOwn: that gives up at once while the ISR is below
 			// min.insync.replicas, and this wait outlasts such a spell.
-			if !waitUntil(ctx, []*partition{p}, time.Hour, func() bool { return p.hw.Load() >= end }) {
+			if !partition.WaitUntil(ctx, []*partition.Partition{p}, time.Hour, func() bool { return p.HighWatermark() >= end }) {
 				return ctx.Err()
 			}
 		}

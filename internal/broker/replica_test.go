@@ -177,10 +177,10 @@ func TestFailoverReplicaOpensWithHWAtLogStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}, {Value: []byte("y")}})
-	if _, err := p.log.Append(batch, 0); err != nil {
+	if _, err := p.Log().Append(batch, 0); err != nil {
 		t.Fatal(err)
 	}
-	p.log.Close()
+	p.Close()
 
 	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 2, ClientAddress: "127.0.0.1:9093", Failover: config.Failover{Enabled: true},
 		Peers: []config.Peer{{Id: 1, Address: "127.0.0.1:9195", ClientAddress: "127.0.0.1:9092"}, {Id: 3, Address: "127.0.0.1:9196", ClientAddress: "127.0.0.1:9094"}}}
@@ -191,8 +191,8 @@ func TestFailoverReplicaOpensWithHWAtLogStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.log.Close()
-	if p.log.EndOffset() != 2 || p.hw.Load() != 0 {
-		t.Fatalf("failover replica opened with log end %d and high watermark %d, want 2 and 0", p.log.EndOffset(), p.hw.Load())
+	defer p.Close()
+	if p.Log().EndOffset() != 2 || p.HighWatermark() != 0 {
+		t.Fatalf("failover replica opened with log end %d and high watermark %d, want 2 and 0", p.Log().EndOffset(), p.HighWatermark())
 	}
 }

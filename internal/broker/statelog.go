@@ -47,7 +47,7 @@ func (l *stateLog) catchUp() error {
 		if l.idSet.Load() == nil {
 			return nil
 		}
-	} else if id := l.idSet.Load(); id != nil && *id == t.id && t.partitions[0].hw.Load() <= l.next.Load() {
+	} else if id := l.idSet.Load(); id != nil && *id == t.id && t.partitions[0].HighWatermark() <= l.next.Load() {
 		return nil
 	}
 	l.mu.Lock()
@@ -66,13 +66,13 @@ func (l *stateLog) catchUp() error {
 	}
 	p := t.partitions[0]
 	next := l.next.Load()
-	if t.id != l.id || p.log.StartOffset() > next {
+	if t.id != l.id || p.Log().StartOffset() > next {
 		l.reset()
 		l.id = t.id
-		next = p.log.StartOffset()
+		next = p.Log().StartOffset()
 	}
-	hw := p.hw.Load()
-	err := scanBatches(p, next, hw, func(h recordbatch.Header, batch []byte) error {
+	hw := p.HighWatermark()
+	err := p.Scan(next, hw, func(h recordbatch.Header, batch []byte) error {
 		if !h.Control() {
 			recs, err := recordbatch.Records(batch, 64<<20)
 			if err != nil {

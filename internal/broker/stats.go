@@ -215,8 +215,8 @@ func (b *Broker) Snapshot() StatsSnapshot {
 	for _, t := range ts {
 		for _, p := range t.partitions {
 			snap.Partitions = append(snap.Partitions, PartitionStats{
-				Topic: t.name, Partition: p.index, LogStartOffset: p.log.StartOffset(),
-				LogEndOffset: p.log.EndOffset(), HighWatermark: p.hw.Load(), SizeBytes: p.log.Size(),
+				Topic: t.name, Partition: p.Index, LogStartOffset: p.Log().StartOffset(),
+				LogEndOffset: p.Log().EndOffset(), HighWatermark: p.HighWatermark(), SizeBytes: p.Log().Size(),
 			})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
 )
@@ -121,7 +122,7 @@ func (c *txnCoordinator) checkProduce(pid int64, epoch int16, topic string, part
 // the transaction costs no write.
 func (c *txnCoordinator) addImplicit(ctx context.Context, pid int64, epoch int16, tp txn.TP) int16 {
 	p, end, code := c.addImplicitAll(pid, epoch, []txn.TP{tp})
-	if code == 0 && p != nil && !c.b.waitHW(ctx, p, end, 10*time.Second) {
+	if code == 0 && p != nil && c.b.waitOwn(ctx, p, end) != nil {
 		return errRequestTimedOut
 	}
 	return code
@@ -133,7 +134,7 @@ func (c *txnCoordinator) addImplicit(ctx context.Context, pid int64, epoch int16
 // together with the data (returned as p and end; p is nil when nothing was
 // written). Should a crash keep the data but lose this record, the start-up
 // sweep aborts the orphaned transaction, so no partition hangs.
-func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*partition, int64, int16) {
+func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*partition.Partition, int64, int16) {
 	c.mu.Lock()
 	e := c.byPID[pid]
 	c.mu.Unlock()
@@ -189,14 +190,12 @@ func (c *txnCoordinator) addImplicitAll(pid int64, epoch int16, tps []txn.TP) (*
 func (c *txnCoordinator) sweepOrphans(ctx context.Context) error {
 	for _, t := range c.b.sortedTopics() {
 		for _, p := range t.partitions {
-			p.txnMu.Lock()
-			open := p.txns.OpenTransactions()
-			p.txnMu.Unlock()
+			open := p.OpenTransactions()
 			for pid := range open {
 				c.mu.Lock()
 				e := c.byPID[pid]
 				c.mu.Unlock()
-				tp := txn.TP{Topic: t.name, Partition: p.index}
+				tp := txn.TP{Topic: t.name, Partition: p.Index}
 				if e != nil {
 					if m := e.meta.Load(); m.State == kmsg.TransactionStateOngoing || m.Preparing() {
 						if _, ok := m.Partitions[tp]; ok {
@@ -204,12 +203,10 @@ func (c *txnCoordinator) sweepOrphans(ctx context.Context) error {
 						}
 					}
 				}
-				c.b.log.Warn("aborting an orphaned open transaction", "topic", t.name, "partition", p.index, "producer_id", pid)
+				c.b.log.Warn("aborting an orphaned open transaction", "topic", t.name, "partition", p.Index, "producer_id", pid)
 				// The marker carries the producer's own epoch: it must
 				// close the orphan without fencing a live producer.
-				p.appendMu.Lock()
-				epoch, _ := p.producers.EpochOf(pid)
-				p.appendMu.Unlock()
+				epoch, _ := p.ProducerEpoch(pid)
 				if e != nil {
 					epoch = max(epoch, e.meta.Load().Epoch)
 				}
@@ -243,11 +240,11 @@ func (c *txnCoordinator) writeState(ctx context.Context, e *txnEntry, m *txn.Met
 // appendState appends e's next state m to __transaction_state without
 // waiting, returning the offset durability must reach. The caller holds
 // e.mu.
-func (c *txnCoordinator) appendState(e *txnEntry, m *txn.Metadata) (*partition, int64, error) {
+func (c *txnCoordinator) appendState(e *txnEntry, m *txn.Metadata) (*partition.Partition, int64, error) {
 	return c.appendStateWith(e, m, c.b.appendOwn)
 }
 
-func (c *txnCoordinator) appendStateWith(e *txnEntry, m *txn.Metadata, appendOwn func(*partition, []byte) (int64, error)) (*partition, int64, error) {
+func (c *txnCoordinator) appendStateWith(e *txnEntry, m *txn.Metadata, appendOwn func(*partition.Partition, []byte) (int64, error)) (*partition.Partition, int64, error) {
 	p, err := c.b.internalPartition(txnStateTopic, map[string]string{"cleanup.policy": "compact"})
 	if err != nil {
 		return nil, 0, err
@@ -268,7 +265,7 @@ func (c *txnCoordinator) appendStateWith(e *txnEntry, m *txn.Metadata, appendOwn
 
 // appendStateLazy is appendState for a record nobody waits for (see
 // appendOwnLazy).
-func (c *txnCoordinator) appendStateLazy(e *txnEntry, m *txn.Metadata) (*partition, int64, error) {
+func (c *txnCoordinator) appendStateLazy(e *txnEntry, m *txn.Metadata) (*partition.Partition, int64, error) {
 	return c.appendStateWith(e, m, c.b.appendOwnLazy)
 }
 
@@ -285,7 +282,7 @@ func (c *txnCoordinator) transition(ctx context.Context, e *txnEntry, m *txn.Met
 // transaction and waits until all are durable, together with the writes
 // in also; committed offsets of the transaction become visible once their
 // marker is.
-func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, commit bool, also ...produceWait) error {
+func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, commit bool, also ...partition.Wait) error {
 	typ := txn.ControlAbort
 	if commit {
 		typ = txn.ControlCommit
@@ -309,14 +306,15 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 		if err != nil {
 			return fmt.Errorf("marker for %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
-		waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
+		waits = append(waits, partition.Wait{P: p, Offset: end})
 		offsetsTouched = offsetsTouched || tp.Topic == offsetsTopic
 	}
 	// The broker's context, not the request's: a client that disconnects
 	// mid-EndTxn must not leave a decided transaction half-marked.
-	c.b.waitDurable(c.b.ctx, waits, 10*time.Second)
-	for _, w := range waits {
-		if w.p.hw.Load() < w.end {
+	wctx, cancel := context.WithTimeout(c.b.ctx, ownWriteTimeout)
+	defer cancel()
+	for _, err := range partition.WaitAll(wctx, waits) {
+		if err != nil {
 			return errCommitTimeout
 		}
 	}
@@ -328,7 +326,7 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 
 // finish completes a transaction whose Prepare* state is current: markers,
 // then the Complete* state. also are writes to wait for with the markers.
-func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry, also ...produceWait) error {
+func (c *txnCoordinator) finish(ctx context.Context, e *txnEntry, also ...partition.Wait) error {
 	m := e.meta.Load()
 	if err := c.writeMarkers(ctx, m, m.Committing(), also...); err != nil {
 		return err
@@ -399,7 +397,7 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 			prepared.Epoch++
 		}
 	}
-	var also []produceWait
+	var also []partition.Wait
 	if prepared.Epoch == m.Epoch+1 {
 		// One durable round: the decision and its markers are written
 		// together. The markers carry the new epoch, which no other
@@ -408,8 +406,8 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 		// kept a marker reads the decision from the marker
 		// (recoverFromMarkers). That requires the Ongoing state (with
 		// its partitions) to be on disk before any marker is.
-		if st := c.b.lookup(txnStateTopic); st != nil && st.partitions[0].hw.Load() < e.stateEnd &&
-			!c.b.waitHW(ctx, st.partitions[0], e.stateEnd, 10*time.Second) {
+		if st := c.b.lookup(txnStateTopic); st != nil && st.partitions[0].HighWatermark() < e.stateEnd &&
+			c.b.waitOwn(ctx, st.partitions[0], e.stateEnd) != nil {
 			return errRequestTimedOut
 		}
 		p, end, err := c.appendState(e, prepared)
@@ -420,7 +418,7 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 		// Decided: from here on this process completes it, whatever the
 		// request's fate (finish is idempotent and retried).
 		c.install(e, prepared)
-		also = append(also, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
+		also = append(also, partition.Wait{P: p, Offset: end})
 	} else if err := c.transition(ctx, e, prepared); err != nil {
 		c.b.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
 		return coordinatorCode(err)
@@ -739,7 +737,7 @@ func (c *txnCoordinator) load(ctx context.Context) error {
 		return nil
 	}
 	p := t.partitions[0]
-	err := scanBatches(p, p.log.StartOffset(), p.hw.Load(), func(h recordbatch.Header, batch []byte) error {
+	err := p.Scan(p.Log().StartOffset(), p.HighWatermark(), func(h recordbatch.Header, batch []byte) error {
 		recs, err := recordbatch.Records(batch, 64<<20)
 		if err != nil {
 			return err
@@ -816,9 +814,7 @@ func (c *txnCoordinator) recoverFromMarkers(ctx context.Context, e *txnEntry) er
 			continue
 		}
 		p := t.partitions[tp.Partition]
-		p.txnMu.Lock()
-		mk, ok := p.txns.LastMarker(m.ProducerID)
-		p.txnMu.Unlock()
+		mk, ok := p.LastMarker(m.ProducerID)
 		if ok && mk.Epoch == m.Epoch+1 {
 			found, commit = true, mk.Commit
 			break
@@ -1067,26 +1063,22 @@ func (b *Broker) handleDescribeProducers(r *kmsg.DescribeProducersRequest) kmsg.
 				out.Partitions = append(out.Partitions, op)
 				continue
 			}
-			p.appendMu.Lock()
-			p.txnMu.Lock()
-			open := p.txns.OpenTransactions()
-			p.producers.Each(func(id int64, epoch int16, lastSeq int32, lastOffset, lastMs int64) {
+			producers, open := p.Producers()
+			for _, pr := range producers {
 				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
-				ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = id, int32(epoch), lastSeq
-				ap.LastTimestamp, ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = lastMs, 0, -1
-				if first, ok := open[id]; ok {
+				ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = pr.ID, int32(pr.Epoch), pr.LastSequence
+				ap.LastTimestamp, ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = pr.LastMs, 0, -1
+				if first, ok := open[pr.ID]; ok {
 					ap.CurrentTxnStartOffset = first
-					delete(open, id)
+					delete(open, pr.ID)
 				}
 				op.ActiveProducers = append(op.ActiveProducers, ap)
-			})
+			}
 			for id, first := range open {
 				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
 				ap.ProducerID, ap.LastSequence, ap.LastTimestamp, ap.CurrentTxnStartOffset = id, -1, -1, first
 				op.ActiveProducers = append(op.ActiveProducers, ap)
 			}
-			p.txnMu.Unlock()
-			p.appendMu.Unlock()
 			out.Partitions = append(out.Partitions, op)
 		}
 		resp.Topics = append(resp.Topics, out)

@@ -1,0 +1,217 @@
+package partition
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+)
+
+// Refusal is an append refused under the append lock, with the Kafka error
+// code the producer gets.
+type Refusal struct {
+	Code int16
+	// Transaction is set when the caller's transaction check refused
+	// (otherwise the producer state did).
+	Transaction bool
+}
+
+func (r *Refusal) Error() string { return fmt.Sprintf("append refused with error %d", r.Code) }
+
+// Appended is what an append wrote.
+type Appended struct {
+	// Base and Last are the first and last offsets of the batches.
+	Base, Last int64
+	// Duplicate is set when the batch was a retry of one already held:
+	// nothing was appended and Base and Last are the original's.
+	Duplicate bool
+}
+
+// Flush says when an append of the broker's own is synced.
+type Flush int8
+
+const (
+	// FlushNow starts a group-commit pass at once: somebody waits for it.
+	FlushNow Flush = iota
+	// FlushLazily leaves the write to the next pass another write starts,
+	// or the flusher's idle tick: nobody waits for it and recovery
+	// repairs its loss.
+	FlushLazily
+)
+
+// writer is who appends, which decides the fence check, the offsets and
+// epoch the batches get, and how they are scheduled for the group commit.
+type writer int8
+
+const (
+	byClient  writer = iota // a produce: offsets and epoch assigned here
+	byBroker                // the broker's own write: as a produce
+	byReplica               // shipped from the leader: its offsets and epochs
+)
+
+// write is the single append path. Under the append lock it refuses a
+// deleted partition, lets admit refuse or answer the batches from the
+// partition's state, asks the fence whether this replica may write,
+// appends every batch, brings the producer and transaction state up to
+// date, and schedules the group commit. stateErr is a producer-state
+// update that failed after its batch was appended (the batch stays).
+func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Header, flush Flush,
+	admit func() (*Appended, error)) (res Appended, stateErr, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted.Load() {
+		return res, nil, ErrDeleted
+	}
+	if admit != nil {
+		if dup, err := admit(); err != nil || dup != nil {
+			if dup != nil {
+				res = *dup
+			}
+			return res, nil, err
+		}
+	}
+	var epoch int32
+	if w == byReplica {
+		err = p.fence.Following()
+	} else {
+		epoch, err = p.fence.Leading()
+	}
+	if err != nil {
+		return res, nil, err
+	}
+	appended := false
+	defer func() {
+		// Whatever reached the log is synced, also when a later batch
+		// of the same request failed.
+		if appended && w != byReplica {
+			p.flush.markDirty(p, flush == FlushNow)
+		}
+	}()
+	now := time.Now().UnixMilli()
+	for i, batch := range batches {
+		base := headers[i].BaseOffset
+		if w == byReplica {
+			err = p.log.AppendReplica(batch)
+		} else {
+			base, err = p.log.Append(batch, epoch)
+		}
+		if err != nil {
+			return res, stateErr, err
+		}
+		appended = true
+		if i == 0 {
+			res.Base = base
+		}
+		h := headers[i]
+		h.BaseOffset = base
+		res.Last = h.LastOffset()
+		if err := p.apply(h, batch, now); err != nil && stateErr == nil {
+			stateErr = err
+		}
+	}
+	return res, stateErr, nil
+}
+
+// AppendClient appends a produce's batches, which the caller has validated
+// (headers are theirs, parsed). Under the append lock, before anything is
+// written, txnCheck (nil: none) may refuse a transactional first batch
+// with a Kafka error code, and an idempotent producer's batch is checked
+// against its sequence: out of order or fenced is refused, a retry of a
+// batch already held is answered with its original offsets. Errors:
+// *Refusal, ErrDeleted, the fence's, or the log's.
+func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header, txnCheck func(recordbatch.Header) int16) (Appended, error) {
+	h := headers[0]
+	admit := func() (*Appended, error) {
+		if h.Transactional() && txnCheck != nil {
+			// Checked under the append lock: the coordinator installs
+			// a Prepare* (or fencing) state before it appends a marker
+			// here, so a batch either lands before the marker or is
+			// refused; it can never slip in after it and reopen the
+			// transaction.
+			if code := txnCheck(h); code != 0 {
+				return nil, &Refusal{Code: code, Transaction: true}
+			}
+		}
+		if h.ProducerID < 0 {
+			return nil, nil
+		}
+		v := p.producers.Check(batchInfo(h, 0)) // Check reads no time
+		switch {
+		case v.Code != 0:
+			return nil, &Refusal{Code: v.Code}
+		case v.Duplicate:
+			// A retry of a batch we already hold: answer with its
+			// original offset (after it is durable, like the original).
+			return &Appended{Base: v.BaseOffset, Last: v.BaseOffset + int64(h.LastOffsetDelta), Duplicate: true}, nil
+		}
+		return nil, nil
+	}
+	res, stateErr, err := p.write(byClient, batches, headers, FlushNow, admit)
+	if stateErr != nil {
+		p.logger.Error("producer state update failed", "err", stateErr)
+	}
+	return res, err
+}
+
+// AppendOwn appends a batch the broker wrote itself (internal-topic
+// records, transaction markers) and returns the offset after it: what
+// WaitCommitted must reach. It returns the fence's error when this replica
+// may not append.
+func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
+	h, err := recordbatch.ParseHeader(batch)
+	if err != nil {
+		return 0, err
+	}
+	res, stateErr, err := p.write(byBroker, [][]byte{batch}, []recordbatch.Header{h}, flush, nil)
+	if err == nil {
+		err = stateErr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.Last + 1, nil
+}
+
+// AppendReplica appends a batch shipped from the leader at the leader's
+// offset and epoch. It returns the fence's error when this replica may not
+// follow. The follower syncs its copies itself; its high watermark comes
+// from the leader (Follow).
+func (p *Partition) AppendReplica(batch []byte) error {
+	h, err := recordbatch.ParseHeader(batch)
+	if err != nil {
+		return err
+	}
+	_, stateErr, err := p.write(byReplica, [][]byte{batch}, []recordbatch.Header{h}, FlushNow, nil)
+	if stateErr != nil {
+		p.logger.Error("producer state update failed", "err", stateErr)
+	}
+	return err
+}
+
+// Truncate cuts the log at offset and rebuilds the producer and
+// transaction state from what is left (a follower whose leader's log
+// diverged). It returns the fence's error when this replica may not follow.
+func (p *Partition) Truncate(offset int64) error {
+	return p.cut(func() error { return p.log.Truncate(offset) })
+}
+
+// TruncateFullyAndStartAt empties the log and restarts it at offset.
+func (p *Partition) TruncateFullyAndStartAt(offset int64) error {
+	return p.cut(func() error { return p.log.TruncateFullyAndStartAt(offset) })
+}
+
+// cut runs a truncation under the append lock; the high watermark never
+// stays above the new log end.
+func (p *Partition) cut(truncate func() error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.fence.Following(); err != nil {
+		return err
+	}
+	if err := truncate(); err != nil {
+		return err
+	}
+	end := p.log.EndOffset()
+	p.storeHW(func(cur int64) int64 { return min(cur, end) })
+	return p.rebuildState()
+}

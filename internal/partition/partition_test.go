@@ -1,0 +1,499 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/producer"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/txn"
+)
+
+// testFence is a fence the test flips.
+type testFence struct {
+	epoch     atomic.Int32
+	notLead   atomic.Bool
+	notFollow atomic.Bool
+}
+
+var (
+	errTestNotLeading   = errors.New("test: not leading")
+	errTestNotFollowing = errors.New("test: not following")
+)
+
+func (f *testFence) Leading() (int32, error) {
+	if f.notLead.Load() {
+		return 0, errTestNotLeading
+	}
+	return f.epoch.Load(), nil
+}
+
+func (f *testFence) Following() error {
+	if f.notFollow.Load() {
+		return errTestNotFollowing
+	}
+	return nil
+}
+
+// capPolicy commits at most up to limit, and holds the high watermark
+// while held is set; acked answers for Acker.
+type capPolicy struct {
+	limit atomic.Int64
+	held  atomic.Bool
+	acked atomic.Bool
+}
+
+func (c *capPolicy) Committed(_ *Partition, durable int64) (int64, bool) {
+	return min(durable, c.limit.Load()), true
+}
+func (c *capPolicy) Held(*Partition) bool             { return c.held.Load() }
+func (c *capPolicy) Acked(_ *Partition, _ int64) bool { return c.acked.Load() }
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func plainBatch(t *testing.T, n int) []byte {
+	return encode(t, recordbatch.BatchOptions{ProducerID: -1}, n)
+}
+
+func idemBatch(t *testing.T, pid int64, seq int32) []byte {
+	return encode(t, recordbatch.BatchOptions{ProducerID: pid, BaseSequence: seq}, 1)
+}
+
+func mustLog(t *testing.T, dir string) *storage.Log {
+	t.Helper()
+	l, err := storage.Open(dir, storage.Options{RetentionMs: -1, RetentionBytes: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func encode(t *testing.T, o recordbatch.BatchOptions, n int) []byte {
+	t.Helper()
+	recs := make([]recordbatch.Record, n)
+	for i := range recs {
+		recs[i].Value = []byte("v")
+	}
+	b, err := recordbatch.Encode(o, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func header(t *testing.T, batch []byte) []recordbatch.Header {
+	t.Helper()
+	h, err := recordbatch.ParseHeader(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []recordbatch.Header{h}
+}
+
+type fixture struct {
+	p      *Partition
+	flush  *Flusher
+	fence  *testFence
+	policy Policy
+	dir    string
+}
+
+func newFixture(t *testing.T, policy Policy, tail bool) *fixture {
+	t.Helper()
+	fatal := func(err error) { t.Errorf("fatal: %v", err) }
+	f := &fixture{flush: NewFlusher(FlusherConfig{Fatal: fatal}), fence: &testFence{}, policy: policy, dir: t.TempDir()}
+	f.open(t, tail)
+	return f
+}
+
+func (f *fixture) open(t *testing.T, tail bool) {
+	t.Helper()
+	p, err := New(Config{Topic: "t", Index: 0, Log: mustLog(t, f.dir), Policy: f.policy, Fence: f.fence,
+		Flusher: f.flush, UncommittedTail: tail, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	t.Cleanup(func() { _ = p.Close() })
+}
+
+func (f *fixture) client(t *testing.T, batch []byte) (Appended, error) {
+	t.Helper()
+	return f.p.AppendClient([][]byte{batch}, header(t, batch), nil)
+}
+
+// TestAppendPathsShareOffsetsAndState: the three append flavours write
+// one log, in order; the producer state they keep is one state (a retry
+// of an own-written idempotent batch is a duplicate for a client).
+func TestAppendPathsShareOffsetsAndState(t *testing.T) {
+	f := newFixture(t, nil, false)
+	f.fence.epoch.Store(3)
+	a, err := f.client(t, plainBatch(t, 2))
+	if err != nil || a.Base != 0 || a.Last != 1 || a.Duplicate {
+		t.Fatalf("client append: %+v, %v", a, err)
+	}
+	end, err := f.p.AppendOwn(idemBatch(t, 7, 0), FlushNow)
+	if err != nil || end != 3 {
+		t.Fatalf("own append: end %d, %v; want 3", end, err)
+	}
+	// A retry of the same producer's batch by a client is a duplicate.
+	a, err = f.client(t, idemBatch(t, 7, 0))
+	if err != nil || !a.Duplicate || a.Base != 2 || a.Last != 2 {
+		t.Fatalf("retry: %+v, %v; want a duplicate at 2", a, err)
+	}
+	// Out of order: refused with the producer state's code.
+	_, err = f.client(t, idemBatch(t, 7, 5))
+	var r *Refusal
+	if !errors.As(err, &r) || r.Code != producer.ErrOutOfOrderSequence {
+		t.Fatalf("out-of-order batch: %v, want OUT_OF_ORDER_SEQUENCE", err)
+	}
+	// A replica append lands at the offset its batch names.
+	rb := encode(t, recordbatch.BatchOptions{ProducerID: -1, BaseOffset: 3, LeaderEpoch: 3}, 1)
+	if err := f.p.AppendReplica(rb); err != nil {
+		t.Fatal(err)
+	}
+	if end := f.p.Log().EndOffset(); end != 4 {
+		t.Fatalf("log end %d, want 4", end)
+	}
+	if e := f.p.Log().LatestEpoch(); e != 3 {
+		t.Fatalf("epoch stamped %d, want the fence's 3", e)
+	}
+}
+
+// TestAppendRefusals: nothing is written when the fence, the transaction
+// check or a deletion refuses.
+func TestAppendRefusals(t *testing.T) {
+	f := newFixture(t, nil, false)
+	f.fence.notLead.Store(true)
+	if _, err := f.client(t, plainBatch(t, 1)); !errors.Is(err, errTestNotLeading) {
+		t.Fatalf("client append while not leading: %v", err)
+	}
+	if _, err := f.p.AppendOwn(plainBatch(t, 1), FlushNow); !errors.Is(err, errTestNotLeading) {
+		t.Fatalf("own append while not leading: %v", err)
+	}
+	f.fence.notLead.Store(false)
+	f.fence.notFollow.Store(true)
+	if err := f.p.AppendReplica(plainBatch(t, 1)); !errors.Is(err, errTestNotFollowing) {
+		t.Fatalf("replica append while not following: %v", err)
+	}
+	if err := f.p.Truncate(0); !errors.Is(err, errTestNotFollowing) {
+		t.Fatalf("truncation while not following: %v", err)
+	}
+	tb := encode(t, recordbatch.BatchOptions{ProducerID: 9, BaseSequence: 0, Transactional: true}, 1)
+	_, err := f.p.AppendClient([][]byte{tb}, header(t, tb), func(h recordbatch.Header) int16 {
+		if h.ProducerID != 9 {
+			t.Errorf("transaction check saw producer %d", h.ProducerID)
+		}
+		return 48
+	})
+	var r *Refusal
+	if !errors.As(err, &r) || r.Code != 48 || !r.Transaction {
+		t.Fatalf("transactional batch outside a transaction: %v, want refusal 48", err)
+	}
+	if end := f.p.Log().EndOffset(); end != 0 {
+		t.Fatalf("refused appends wrote: log end %d", end)
+	}
+	f.p.Delete()
+	if _, err := f.client(t, plainBatch(t, 1)); !errors.Is(err, ErrDeleted) {
+		t.Fatalf("append to a deleted partition: %v", err)
+	}
+	f.flush.SyncAll() // a deleted partition's closed log is not a failed fsync
+}
+
+// TestHighWatermarkFollowsDurableEnd: single node, the high watermark is
+// the durable end: an append is invisible until the flusher synced it, a
+// lazily flushed one rides with the next pass, and a failover partition
+// opens at its log start.
+func TestHighWatermarkFollowsDurableEnd(t *testing.T) {
+	f := newFixture(t, nil, false)
+	if _, err := f.client(t, plainBatch(t, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if hw := f.p.HighWatermark(); hw != 0 {
+		t.Fatalf("high watermark %d before the sync, want 0", hw)
+	}
+	f.flush.SyncAll()
+	if hw := f.p.HighWatermark(); hw != 3 {
+		t.Fatalf("high watermark %d after the sync, want 3", hw)
+	}
+	<-f.flush.kick // the client append's, which no Run loop took
+	if _, err := f.p.AppendOwn(plainBatch(t, 1), FlushLazily); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-f.flush.kick:
+		t.Fatal("a lazy append started a pass")
+	default:
+	}
+	f.flush.SyncAll()
+	if hw := f.p.HighWatermark(); hw != 4 {
+		t.Fatalf("high watermark %d after the lazy write's pass, want 4", hw)
+	}
+	_ = f.p.Close()
+	f.open(t, true)
+	if hw := f.p.HighWatermark(); hw != 0 {
+		t.Fatalf("a partition with an uncommitted tail opened at %d, want its log start 0", hw)
+	}
+	f.p.Recommit() // the durable policy commits what is durable
+	if hw := f.p.HighWatermark(); hw != 4 {
+		t.Fatalf("after Recommit %d, want 4", hw)
+	}
+}
+
+// TestPolicyCapsAndNeverLowers: the policy's value is taken, capped by the
+// durable end; the high watermark never goes down except by truncation.
+func TestPolicyCapsAndNeverLowers(t *testing.T) {
+	pol := &capPolicy{}
+	pol.limit.Store(2)
+	f := newFixture(t, pol, false)
+	for i := 0; i < 5; i++ {
+		if _, err := f.client(t, plainBatch(t, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.flush.SyncAll()
+	if hw := f.p.HighWatermark(); hw != 2 {
+		t.Fatalf("high watermark %d, want the policy's 2", hw)
+	}
+	pol.limit.Store(100)
+	f.p.Recommit()
+	if hw := f.p.HighWatermark(); hw != 5 {
+		t.Fatalf("high watermark %d, want the durable end 5 (policy allows 100)", hw)
+	}
+	pol.limit.Store(1)
+	f.p.Recommit()
+	f.p.Follow(0)
+	if hw := f.p.HighWatermark(); hw != 5 {
+		t.Fatalf("high watermark went down to %d", hw)
+	}
+	if err := f.p.Truncate(3); err != nil {
+		t.Fatal(err)
+	}
+	if hw := f.p.HighWatermark(); hw != 3 {
+		t.Fatalf("after truncating to 3 the high watermark is %d", hw)
+	}
+}
+
+// TestFollowerHighWatermark: a replica's copies are not flushed by the
+// flusher; its high watermark is its leader's, capped by its durable end.
+func TestFollowerHighWatermark(t *testing.T) {
+	f := newFixture(t, nil, true)
+	for off := int64(0); off < 4; off++ {
+		if err := f.p.AppendReplica(encode(t, recordbatch.BatchOptions{ProducerID: -1, BaseOffset: off}, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.flush.SyncAll()
+	if got := f.p.Log().DurableEnd(); got != 0 {
+		t.Fatalf("the flusher synced a replica's copy (durable end %d)", got)
+	}
+	f.p.Follow(3)
+	if hw := f.p.HighWatermark(); hw != 0 {
+		t.Fatalf("high watermark %d above the durable end 0", hw)
+	}
+	if _, err := f.p.Log().Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.p.Follow(3)
+	if hw := f.p.HighWatermark(); hw != 3 {
+		t.Fatalf("high watermark %d, want the leader's 3", hw)
+	}
+}
+
+// TestTruncateRebuildsProducerState: after a truncation the producer state
+// is the log's: a sequence cut off is accepted again.
+func TestTruncateRebuildsProducerState(t *testing.T) {
+	f := newFixture(t, nil, false)
+	for seq := int32(0); seq < 3; seq++ {
+		if _, err := f.client(t, idemBatch(t, 4, seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.p.Truncate(1); err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.client(t, idemBatch(t, 4, 1))
+	if err != nil || a.Duplicate || a.Base != 1 {
+		t.Fatalf("sequence 1 after truncating it away: %+v, %v", a, err)
+	}
+}
+
+// TestStateSurvivesReopen: the snapshot written at a clean stop and the
+// log scanned at open give the same producer and transaction state.
+func TestStateSurvivesReopen(t *testing.T) {
+	for _, snapshot := range []bool{false, true} {
+		f := newFixture(t, nil, false)
+		if _, err := f.client(t, idemBatch(t, 4, 0)); err != nil {
+			t.Fatal(err)
+		}
+		tb := encode(t, recordbatch.BatchOptions{ProducerID: 5, BaseSequence: 0, Transactional: true}, 1)
+		if _, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil); err != nil {
+			t.Fatal(err)
+		}
+		if snapshot {
+			f.p.SaveState()
+		}
+		_ = f.p.Close()
+		f.open(t, false)
+		a, err := f.client(t, idemBatch(t, 4, 0))
+		if err != nil || !a.Duplicate || a.Base != 0 {
+			t.Fatalf("snapshot=%v: retry after reopening: %+v, %v", snapshot, a, err)
+		}
+		if open := f.p.OpenTransactions(); open[5] != 1 {
+			t.Fatalf("snapshot=%v: open transactions %v, want producer 5 from offset 1", snapshot, open)
+		}
+		if lso := f.p.LSO(f.p.HighWatermark()); lso != 1 {
+			t.Fatalf("snapshot=%v: LSO %d, want 1", snapshot, lso)
+		}
+		marker := encodeMarker(t, 5, txn.ControlCommit)
+		if _, err := f.p.AppendOwn(marker, FlushNow); err != nil {
+			t.Fatal(err)
+		}
+		if open := f.p.OpenTransactions(); len(open) != 0 {
+			t.Fatalf("snapshot=%v: open after the commit marker: %v", snapshot, open)
+		}
+	}
+}
+
+func encodeMarker(t *testing.T, pid int64, typ int16) []byte {
+	t.Helper()
+	b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: pid, BaseSequence: -1, Transactional: true, Control: true},
+		[]recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestWaitCommitted: a wait returns once the flusher's pass covers it,
+// ends at its context with ErrNotCommitted, at once with ErrHeld while the
+// policy holds the high watermark, and with ErrStoppedLeading as soon as
+// a wake-up finds the replica no longer leading.
+func TestWaitCommitted(t *testing.T) {
+	pol := &capPolicy{}
+	pol.limit.Store(1 << 40)
+	f := newFixture(t, pol, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.flush.Run(ctx)
+
+	end, err := f.p.AppendOwn(plainBatch(t, 2), FlushNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := f.p.WaitCommitted(wctx, end); err != nil {
+		t.Fatalf("wait for a flushed append: %v", err)
+	}
+	wcancel()
+
+	// Nothing commits past 2: the deadline ends the wait.
+	pol.limit.Store(2)
+	end, err = f.p.AppendOwn(plainBatch(t, 1), FlushNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel = context.WithTimeout(ctx, 50*time.Millisecond)
+	if err := f.p.WaitCommitted(wctx, end); !errors.Is(err, ErrNotCommitted) {
+		t.Fatalf("wait past its deadline: %v, want ErrNotCommitted", err)
+	}
+	wcancel()
+
+	pol.held.Store(true)
+	start := time.Now()
+	if err := f.p.WaitCommitted(ctx, end); !errors.Is(err, ErrHeld) {
+		t.Fatalf("wait while held: %v, want ErrHeld", err)
+	}
+	pol.held.Store(false)
+
+	done := make(chan error, 1)
+	go func() { done <- f.p.WaitCommitted(ctx, end) }()
+	time.Sleep(20 * time.Millisecond)
+	f.fence.notLead.Store(true)
+	f.p.Wake() // what a step-down does
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStoppedLeading) {
+			t.Fatalf("wait after stepping down: %v, want ErrStoppedLeading", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wait did not end when the replica stopped leading")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("held and stopped-leading waits took their time")
+	}
+	f.fence.notLead.Store(false)
+
+	// Covered, also with an ended context: success.
+	ended, endedCancel := context.WithCancel(ctx)
+	endedCancel()
+	if err := f.p.WaitCommitted(ended, 2); err != nil {
+		t.Fatalf("a covered offset with an ended context: %v", err)
+	}
+	// An ended context below the high watermark never answers success.
+	if err := f.p.WaitCommitted(ended, end); err == nil {
+		t.Fatal("an uncovered offset answered success")
+	}
+}
+
+// TestWaitAllAcks: an acks=all wait under an Acker policy also waits for
+// the Acker, woken by Wake; a plain wait does not.
+func TestWaitAllAcks(t *testing.T) {
+	pol := &capPolicy{}
+	pol.limit.Store(1 << 40)
+	f := newFixture(t, pol, false)
+	end, err := f.p.AppendOwn(plainBatch(t, 1), FlushNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.flush.SyncAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := WaitAll(ctx, []Wait{{P: f.p, Offset: end}})
+	if errs[0] != nil {
+		t.Fatalf("plain wait: %v", errs[0])
+	}
+	done := make(chan error, 1)
+	go func() { done <- WaitAll(ctx, []Wait{{P: f.p, Offset: end, Acks: true}})[0] }()
+	select {
+	case err := <-done:
+		t.Fatalf("acks=all wait ended before the followers acknowledged: %v", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	pol.acked.Store(true)
+	f.p.Wake()
+	if err := <-done; err != nil {
+		t.Fatalf("acks=all wait: %v", err)
+	}
+}
+
+// TestWaitersWokenOnHighWatermark: a long poll registered with WaitUntil
+// is woken when a sync raises the high watermark, not before.
+func TestWaitersWokenOnHighWatermark(t *testing.T) {
+	f := newFixture(t, nil, false)
+	if _, err := f.client(t, plainBatch(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan bool, 1)
+	go func() {
+		got <- WaitUntil(context.Background(), []*Partition{f.p}, 10*time.Second, func() bool { return f.p.HighWatermark() >= 1 })
+	}()
+	time.Sleep(20 * time.Millisecond)
+	f.flush.SyncAll()
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("long poll ended without its condition")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("long poll not woken by the high watermark")
+	}
+	if WaitUntil(context.Background(), []*Partition{f.p}, 20*time.Millisecond, func() bool { return false }) {
+		t.Fatal("WaitUntil reported success at its timeout")
+	}
+}
