@@ -12,7 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/moonmq/moonmq/internal/protocol"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
@@ -388,31 +387,15 @@ func (b *Broker) handleDeleteAcls(ctx context.Context, r *kmsg.DeleteACLsRequest
 	return resp
 }
 
-// readsSecurityState reports whether a request only reads ACLs or
-// credentials, which a follower answers from its replicated copy.
-func readsSecurityState(req protocol.Request) bool {
-	switch req.Body.(type) {
-	case *kmsg.DescribeACLsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
-		return true
-	}
-	return false
-}
-
-// securityOnFollower refuses ACL and credential changes on a follower
-// that cannot forward them, one NOT_CONTROLLER per entry naming the
-// leader: clients send these requests to any broker, and a follower
-// cannot write.
-func (b *Broker) securityOnFollower(req protocol.Request) (kmsg.Response, bool) {
-	return b.securityOnFollowerCode(req, errNotController)
-}
-
-// securityOnFollowerCode is securityOnFollower answering code.
-func (b *Broker) securityOnFollowerCode(req protocol.Request, code int16) (kmsg.Response, bool) {
+// securityOnFollowerCode refuses an ACL or credential change on a
+// follower with code, one per entry naming the leader: clients send these
+// requests to any broker, and a follower cannot write.
+func (b *Broker) securityOnFollowerCode(req kmsg.Request, code int16) (kmsg.Response, bool) {
 	msg := "this replica is a follower: send ACL and user changes to the leader"
 	if host, port, ok := b.repl.endpoint(b.repl.leaderID()); ok {
 		msg += fmt.Sprintf(" (%s)", net.JoinHostPort(host, fmt.Sprint(port)))
 	}
-	switch r := req.Body.(type) {
+	switch r := req.(type) {
 	case *kmsg.CreateACLsRequest:
 		resp := r.ResponseKind().(*kmsg.CreateACLsResponse)
 		for range r.Creations {

@@ -16,9 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -676,3 +678,20 @@ func (b *Broker) checkpointRecoveryPoints() {
 // point or in an older segment, or a partition holds less than the
 // clean-shutdown marker names (read by ConsumeCleanShutdown).
 func (b *Broker) LogDamaged() bool { return b.logDamaged.Load() }
+
+// Advertised is the host and port clients are told to dial.
+func (b *Broker) Advertised() (string, int32) {
+	addr := b.cfg.AdvertisedAddress
+	if addr == "" && b.cfg.Replication != nil && b.cfg.Replication.Enabled {
+		addr = b.cfg.Replication.ClientAddress
+	}
+	if addr == "" {
+		addr = b.cfg.ClientListenAddr()
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	if b.boundPort != 0 && b.cfg.Port == 0 && b.cfg.AdvertisedAddress == "" {
+		p = b.boundPort
+	}
+	return host, int32(p)
+}

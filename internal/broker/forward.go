@@ -41,7 +41,7 @@ import (
 // OffsetForLeaderEpoch, DeleteRecords, DescribeProducers) are never
 // forwarded: clients route those by leader themselves, and the data path
 // is never proxied. Coordinator requests are answered NOT_COORDINATOR
-// (refuseOnFollower) because FindCoordinator sends clients to the leader.
+// (each API's onFollower) because FindCoordinator sends clients to the leader.
 
 // PathForward is the leader's endpoint for forwarded client requests.
 const PathForward = "/replication/forward"
@@ -63,46 +63,6 @@ const forwardTimeout = 10 * time.Second
 // maxForwardBytes bounds a forwarded request or answer: these are admin
 // requests, far smaller.
 const maxForwardBytes = 16 << 20
-
-// forwarded reports whether req is of the class a follower may forward
-// to the leader (the leader refuses anything else); whether a follower
-// does forward it is forwardsToLeader's call.
-func forwarded(req kmsg.Request) bool {
-	switch q := req.(type) {
-	case *kmsg.MetadataRequest:
-		return true
-	case *kmsg.InitProducerIDRequest:
-		return q.TransactionalID == nil // a transactional one is a coordinator request
-	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
-		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest,
-		*kmsg.CreateACLsRequest, *kmsg.DeleteACLsRequest, *kmsg.DescribeACLsRequest,
-		*kmsg.AlterUserSCRAMCredentialsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
-		return true
-	}
-	return false
-}
-
-// forwardsToLeader reports whether this follower forwards req: every
-// request of the forwarded class except Metadata, which a follower
-// answers itself unless it names a topic this replica lacks and asks for
-// auto-creation, which only the leader can do (a Kafka broker that is not
-// the controller creates it through the controller, so a producer
-// bootstrapped with any broker may write to a new topic).
-func (b *Broker) forwardsToLeader(req kmsg.Request) bool {
-	q, ok := req.(*kmsg.MetadataRequest)
-	if !ok {
-		return forwarded(req)
-	}
-	if b.cfg.AutoCreateTopics == nil || !*b.cfg.AutoCreateTopics || !(q.AllowAutoTopicCreation || q.Version < 4) {
-		return false
-	}
-	for _, t := range q.Topics {
-		if t.Topic != nil && b.lookup(*t.Topic) == nil {
-			return true
-		}
-	}
-	return false
-}
 
 // linkAuthenticated reports whether the replication port proves its
 // callers are replicas: a Token, or TLS that requires a client
@@ -149,25 +109,23 @@ func (b *Broker) forward(ctx context.Context, cn *conn, req protocol.Request) km
 	if errors.Is(err, errNoLeader) {
 		code = errNotController
 	}
-	switch req.Body.(type) {
-	case *kmsg.InitProducerIDRequest:
-		code = errCoordinatorNotAvailable
-	case *kmsg.MetadataRequest, *kmsg.DescribeACLsRequest, *kmsg.DescribeUserSCRAMCredentialsRequest:
+	a := apis[req.Key]
+	switch {
+	case a.onFollower == nil:
 		// Reads of replicated state: this replica's copy, at most one
 		// replication round old, is a better answer than an error (for
 		// Metadata: the topic is "not available yet", and the client
 		// asks again).
-		if resp, wait, handled := b.authorizeRequest(cn, req); handled {
-			if wait != nil {
-				return wait(ctx)
-			}
-			return resp
+		resp, wait, handled := b.authorizeRequest(cn, a, req)
+		if !handled {
+			resp, wait = a.serve(b, cn, req)
 		}
-		resp, _ := b.serve(cn, req)
+		if wait != nil {
+			return wait(ctx)
+		}
 		return resp
-	}
-	if resp, refused := b.securityOnFollowerCode(req, code); refused {
-		return resp
+	case a.forwardFail != nil:
+		return a.forwardFail(b, req.Body, code)
 	}
 	out := req.Body.ResponseKind()
 	mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(out).Elem(), code)
@@ -265,7 +223,7 @@ func (r *replica) serveForward(w http.ResponseWriter, hr *http.Request) {
 	}
 	kreq := kmsg.RequestForKey(int16(key))
 	kreq.SetVersion(int16(version))
-	if err := kreq.ReadFrom(body); err != nil || !forwarded(kreq) {
+	if err := kreq.ReadFrom(body); err != nil || apis[kreq.Key()].forwardable == nil || !apis[kreq.Key()].forwardable(r.b, kreq) {
 		http.Error(w, "not a forwardable request", http.StatusBadRequest)
 		return
 	}

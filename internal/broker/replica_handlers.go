@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/moonmq/moonmq/internal/protocol"
 )
 
 // Error codes a static-mode follower answers with.
@@ -88,118 +86,6 @@ func (r *replica) live(id int32, leading bool, isr, heard []int32, leader int32)
 		return !r.failover || slices.Contains(heard, id)
 	}
 	return !r.failover || len(isr) == 0 || slices.Contains(isr, id)
-}
-
-// refuseOnFollower answers a client request a static-mode follower does
-// not serve: only the leader takes writes, reads and coordinator traffic.
-// Metadata, DescribeCluster, DescribeConfigs, DescribeLogDirs (its own
-// copy) and ApiVersions are served;
-// ListGroups and ListTransactions answer empty; FindCoordinator names the
-// leader; group and transaction coordinator requests get NOT_COORDINATOR
-// (COORDINATOR_LOAD_IN_PROGRESS on a leader still rebuilding its state),
-// which sends clients back to FindCoordinator; admin writes get
-// NOT_CONTROLLER (the controller id in Metadata is the leader); everything
-// else gets NOT_LEADER_OR_FOLLOWER, and Produce and Fetch carry the leader
-// (KIP-951).
-func (b *Broker) refuseOnFollower(req protocol.Request) (kmsg.Response, bool) {
-	r := b.repl
-	switch q := req.Body.(type) {
-	case *kmsg.ApiVersionsRequest, *kmsg.MetadataRequest, *kmsg.DescribeClusterRequest, *kmsg.DescribeConfigsRequest,
-		*kmsg.DescribeLogDirsRequest: // each replica describes its own copy
-		return nil, false
-	case *kmsg.ListGroupsRequest, *kmsg.ListTransactionsRequest:
-		// Admin clients ask every broker and merge the answers: groups
-		// and transactions are coordinated by the leader, so a follower
-		// has none.
-		return req.Body.ResponseKind(), true
-	case *kmsg.FindCoordinatorRequest:
-		resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
-		id := r.leaderID()
-		host, port, ok := r.endpoint(id)
-		code := int16(0)
-		if id < 0 || !ok {
-			code = errCoordinatorNotAvailable
-		}
-		if q.Version >= 4 {
-			for _, key := range q.CoordinatorKeys {
-				c := kmsg.NewFindCoordinatorResponseCoordinator()
-				c.Key, c.ErrorCode = key, code
-				if code == 0 {
-					c.NodeID, c.Host, c.Port = id, host, port
-				}
-				resp.Coordinators = append(resp.Coordinators, c)
-			}
-			return resp, true
-		}
-		resp.ErrorCode = code
-		if code == 0 {
-			resp.NodeID, resp.Host, resp.Port = id, host, port
-		}
-		return resp, true
-	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
-		*kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.OffsetDeleteRequest,
-		*kmsg.DescribeGroupsRequest, *kmsg.DeleteGroupsRequest,
-		*kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest,
-		*kmsg.AddPartitionsToTxnRequest, *kmsg.AddOffsetsToTxnRequest, *kmsg.EndTxnRequest,
-		*kmsg.TxnOffsetCommitRequest, *kmsg.DescribeTransactionsRequest:
-		return b.notCoordinator(req.Body), true
-	case *kmsg.InitProducerIDRequest:
-		if q.TransactionalID != nil {
-			return b.notCoordinator(req.Body), true
-		}
-		resp := req.Body.ResponseKind()
-		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
-		return resp, true
-	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
-		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
-		resp := req.Body.ResponseKind()
-		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotController)
-		return resp, true
-	case *kmsg.ProduceRequest:
-		if q.Acks == 0 {
-			return nil, true // no answer at all, as for any acks=0 produce
-		}
-		resp := q.ResponseKind().(*kmsg.ProduceResponse)
-		mirror(reflect.ValueOf(q).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
-		id := r.leaderID()
-		for i := range resp.Topics {
-			for j := range resp.Topics[i].Partitions {
-				p := &resp.Topics[i].Partitions[j]
-				p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
-				if id >= 0 {
-					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, b.epoch.Load()
-				}
-			}
-		}
-		if host, port, ok := r.endpoint(id); ok && q.Version >= 10 {
-			resp.Brokers = []kmsg.ProduceResponseBroker{{NodeID: id, Host: host, Port: port}}
-		}
-		return resp, true
-	case *kmsg.FetchRequest:
-		resp := q.ResponseKind().(*kmsg.FetchResponse)
-		mirror(reflect.ValueOf(q).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
-		resp.ErrorCode, resp.SessionID = 0, 0
-		id := r.leaderID()
-		for i := range resp.Topics {
-			for j := range resp.Topics[i].Partitions {
-				p := &resp.Topics[i].Partitions[j]
-				p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
-				p.PreferredReadReplica = -1
-				p.RecordBatches = []byte{}
-				if id >= 0 {
-					p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, b.epoch.Load()
-				}
-			}
-		}
-		if host, port, ok := r.endpoint(id); ok && q.Version >= 12 {
-			resp.Brokers = []kmsg.FetchResponseBroker{{NodeID: id, Host: host, Port: port}}
-		}
-		return resp, true
-	default:
-		resp := req.Body.ResponseKind()
-		mirror(reflect.ValueOf(req.Body).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
-		return resp, true
-	}
 }
 
 // notCoordinator answers a group or transaction coordinator request on a

@@ -1,0 +1,251 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// Every Kafka API the broker answers is registered by one api_*.go file,
+// which holds all that is particular to it: the versions advertised, the
+// handler, the ACL rule, and what a follower does with it. handle below
+// is the one place that applies them, in the same order for every API.
+
+type waitFunc = func(context.Context) kmsg.Response
+
+// runFunc serves a request (or the allowed part of one) that has passed
+// the ACL check.
+type runFunc = func(kmsg.Request) (kmsg.Response, waitFunc)
+
+// api is one registered Kafka API, its functions taking the request as
+// the generic kmsg.Request (register wraps the typed ones).
+type api struct {
+	key      int16
+	versions protocol.VersionRange
+	// byConnection: the connection answers it before dispatch (SASL).
+	byConnection bool
+	serve        func(b *Broker, cn *conn, req protocol.Request) (kmsg.Response, waitFunc)
+	authorize    func(z *authz, req kmsg.Request, run runFunc) (kmsg.Response, waitFunc, bool)
+	forwardable  func(b *Broker, req kmsg.Request) bool
+	forwardNow   func(b *Broker, req kmsg.Request) bool
+	onFollower   func(b *Broker, req kmsg.Request) kmsg.Response
+	forwardFail  func(b *Broker, req kmsg.Request, code int16) kmsg.Response
+}
+
+// apiDef is how an api_*.go file registers its API, typed by its request.
+type apiDef[R kmsg.Request] struct {
+	versions protocol.VersionRange
+	// byConnection marks the SASL APIs, which the connection answers
+	// itself before a request is dispatched (sasl.go).
+	byConnection bool
+	// serve answers a request that passed the follower and ACL checks.
+	// A request that must wait (acks=all produce, long-poll fetch)
+	// returns a wait function instead of a response; the connection runs
+	// it on its own goroutine.
+	serve func(b *Broker, cn *conn, r R, req protocol.Request) (kmsg.Response, waitFunc)
+	// authorize applies the ACLs to a principal that is not a super user
+	// while ACLs are in force. It returns handled=false when the request
+	// may run as it is; otherwise the answer (or wait) it returns has the
+	// denied parts refused and the allowed parts served through run.
+	authorize func(z *authz, r R, run runFunc) (kmsg.Response, waitFunc, bool)
+	// forwardable reports whether the request is of the class a follower
+	// may send to the leader (forward.go), which refuses anything else;
+	// nil: none is.
+	forwardable func(b *Broker, r R) bool
+	// forwardNow narrows forwardable to what a follower does forward now
+	// (nil: all of it); the rest it answers as onFollower says.
+	forwardNow func(b *Broker, r R) bool
+	// onFollower answers the request on a follower that does not forward
+	// it (nil: no answer at all, as for acks=0); a nil onFollower means a
+	// follower serves it from its own copy, which is also its answer when
+	// forwarding fails.
+	onFollower func(b *Broker, r R) kmsg.Response
+	// forwardFail answers when forwarding failed with a retriable code
+	// (nil: code in every error field).
+	forwardFail func(b *Broker, r R, code int16) kmsg.Response
+}
+
+// apis holds the registered APIs by key; versions is what ApiVersions
+// advertises and what the server accepts, built from it.
+var (
+	apis     = map[int16]*api{}
+	versions = protocol.Table{}
+)
+
+// register adds an API. It runs from the api_*.go files' init functions.
+//
+// Minimum versions reach as low as clients probe, because librdkafka
+// enables a feature only when an exact old version is inside the range
+// (record format v2 needs Produce 3 and Fetch 4). Maximums stop before
+// versions whose semantics the broker does not implement.
+func register[R kmsg.Request](d apiDef[R]) {
+	var zero R
+	key := zero.Key()
+	if _, dup := apis[key]; dup {
+		panic(fmt.Sprintf("broker: API %s registered twice", kmsg.NameForKey(key)))
+	}
+	a := &api{key: key, versions: d.versions, byConnection: d.byConnection}
+	if d.serve != nil {
+		a.serve = func(b *Broker, cn *conn, req protocol.Request) (kmsg.Response, waitFunc) {
+			return d.serve(b, cn, req.Body.(R), req)
+		}
+	}
+	if d.authorize != nil {
+		a.authorize = func(z *authz, req kmsg.Request, run runFunc) (kmsg.Response, waitFunc, bool) {
+			return d.authorize(z, req.(R), run)
+		}
+	}
+	if d.forwardable != nil {
+		a.forwardable = func(b *Broker, req kmsg.Request) bool { return d.forwardable(b, req.(R)) }
+	}
+	if d.forwardNow != nil {
+		a.forwardNow = func(b *Broker, req kmsg.Request) bool { return d.forwardNow(b, req.(R)) }
+	}
+	if d.onFollower != nil {
+		a.onFollower = func(b *Broker, req kmsg.Request) kmsg.Response { return d.onFollower(b, req.(R)) }
+	}
+	if d.forwardFail != nil {
+		a.forwardFail = func(b *Broker, req kmsg.Request, code int16) kmsg.Response { return d.forwardFail(b, req.(R), code) }
+	}
+	apis[key] = a
+	versions[key] = d.versions
+}
+
+// handle answers one request: a follower forwards or refuses what only
+// the leader can answer, then the ACLs apply, then the API's handler.
+func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, waitFunc) {
+	a := apis[req.Key]
+	if b.following() {
+		if !cn.viaForward && a.forwards(b, req.Body) {
+			return nil, func(ctx context.Context) kmsg.Response { return b.forward(ctx, cn, req) }
+		}
+		if a.onFollower != nil {
+			return a.onFollower(b, req.Body), nil
+		}
+	}
+	if resp, wait, handled := b.authorizeRequest(cn, a, req); handled {
+		return resp, wait
+	}
+	return a.serve(b, cn, req)
+}
+
+// forwards reports whether a follower sends req to the leader.
+func (a *api) forwards(b *Broker, req kmsg.Request) bool {
+	return a.forwardable != nil && a.forwardable(b, req) && (a.forwardNow == nil || a.forwardNow(b, req))
+}
+
+// refuseOnFollower is a follower's answer to a request it neither
+// forwards nor serves; refused is false when it serves it.
+func (b *Broker) refuseOnFollower(req protocol.Request) (resp kmsg.Response, refused bool) {
+	a := apis[req.Body.Key()]
+	if a == nil || a.onFollower == nil {
+		return nil, false
+	}
+	return a.onFollower(b, req.Body), true
+}
+
+// authorizeRequest applies the ACLs to a request: see apiDef.authorize.
+func (b *Broker) authorizeRequest(cn *conn, a *api, req protocol.Request) (kmsg.Response, waitFunc, bool) {
+	principal := cn.aclPrincipal()
+	if b.sec.superUser(principal) {
+		return nil, nil, false
+	}
+	b.refreshACLs()
+	if b.sec.acls.len() == 0 && b.allowIfNoACL() {
+		return nil, nil, false
+	}
+	z := &authz{b: b, cn: cn, principal: principal, host: cn.ip(), api: kmsg.NameForKey(req.Key)}
+	run := func(body kmsg.Request) (kmsg.Response, waitFunc) {
+		allowed := req
+		allowed.Body = body
+		return a.serve(b, cn, allowed)
+	}
+	return a.authorize(z, req.Body, run)
+}
+
+// Rules several APIs share.
+
+// allowAll is the ACL rule of APIs anyone may call.
+func allowAll[R kmsg.Request](*authz, R, runFunc) (kmsg.Response, waitFunc, bool) {
+	return nil, nil, false
+}
+
+// whole answers the whole request with code unless ok.
+func whole(req kmsg.Request, ok bool, code int16) (kmsg.Response, waitFunc, bool) {
+	if ok {
+		return nil, nil, false
+	}
+	return denyAll(req, code), nil, true
+}
+
+// groupRead is the rule of group-member APIs: READ on the group.
+func groupRead[R kmsg.Request](group func(R) string) func(*authz, R, runFunc) (kmsg.Response, waitFunc, bool) {
+	return func(z *authz, r R, _ runFunc) (kmsg.Response, waitFunc, bool) {
+		return whole(r, z.allowed(opRead, resGroup, group(r)), errGroupAuthorizationFailed)
+	}
+}
+
+// clusterDescribe is the rule of APIs that read cluster-wide state.
+func clusterDescribe[R kmsg.Request](z *authz, r R, _ runFunc) (kmsg.Response, waitFunc, bool) {
+	return whole(r, z.allowed(opDescribe, resCluster, clusterResource), errClusterAuthorizationFailed)
+}
+
+// perTopic authorizes each of a request's Topics entries with op: the
+// allowed ones are served, the others answer TOPIC_AUTHORIZATION_FAILED.
+func perTopic[R kmsg.Request, T any](z *authz, r R, topics []T, name func(T) string, op kmsg.ACLOperation, run runFunc) (kmsg.Response, waitFunc, bool) {
+	codes := make([]int16, len(topics))
+	for i, t := range topics {
+		codes[i] = z.topicCode(op, name(t))
+	}
+	resp, wait := splitRun(r, "Topics", "Topics", codes, run)
+	return resp, wait, true
+}
+
+// perGroup authorizes each of a request's Groups entries with op.
+func perGroup[R kmsg.Request](z *authz, r R, groups []string, op kmsg.ACLOperation, run runFunc) (kmsg.Response, waitFunc, bool) {
+	codes := make([]int16, len(groups))
+	for i, g := range groups {
+		if !z.allowed(op, resGroup, g) {
+			codes[i] = errGroupAuthorizationFailed
+		}
+	}
+	resp, wait := splitRun(r, "Groups", "Groups", codes, run)
+	return resp, wait, true
+}
+
+// refuseWith answers a request a follower does not serve with code in
+// every error field.
+func refuseWith[R kmsg.Request](code int16) func(*Broker, R) kmsg.Response {
+	return func(_ *Broker, r R) kmsg.Response {
+		resp := r.ResponseKind()
+		mirror(reflect.ValueOf(r).Elem(), reflect.ValueOf(resp).Elem(), code)
+		return resp
+	}
+}
+
+// notCoordinatorOnFollower is the follower answer of group and
+// transaction coordinator requests (notCoordinator).
+func notCoordinatorOnFollower[R kmsg.Request](b *Broker, r R) kmsg.Response {
+	return b.notCoordinator(r)
+}
+
+// forwardAlways is the forward rule of requests only the leader can
+// answer.
+func forwardAlways[R kmsg.Request](*Broker, R) bool { return true }
+
+// securityOnFollower refuses an ACL or credential change on a follower
+// that cannot forward it, naming the leader.
+func securityOnFollower[R kmsg.Request](b *Broker, r R) kmsg.Response {
+	return securityFail(b, r, errNotController)
+}
+
+// securityFail answers an ACL or credential change whose forwarding
+// failed, naming the leader.
+func securityFail[R kmsg.Request](b *Broker, r R, code int16) kmsg.Response {
+	resp, _ := b.securityOnFollowerCode(r, code)
+	return resp
+}

@@ -1,0 +1,26 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// DescribeConfigs describes topic and broker configs; each replica
+// answers from its own copy.
+func init() {
+	register(apiDef[*kmsg.DescribeConfigsRequest]{
+		versions: protocol.VersionRange{Min: 0, Max: 4},
+		serve: func(b *Broker, _ *conn, r *kmsg.DescribeConfigsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
+			return b.handleDescribeConfigs(r), nil
+		},
+		authorize: func(z *authz, r *kmsg.DescribeConfigsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
+			codes := make([]int16, len(r.Resources))
+			for i, res := range r.Resources {
+				codes[i] = z.configCode(opDescribeConfigs, res.ResourceType, res.ResourceName)
+			}
+			resp, wait := splitRun(r, "Resources", "Resources", codes, run)
+			return resp, wait, true
+		},
+	})
+}

@@ -1,0 +1,92 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/protocol"
+)
+
+// FindCoordinator names the group or transaction coordinator: the
+// serving leader, on a follower too.
+func init() {
+	register(apiDef[*kmsg.FindCoordinatorRequest]{
+		versions: protocol.VersionRange{Min: 0, Max: 4},
+		serve: func(b *Broker, _ *conn, r *kmsg.FindCoordinatorRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
+			return b.handleFindCoordinator(r), nil
+		},
+		authorize: func(z *authz, r *kmsg.FindCoordinatorRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
+			resp := z.findCoordinator(r, run)
+			if resp == nil {
+				return nil, nil, false
+			}
+			return resp, nil, true
+		},
+		onFollower: findCoordinatorOnFollower,
+	})
+}
+
+// findCoordinator refuses keys the principal may not describe; nil means
+// every key is allowed.
+func (z *authz) findCoordinator(r *kmsg.FindCoordinatorRequest, run runFunc) kmsg.Response {
+	rt, code := resGroup, errGroupAuthorizationFailed
+	if r.CoordinatorType == 1 {
+		rt, code = resTxnID, errTxnIDAuthorizationFailed
+	}
+	if r.Version < 4 {
+		if z.allowed(opDescribe, rt, r.CoordinatorKey) {
+			return nil
+		}
+		resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+		resp.ErrorCode, resp.NodeID, resp.Port = code, -1, -1
+		return resp
+	}
+	var kept []string
+	var denied []kmsg.FindCoordinatorResponseCoordinator
+	for _, key := range r.CoordinatorKeys {
+		if z.allowed(opDescribe, rt, key) {
+			kept = append(kept, key)
+			continue
+		}
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		c.Key, c.ErrorCode, c.NodeID, c.Port = key, code, -1, -1
+		denied = append(denied, c)
+	}
+	if len(denied) == 0 {
+		return nil
+	}
+	filtered := *r
+	filtered.CoordinatorKeys = append([]string{}, kept...)
+	resp, _ := run(&filtered)
+	f := resp.(*kmsg.FindCoordinatorResponse)
+	f.Coordinators = append(f.Coordinators, denied...)
+	return f
+}
+
+// findCoordinatorOnFollower names the leader, which coordinates every
+// group and transaction.
+func findCoordinatorOnFollower(b *Broker, q *kmsg.FindCoordinatorRequest) kmsg.Response {
+	r := b.repl
+	resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	id := r.leaderID()
+	host, port, ok := r.endpoint(id)
+	code := int16(0)
+	if id < 0 || !ok {
+		code = errCoordinatorNotAvailable
+	}
+	if q.Version >= 4 {
+		for _, key := range q.CoordinatorKeys {
+			c := kmsg.NewFindCoordinatorResponseCoordinator()
+			c.Key, c.ErrorCode = key, code
+			if code == 0 {
+				c.NodeID, c.Host, c.Port = id, host, port
+			}
+			resp.Coordinators = append(resp.Coordinators, c)
+		}
+		return resp
+	}
+	resp.ErrorCode = code
+	if code == 0 {
+		resp.NodeID, resp.Host, resp.Port = id, host, port
+	}
+	return resp
+}
