@@ -205,6 +205,18 @@ func perTopic[R kmsg.Request, T any](z *authz, r R, topics []T, name func(T) str
 	return resp, wait, true
 }
 
+// perResource authorizes each of a config request's Resources entries
+// with op (configCode).
+func perResource[R kmsg.Request, T any](z *authz, r R, resources []T, id func(T) (kmsg.ConfigResourceType, string), op kmsg.ACLOperation, run runFunc) (kmsg.Response, waitFunc, bool) {
+	codes := make([]int16, len(resources))
+	for i, res := range resources {
+		typ, name := id(res)
+		codes[i] = z.configCode(op, typ, name)
+	}
+	resp, wait := splitRun(r, "Resources", "Resources", codes, run)
+	return resp, wait, true
+}
+
 // perGroup authorizes each of a request's Groups entries with op.
 func perGroup[R kmsg.Request](z *authz, r R, groups []string, op kmsg.ACLOperation, run runFunc) (kmsg.Response, waitFunc, bool) {
 	codes := make([]int16, len(groups))

@@ -15,12 +15,9 @@ func init() {
 			return b.handleDescribeConfigs(r), nil
 		},
 		authorize: func(z *authz, r *kmsg.DescribeConfigsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
-			codes := make([]int16, len(r.Resources))
-			for i, res := range r.Resources {
-				codes[i] = z.configCode(opDescribeConfigs, res.ResourceType, res.ResourceName)
-			}
-			resp, wait := splitRun(r, "Resources", "Resources", codes, run)
-			return resp, wait, true
+			return perResource(z, r, r.Resources, func(res kmsg.DescribeConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+				return res.ResourceType, res.ResourceName
+			}, opDescribeConfigs, run)
 		},
 	})
 }
