@@ -235,11 +235,11 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 }
 
 // following reports whether this broker is a static-mode follower.
-func (b *Broker) following() bool { return b.repl != nil && !b.repl.lead.Load() }
+func (b *Broker) following() bool { return b.repl != nil && !b.repl.role.serving() }
 
 // fenced reports whether this broker may not append batches of its own: a
 // failover replica that is not running as leader.
-func (b *Broker) fenced() bool { return b.repl != nil && b.repl.failover && !b.repl.active.Load() }
+func (b *Broker) fenced() bool { return b.repl != nil && b.repl.failover && !b.repl.role.leading() }
 
 func (b *Broker) topicsDir() string { return filepath.Join(b.cfg.DataDir, "topics") }
 

@@ -64,7 +64,7 @@ func TestReady(t *testing.T) {
 	if !b.Ready() {
 		t.Fatal("a follower in the ISR is not ready")
 	}
-	b.repl.lead.Store(true)
+	b.repl.role.v.Store(int32(roleServing))
 	if !b.Ready() {
 		t.Fatal("a serving leader is not ready")
 	}
@@ -143,7 +143,7 @@ func TestWaitEndsWhenLeadershipEnds(t *testing.T) {
 	cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 1, Failover: config.Failover{Enabled: true}}
 	b := &Broker{cfg: cfg, nodeID: 1, log: slog.New(slog.DiscardHandler)}
 	b.repl = newReplica(b)
-	b.repl.active.Store(true)
+	b.repl.role.v.Store(int32(rolePromoting))
 	p := committedPartition(t, b, 5)
 	done := make(chan *kmsg.ProduceResponseTopicPartition)
 	go func() {
@@ -151,7 +151,7 @@ func TestWaitEndsWhenLeadershipEnds(t *testing.T) {
 		b.waitAcked(t.Context(), []produceWait{{p: p, end: 10, result: res}}, 3*time.Second)
 		done <- res
 	}()
-	b.repl.active.Store(false) // what stepDown does before it wakes everybody
+	b.repl.role.v.Store(int32(roleIdle)) // what stepDown does before it wakes everybody
 	var res *kmsg.ProduceResponseTopicPartition
 	for res == nil {
 		p.Wake()
@@ -187,7 +187,7 @@ func TestWaitNeverEndsInSuccessUnacknowledged(t *testing.T) {
 		if failover {
 			b.cfg.Replication = &config.Replication{Enabled: true, ReplicaId: 1, Failover: config.Failover{Enabled: true}}
 			b.repl = newReplica(b)
-			b.repl.active.Store(true) // still leading
+			b.repl.role.v.Store(int32(rolePromoting)) // still leading
 		}
 		p := committedPartition(t, b, 5)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -268,7 +268,7 @@ func TestCoordinatorAnswersWhileNotServing(t *testing.T) {
 			t.Fatalf("follower: %s answered %d, want NOT_COORDINATOR", kmsg.NameForKey(req.Key()), c)
 		}
 	}
-	b.repl.active.Store(true) // promoted, rebuilding: not serving yet
+	b.repl.role.v.Store(int32(rolePromoting)) // promoted, rebuilding: not serving yet
 	for _, req := range []kmsg.Request{commit, end} {
 		if c := codeOf(req); c != errCoordinatorLoadProgress {
 			t.Fatalf("rebuilding leader: %s answered %d, want COORDINATOR_LOAD_IN_PROGRESS", kmsg.NameForKey(req.Key()), c)

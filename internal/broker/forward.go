@@ -205,7 +205,7 @@ func (r *replica) serveForward(w http.ResponseWriter, hr *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	if !r.lead.Load() {
+	if !r.role.serving() {
 		http.Error(w, "this replica is not the serving leader", http.StatusServiceUnavailable)
 		return
 	}

@@ -283,3 +283,12 @@ func (b *Broker) handleDeleteGroups(r *kmsg.DeleteGroupsRequest) (kmsg.Response,
 		return resp
 	}
 }
+
+// resetGroups forgets every group's membership, for a new leader.
+// Membership is not replicated: what this replica remembers from an
+// earlier term of its own is stale (members have since rejoined another
+// leader, with epochs and assignments that may collide).
+func (b *Broker) resetGroups(context.Context) error {
+	b.groups.Reset()
+	return nil
+}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sort"
@@ -177,4 +178,10 @@ func (b *Broker) registerLoadedGroups() {
 	for g, t := range since {
 		b.groups.EnsureGroupSince(g, t)
 	}
+}
+
+// registerGroups is registerLoadedGroups as a leader reload step.
+func (b *Broker) registerGroups(context.Context) error {
+	b.registerLoadedGroups()
+	return nil
 }

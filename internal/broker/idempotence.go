@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"time"
 
@@ -106,4 +107,14 @@ func (b *Broker) handleInitProducerID(r *kmsg.InitProducerIDRequest) kmsg.Respon
 	}
 	resp.ProducerID, resp.ProducerEpoch = id, 0
 	return resp
+}
+
+// resetProducerIDs drops the id block this replica took in an earlier
+// term: a new leader takes a fresh block from __producer_ids on the next
+// InitProducerId, past every block any leader took.
+func (b *Broker) resetProducerIDs(context.Context) error {
+	b.pidMu.Lock()
+	b.pidNext, b.pidLimit = 0, 0
+	b.pidMu.Unlock()
+	return nil
 }

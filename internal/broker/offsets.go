@@ -491,3 +491,20 @@ func (b *Broker) appendInternal(p *partition.Partition, batch []byte, flush part
 	}
 	return p.AppendOwn(batch, flush)
 }
+
+// reset empties the store before a reload.
+func (s *offsetStore) reset() {
+	s.mu.Lock()
+	s.byKey = map[offsetKey]committed{}
+	s.groups = map[string]map[offsetKey]struct{}{}
+	s.pending = map[int64][]offsetWrite{}
+	s.emptySince = map[string]time.Time{}
+	s.mu.Unlock()
+}
+
+// reloadOffsets replaces the committed offsets in memory with what
+// __consumer_offsets holds, for a new leader.
+func (b *Broker) reloadOffsets(context.Context) error {
+	b.offsets.reset()
+	return b.loadOffsets()
+}

@@ -125,22 +125,20 @@ type replica struct {
 	fwdHTTP   *http.Client
 	fwdDone   atomic.Int64
 	fwdFailed atomic.Int64
-	// lead is set while this replica serves clients: always on a static
-	// leader; in failover mode once its claim committed and its state was
-	// rebuilt.
-	lead atomic.Bool
+	// role is what this replica does with its logs and clients
+	// (replica_role.go): a static leader serves from the start; in
+	// failover mode it leads once its claim commits and serves once its
+	// state is rebuilt.
+	role roleState
 
 	// Failover mode (Failover.Enabled): see replica_failover.go.
 	failover bool
 	node     *raftgroup.Node
 	tr       *raftgroup.HTTPTransport
-	// active is set while the leader side runs (appends, shipping);
-	// follow while the shipping follower may write the logs. Never both.
-	active, follow atomic.Bool
-	lcancel        context.CancelFunc // ends the current leadership's loops
-	lwg            sync.WaitGroup
-	isrSeen        []int32 // the committed ISR last fed to ldr
-	fepoch         int32   // failover follower: the epoch followed
+	lcancel  context.CancelFunc // ends the current leadership's loops
+	lwg      sync.WaitGroup
+	isrSeen  []int32 // the committed ISR last fed to ldr
+	fepoch   int32   // failover follower: the epoch followed
 	// unclean is set while a failover replica that restarted uncleanly
 	// has not caught up with a leader; caught holds, per partition,
 	// whether its durable end has reached the leader's high watermark.
@@ -190,8 +188,8 @@ func newReplica(b *Broker) *replica {
 	}
 	sort.Slice(r.ids, func(i, j int) bool { return r.ids[i] < r.ids[j] })
 	if !r.failover && (r.cfg.Role == "leader" || r.cfg.Role == "both") {
-		r.lead.Store(true)
-		r.active.Store(true)
+		r.role.move(roleIdle, rolePromoting)
+		r.role.move(rolePromoting, roleServing)
 		r.leader = r.self
 		r.ldr = replication.NewLeader(replication.WithStatic(r.cfg.LagMax))
 		r.ldr.Configure(r.ids, r.self, r.ids, staticEpoch)
@@ -356,7 +354,7 @@ func (r *replica) counted(p *partition.Partition) []int32 {
 	if r.failover {
 		return r.committedISR()
 	}
-	if !r.lead.Load() {
+	if !r.role.serving() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if len(r.isr) == 0 {
@@ -381,7 +379,7 @@ func (r *replica) groupISR() []int32 {
 	if r.failover {
 		return r.committedISR()
 	}
-	if !r.lead.Load() {
+	if !r.role.serving() {
 		return r.counted(nil)
 	}
 	in := map[int32]int{}
@@ -410,13 +408,13 @@ func (r *replica) leaderID() int32 {
 	if r.failover {
 		st := r.node.Status()
 		l := st.State.Leader
-		if st.RaftLeader == raftgroup.NoLeader && !r.lead.Load() {
+		if st.RaftLeader == raftgroup.NoLeader && !r.role.serving() {
 			// No Raft leader known (it died, or this replica is cut
 			// off): the last claim's replica is likely gone, and
 			// "no leader" makes clients retry rather than dial it.
 			return raftgroup.NoLeader
 		}
-		if l == r.self && !r.lead.Load() {
+		if l == r.self && !r.role.serving() {
 			// Our claim is the latest but we do not serve (rebuilding,
 			// or the majority is gone): naming ourselves would send
 			// clients back to a replica that refuses them.
@@ -494,7 +492,7 @@ func (r *replica) start(ctx context.Context) (err error) {
 		}
 		return nil
 	}
-	if r.lead.Load() {
+	if r.role.serving() {
 		go func() { _ = r.srv.Serve(ln) }()
 		close(r.done)
 		log.Info("static replication: leading", "replicate", ln.Addr().String(), "replicas", r.ids, "lag_max", r.cfg.LagMax)
@@ -564,12 +562,12 @@ func (r *replica) status() statusDoc {
 	if r.failover {
 		st := r.node.Status()
 		d.Raft, d.Epoch = &st, st.Epoch
-		if !r.lead.Load() {
+		if !r.role.serving() {
 			fs := r.fol.Status()
 			d.Follower = &fs
 			return d
 		}
-	} else if !r.lead.Load() {
+	} else if !r.role.serving() {
 		st := r.fol.Status()
 		d.Follower = &st
 		return d
@@ -710,7 +708,7 @@ func (s source) LeaderEpoch() (int32, bool) {
 		defer s.r.mu.Unlock()
 		return s.r.b.epoch.Load(), s.r.ldr != nil
 	}
-	return staticEpoch, s.r.lead.Load()
+	return staticEpoch, s.r.role.serving()
 }
 
 func (s source) Manifest() (string, []shipping.TopicInfo) {

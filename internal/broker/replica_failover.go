@@ -56,7 +56,7 @@ func failoverReplication(cfg *config.Server) bool {
 // mayFollow is checked under a partition's append lock before the shipping
 // follower writes it.
 func (r *replica) mayFollow() error {
-	if r.failover && !r.follow.Load() {
+	if r.failover && r.role.get() != roleFollowing {
 		return errNotFollowing
 	}
 	return nil
@@ -168,7 +168,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 		r.tr.Close()
 		return err
 	}
-	r.follow.Store(true)
+	r.role.move(roleIdle, roleFollowing)
 	if err := node.Start(ctx); err != nil {
 		r.fol.Stop()
 		r.tr.Close()
@@ -274,7 +274,7 @@ func (r *replica) barrier() {
 // position and high watermark, and once the internal topics' state is
 // rebuilt clients are served.
 func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Logger) {
-	r.follow.Store(false)
+	r.role.move(roleFollowing, roleIdle)
 	r.fol.ClearLeader()
 	r.barrier() // no shipped append is still running
 	b := r.b
@@ -316,7 +316,7 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	r.pos, r.seen = map[*partition.Partition]map[int32]int64{}, map[int32]time.Time{}
 	r.started = time.Now()
 	r.mu.Unlock()
-	r.active.Store(true)
+	r.role.move(roleIdle, rolePromoting)
 	log.Info("failover replication: leading; rebuilding state", "epoch", st.Epoch, "isr", isr)
 	lctx, cancel := context.WithCancel(ctx)
 	r.lcancel = cancel
@@ -344,7 +344,9 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 		r.lwg.Add(2)
 		go func() { defer r.lwg.Done(); b.retentionLoop(lctx) }()
 		go func() { defer r.lwg.Done(); b.txc.run(lctx) }()
-		r.lead.Store(true)
+		if !r.role.move(rolePromoting, roleServing) {
+			return // stepping down
+		}
 		log.Info("failover replication: serving clients", "epoch", st.Epoch)
 	}()
 }
@@ -353,16 +355,12 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 // leader's loops stop, no append of its own runs any more, and the follower
 // may write again.
 func (r *replica) stepDown() {
-	r.lead.Store(false)
-	r.active.Store(false)
+	r.role.stop()
 	if r.lcancel != nil {
 		r.lcancel()
 		r.lwg.Wait()
 		r.lcancel = nil
 	}
-	// Again, now that the promotion goroutine has finished: it may have
-	// set lead after the first store.
-	r.lead.Store(false)
 	r.mu.Lock()
 	wasLeader := r.ldr != nil
 	r.ldr = nil
@@ -374,7 +372,7 @@ func (r *replica) stepDown() {
 		r.b.closeClients()
 		r.b.wakeAll()
 	}
-	r.follow.Store(true)
+	r.role.move(roleIdle, roleFollowing)
 }
 
 // wakeAll wakes every partition's waiters (acks=all producers and long
@@ -493,42 +491,30 @@ func (b *Broker) rebuildLeaderState(ctx context.Context) error {
 			}
 		}
 	}
-	b.offsets.reset()
-	if err := b.loadOffsets(); err != nil {
-		return err
+	for _, step := range b.leaderReloads() {
+		if err := step.reload(ctx); err != nil {
+			return fmt.Errorf("rebuilding %s: %w", step.name, err)
+		}
 	}
-	// Membership is not replicated: what this replica remembers from an
-	// earlier term of its own is stale (members have since rejoined
-	// another leader, with epochs and assignments that may collide).
-	b.groups.Reset()
-	b.pidMu.Lock()
-	b.pidNext, b.pidLimit = 0, 0
-	b.pidMu.Unlock()
-	b.txc.reset()
-	if err := b.txc.load(ctx); err != nil {
-		return err
-	}
-	if err := b.txc.sweepOrphans(ctx); err != nil {
-		return err
-	}
-	b.registerLoadedGroups()
 	return nil
 }
 
-// reset empties the store before a reload.
-func (s *offsetStore) reset() {
-	s.mu.Lock()
-	s.byKey = map[offsetKey]committed{}
-	s.groups = map[string]map[offsetKey]struct{}{}
-	s.pending = map[int64][]offsetWrite{}
-	s.emptySince = map[string]time.Time{}
-	s.mu.Unlock()
+// leaderReload is one owner's state that a new leader rebuilds before it
+// serves: the owner forgets what it held from an earlier term and reloads
+// itself from its internal topic.
+type leaderReload struct {
+	name   string
+	reload func(ctx context.Context) error
 }
 
-// reset forgets every transactional id before a reload.
-func (c *txnCoordinator) reset() {
-	c.mu.Lock()
-	c.byID = map[string]*txnEntry{}
-	c.byPID = map[int64]*txnEntry{}
-	c.mu.Unlock()
+// leaderReloads lists them in the order they run: transactions after
+// offsets, since finishing a transaction applies its pending commits.
+func (b *Broker) leaderReloads() []leaderReload {
+	return []leaderReload{
+		{"committed offsets", b.reloadOffsets}, // offsets.go
+		{"group membership", b.resetGroups},    // groups.go
+		{"producer ids", b.resetProducerIDs},   // idempotence.go
+		{"transactions", b.txc.reload},         // txncoord.go
+		{"group registry", b.registerGroups},   // groupstate.go
+	}
 }

@@ -32,7 +32,7 @@ func (r *replica) endpoints() []replicaEndpoint {
 	// What live needs, read once: on a static leader groupISR walks
 	// every partition, and Metadata is asked for often.
 	var isr, heard []int32
-	leading := r.lead.Load()
+	leading := r.role.serving()
 	if r.failover {
 		if leading {
 			heard = r.node.Status().Heard
@@ -97,7 +97,7 @@ func (r *replica) live(id int32, leading bool, isr, heard []int32, leader int32)
 // coordinator does while it loads: the client retries the same node.
 func (b *Broker) notCoordinator(req kmsg.Request) kmsg.Response {
 	code := errNotCoordinator
-	if b.repl.active.Load() {
+	if b.repl.role.leading() {
 		code = errCoordinatorLoadProgress
 	}
 	resp := req.ResponseKind()

@@ -80,7 +80,7 @@ func (b *Broker) Ready() bool {
 	if r == nil {
 		return true
 	}
-	if r.lead.Load() {
+	if r.role.serving() {
 		return true
 	}
 	return slices.Contains(r.groupISR(), r.self)

@@ -1085,3 +1085,23 @@ func (b *Broker) handleDescribeProducers(r *kmsg.DescribeProducersRequest) kmsg.
 	}
 	return resp
 }
+
+// reset forgets every transactional id before a reload.
+func (c *txnCoordinator) reset() {
+	c.mu.Lock()
+	c.byID = map[string]*txnEntry{}
+	c.byPID = map[int64]*txnEntry{}
+	c.mu.Unlock()
+}
+
+// reload replaces the transactional ids in memory with what
+// __transaction_state holds, for a new leader, then finishes the
+// transactions that were finishing and aborts those whose producer is
+// gone.
+func (c *txnCoordinator) reload(ctx context.Context) error {
+	c.reset()
+	if err := c.load(ctx); err != nil {
+		return err
+	}
+	return c.sweepOrphans(ctx)
+}
