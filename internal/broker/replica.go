@@ -273,10 +273,6 @@ func (r *replica) acked(p *partition.Partition, end int64) bool {
 	return true
 }
 
-// errOffsetNotAvailable answers ListOffsets for "latest" on a new leader
-// whose high watermark is still below its log end as of the promotion.
-const errOffsetNotAvailable int16 = 78
-
 // hwBehindEpochStart reports whether p's high watermark is below its log
 // end as of this leader's promotion (KIP-207): until it catches up, the
 // latest offset this leader could name may be below one the previous
