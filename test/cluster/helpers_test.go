@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
@@ -273,7 +274,7 @@ func values(recs []*kgo.Record, prefix string) []string {
 
 // position is the serving leader's view (st) of replica id's durable log
 // end of topic-partition.
-func position(st testcluster.Status, id int, topic string, partition int32) (int64, bool) {
+func position(st status.Replication, id int, topic string, partition int32) (int64, bool) {
 	fp, ok := st.Followers[strconv.Itoa(id)]
 	if !ok {
 		return 0, false
