@@ -197,7 +197,8 @@ Topic: events Partition: 1 Leader: none Replicas: 1,2,3 Isr: 1 Offline: 2,3 Epoc
 Topic: gone Error: UNKNOWN_TOPIC_OR_PARTITION: This server does not host this topic-partition.
 `)
 
-	// Nothing but metadata (the other requests failed): still the seed-002 view.
+	// Nothing but metadata (the other requests failed): still the
+	// kafka-topics view, without the offsets and configs.
 	views = BuildTopicViews(tds, nil, nil, nil)
 	got = render(func(b *bytes.Buffer) { FormatTopics(b, views[:1]) })
 	wantSame(t, got, `Topic: events TopicId: AQIDBAUGBwgJCgsMDQ4PEA PartitionCount: 2 ReplicationFactor: 3 Configs:

@@ -7,7 +7,7 @@
 // with every replica.
 //
 // It is used by the process tests (test/cluster, cmd/moonmq) and by the
-// fault harness that issue 5 builds on top of it. Nothing in it is imported
+// fault harness (internal/chaos) built on top of it. Nothing in it is imported
 // by the broker.
 //
 // The moonmq binary is built once per test binary (Binary); a package's

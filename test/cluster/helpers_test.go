@@ -1,6 +1,7 @@
 // Package cluster_test runs replication groups of real moonmq processes on
-// loopback (internal/testcluster) and checks seed 000's guarantees under
-// kills, pauses and restarts with franz-go clients. Every test is skipped
+// loopback (internal/testcluster) and checks the replication guarantees
+// (acknowledged records survive, the group serves again after a failover)
+// under kills, pauses and restarts with franz-go clients. Every test is skipped
 // with -short.
 package cluster_test
 
