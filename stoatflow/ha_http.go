@@ -74,7 +74,8 @@ func (a *App) haBelowDesired() bool {
 	return h.node.ReadyStandbys(time.Now()) < a.cfg.HA.DesiredStandbys
 }
 
-// status is GET /ha/status, with the seed's fields.
+// haStatus is GET /ha/status. The field names are a contract: the HA
+// tests and habench decode them by name.
 func (a *App) haStatus() map[string]any {
 	h := a.ha.Load()
 	now := time.Now()

@@ -89,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "JSON config file with a \"Server\" object (seed 000); built-in defaults without it")
+	path := fs.String("config", "", "JSON config file with a \"Server\" object (docs/CONFIG.md); built-in defaults without it")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

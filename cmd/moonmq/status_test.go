@@ -71,7 +71,7 @@ func until(t *testing.T, within time.Duration, args []string, patterns ...string
 
 // TestStatusAndDescribeFailoverGroup runs three failover-mode replica
 // processes and checks what an operator sees: the leader's and a
-// follower's status, and the seed-002 describe line from any replica.
+// follower's status, and the kafka-topics describe line from any replica.
 func TestStatusAndDescribeFailoverGroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three broker processes")
@@ -179,7 +179,7 @@ func TestStatusAndDescribeFailoverGroup(t *testing.T) {
 		t.Fatalf("status without token: exit %d, %s", code, stderr)
 	}
 
-	// The seed-002 view, asked of a follower's config (all three client
+	// The kafka-topics view, asked of a follower's config (all three client
 	// addresses): the follower answers Metadata with the group's leader.
 	out = until(t, 60*time.Second, []string{"topic", "describe", "--config", follower.config, topic},
 		`(?m)^Topic: orders TopicId: \S+ PartitionCount: 2 ReplicationFactor: 3 Configs: retention\.ms=3600000$`,

@@ -6,11 +6,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Kafka error codes of authorization.
-const (
-	errTopicAuthorizationFailed int16 = 29
-)
-
 // secretTopic reports whether clients may not read a topic at all, whoever
 // they are: the users topic holds credential hashes, which are as good as
 // a password for impersonating the broker, and reading the ACL topic would

@@ -8,14 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Kafka error codes of ACL denials (errTopicAuthorizationFailed is in
-// authorize.go, errOperationNotAttempted in txncoord.go).
-const (
-	errGroupAuthorizationFailed   int16 = 30
-	errClusterAuthorizationFailed int16 = 31
-	errTxnIDAuthorizationFailed   int16 = 53
-)
-
 // Short names for the ACL vocabulary.
 const (
 	opRead            = kmsg.ACLOperationRead

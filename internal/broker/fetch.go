@@ -12,8 +12,6 @@ import (
 	"github.com/moonmq/moonmq/internal/storage"
 )
 
-const errFetchSessionIDNotFound int16 = 70
-
 // fetchTarget is a resolved partition of a fetch request.
 type fetchTarget struct {
 	p   *partition.Partition

@@ -8,19 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-const (
-	errCoordinatorNotAvailable int16 = 15
-	errNotCoordinator          int16 = 16
-	errOffsetMetadataTooLarge  int16 = 12
-	errInvalidGroupID          int16 = 24
-	errGroupSubscribedToTopic  int16 = 86
-	errNonEmptyGroup           int16 = 68
-	errGroupIDNotFound         int16 = 69
-	errUnstableOffsetCommit    int16 = 88
-	errIllegalGeneration       int16 = 22
-	errStaleMemberEpoch        int16 = 113
-)
-
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
 const maxOffsetMetadata = 4096
 

@@ -12,7 +12,8 @@ import (
 	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
-// Group membership is not persisted (seed 000), but offsets retention
+// Group membership is not persisted (members rejoin after a restart or a
+// failover; only committed offsets carry over), but offsets retention
 // measures from the time a group became empty, which a restart or a new
 // leader would otherwise not know: it would restart the clock, and with
 // restarts more frequent than the retention period the offsets of an

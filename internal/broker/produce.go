@@ -13,20 +13,6 @@ import (
 	"github.com/moonmq/moonmq/internal/txn"
 )
 
-// Kafka error codes of min.insync.replicas.
-const (
-	// errNotEnoughReplicas refuses an acks=all produce before it is
-	// appended: the partition's ISR is smaller than its topic's
-	// min.insync.replicas.
-	errNotEnoughReplicas int16 = 19
-	// errNotEnoughReplicasAfterAppend answers a produce that was
-	// appended but whose partition's ISR then fell below
-	// min.insync.replicas: its high watermark does not advance until the
-	// ISR grows again, so waiting longer is pointless. Like a timeout, an
-	// unknown outcome: the records may still be committed later.
-	errNotEnoughReplicasAfterAppend int16 = 20
-)
-
 // produceWait is one partition's durability target for an acks=all answer.
 type produceWait struct {
 	p      *partition.Partition

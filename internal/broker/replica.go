@@ -23,6 +23,7 @@ import (
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -270,10 +271,6 @@ func (r *replica) acked(p *partition.Partition, end int64) bool {
 	}
 	return true
 }
-
-// errOffsetNotAvailable answers ListOffsets for "latest" on a new leader
-// whose high watermark is still below its log end as of the promotion.
-const errOffsetNotAvailable int16 = 78
 
 // hwBehindEpochStart reports whether p's high watermark is below its log
 // end as of this leader's promotion (KIP-207): until it catches up, the
@@ -535,45 +532,22 @@ func (r *replica) stop() {
 	}
 }
 
-// statusDoc is the body of GET /replication/status.
-type statusDoc struct {
-	Role      string                      `json:"role"`
-	ReplicaID int32                       `json:"replicaId"`
-	Leader    int32                       `json:"leader"`
-	Epoch     int32                       `json:"epoch"`
-	ISR       []int32                     `json:"isr"`
-	Followers map[string]followerPosition `json:"followers,omitempty"`
-	Follower  *shipping.Status            `json:"follower,omitempty"`
-	// Raft is the failover group's view (failover mode only).
-	Raft *raftgroup.Status `json:"raft,omitempty"`
-}
-
-type followerPosition struct {
-	LastFetch  time.Time        `json:"lastFetch"`
-	Partitions map[string]int64 `json:"partitions"`
-	// Lag is how many records the follower lacks, summed over the
-	// leader's partitions (a partition it has not fetched counts from the
-	// log start).
-	Lag int64 `json:"lag"`
-}
-
-func (r *replica) status() statusDoc {
-	d := statusDoc{Role: "follower", ReplicaID: r.self, Leader: r.leaderID(), Epoch: staticEpoch, ISR: r.groupISR()}
+// status is the body of GET /replication/status.
+func (r *replica) status() status.Replication {
+	d := status.Replication{Role: "follower", ReplicaID: r.self, Leader: r.leaderID(), Epoch: staticEpoch, ISR: r.groupISR()}
 	if r.failover {
 		st := r.node.Status()
-		d.Raft, d.Epoch = &st, st.Epoch
+		d.Raft, d.Epoch = raftStatus(st), st.Epoch
 		if !r.role.serving() {
-			fs := r.fol.Status()
-			d.Follower = &fs
+			d.Follower = followerStatus(r.fol.Status())
 			return d
 		}
 	} else if !r.role.serving() {
-		st := r.fol.Status()
-		d.Follower = &st
+		d.Follower = followerStatus(r.fol.Status())
 		return d
 	}
 	d.Role = "leader"
-	d.Followers = map[string]followerPosition{}
+	d.Followers = map[string]status.FollowerPosition{}
 	var parts []*partition.Partition
 	for _, t := range r.b.sortedTopics() {
 		parts = append(parts, t.partitions...)
@@ -583,24 +557,47 @@ func (r *replica) status() statusDoc {
 		if id == r.self {
 			continue
 		}
-		fp := followerPosition{LastFetch: r.seen[id], Partitions: map[string]int64{}}
+		fp := status.FollowerPosition{LastFetch: r.seen[id], Partitions: map[string]int64{}}
 		for p, pos := range r.pos {
 			if off, ok := pos[id]; ok && !p.Deleted() {
 				fp.Partitions[fmt.Sprintf("%s-%d", p.Topic, p.Index)] = off
 			}
 		}
+		var lag int64
 		for _, p := range parts {
 			start, end := p.Log().StartOffset(), p.Log().EndOffset()
 			pos, ok := r.pos[p][id]
 			if !ok || pos < start {
 				pos = start
 			}
-			fp.Lag += max(0, end-pos)
+			lag += max(0, end-pos)
 		}
+		fp.Lag = &lag
 		d.Followers[strconv.Itoa(int(id))] = fp
 	}
 	r.mu.Unlock()
 	return d
+}
+
+// followerStatus is the status document's copy of a follower's
+// log-shipping state.
+func followerStatus(s shipping.Status) *status.Follower {
+	return &status.Follower{
+		State: s.State, LeaderID: s.LeaderID, Leader: s.Leader, Epoch: s.Epoch,
+		LastError: s.LastError, Unauthorized: s.Unauthorized, Fenced: s.Fenced,
+		Fetches: s.Fetches, CorruptBatches: s.CorruptBatches, Unsyncable: s.Unsyncable, Resets: s.Resets,
+	}
+}
+
+// raftStatus is the status document's copy of a failover replica's Raft
+// view (all of it but the applied group state, which is not on the wire).
+func raftStatus(s raftgroup.Status) *status.Raft {
+	return &status.Raft{
+		ReplicaID: s.ReplicaID, Role: s.Role, Leader: s.Leader, RaftLeader: s.RaftLeader, Epoch: s.Epoch,
+		ISR: s.ISR, HasISR: s.HasISR, Serving: s.Serving, HandingOff: s.HandingOff, Heard: s.Heard,
+		RaftTerm: s.RaftTerm, CommitIndex: s.CommitIndex, Applied: s.Applied,
+		Unclean: s.Unclean, LogDamaged: s.LogDamaged, Err: s.Err,
+	}
 }
 
 func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
@@ -626,8 +623,8 @@ func (r *replica) findLeader(ctx context.Context) {
 	// A peer's TLS failure is logged when it starts or changes: it is a
 	// misconfiguration (other failures are a peer that is down).
 	tlsLogged := map[int]string{}
-	get := func(addr string) (statusDoc, error) {
-		var d statusDoc
+	get := func(addr string) (status.Replication, error) {
+		var d status.Replication
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+addr+PathStatus, nil)
 		if err != nil {
 			return d, err

@@ -14,7 +14,7 @@ import (
 )
 
 // EpochsFile is the replica's leader-epoch history of every partition, in
-// DataDir (seed 000: "<DataDir>/replication-epochs.json").
+// DataDir ("<DataDir>/replication-epochs.json", docs/REPLICATION.md).
 //
 // Each partition's own history (storage's leader-epoch-checkpoint.json,
 // beside its segments) stays authoritative: it is written atomically

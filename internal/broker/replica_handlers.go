@@ -8,13 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Error codes a static-mode follower answers with.
-const (
-	errNotLeaderOrFollower     int16 = 6
-	errCoordinatorLoadProgress int16 = 14
-	errNotController           int16 = 41
-)
-
 // replicaEndpoint is one replica's client address.
 type replicaEndpoint struct {
 	id   int32

@@ -64,7 +64,9 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 			in = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.inISR, prometheus.GaugeValue, in, id)
-		ch <- prometheus.MustNewConstMetric(c.lagRecords, prometheus.GaugeValue, float64(f.Lag), id)
+		if f.Lag != nil {
+			ch <- prometheus.MustNewConstMetric(c.lagRecords, prometheus.GaugeValue, float64(*f.Lag), id)
+		}
 		if !f.LastFetch.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.lagSeconds, prometheus.GaugeValue, now.Sub(f.LastFetch).Seconds(), id)
 		}

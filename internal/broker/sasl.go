@@ -15,13 +15,6 @@ import (
 	"github.com/moonmq/moonmq/internal/protocol"
 )
 
-// Kafka error codes of logins.
-const (
-	errUnsupportedSaslMechanism int16 = 33
-	errIllegalSaslState         int16 = 34
-	errSaslAuthenticationFailed int16 = 58
-)
-
 // preAuthMaxFrame caps frames until a connection has logged in, so an
 // anonymous peer cannot make the broker buffer MaxRequestBytes.
 const preAuthMaxFrame = 512 << 10

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/status"
 )
 
 // Stats holds the broker's counters. They feed both the Prometheus registry
@@ -151,55 +153,15 @@ func (s *Stats) observeFsync(d time.Duration) {
 // Registry is the Prometheus registry behind /metrics.
 func (b *Broker) Registry() *prometheus.Registry { return b.stats.reg }
 
-// PartitionStats is one partition's entry in /stats.
-type PartitionStats struct {
-	Topic          string `json:"topic"`
-	Partition      int32  `json:"partition"`
-	LogStartOffset int64  `json:"log_start_offset"`
-	LogEndOffset   int64  `json:"log_end_offset"`
-	HighWatermark  int64  `json:"high_watermark"`
-	SizeBytes      int64  `json:"size_bytes"`
-}
-
-// ExpiredStats counts what offsets retention and producer and
-// transactional-id expiry removed since the broker started.
-type ExpiredStats struct {
-	Offsets          int64 `json:"offsets"`
-	Groups           int64 `json:"groups"`
-	Producers        int64 `json:"producers"`
-	TransactionalIDs int64 `json:"transactional_ids"`
-}
-
-// StatsSnapshot is the /stats JSON document.
-type StatsSnapshot struct {
-	NodeID          int32  `json:"node_id"`
-	ClusterID       string `json:"cluster_id"`
-	Role            string `json:"role"`
-	Connections     int64  `json:"connections"`
-	Requests        int64  `json:"requests"`
-	BadFrames       int64  `json:"bad_frames"`
-	ProducedBytes   int64  `json:"produced_bytes"`
-	ProducedRecords int64  `json:"produced_records"`
-	FetchedBytes    int64  `json:"fetched_bytes"`
-	Fsyncs          int64  `json:"fsyncs"`
-	FsyncAvgMicros  int64  `json:"fsync_avg_us"`
-	// Expired counts what retention and expiry removed since start.
-	Expired    ExpiredStats     `json:"expired"`
-	Topics     int              `json:"topics"`
-	Partitions []PartitionStats `json:"partitions"`
-	// Replication is GET /replication/status's object (replicas only).
-	Replication any `json:"replication,omitempty"`
-}
-
 // Snapshot returns the current /stats document.
-func (b *Broker) Snapshot() StatsSnapshot {
+func (b *Broker) Snapshot() status.Stats {
 	s := b.stats
-	snap := StatsSnapshot{
+	snap := status.Stats{
 		NodeID: b.nodeID, ClusterID: b.clusterID, Role: "standalone",
 		Connections: s.connections.Load(), Requests: s.requestCount.Load(), BadFrames: s.badFrames.Load(),
 		ProducedBytes: s.producedBytes.Load(), ProducedRecords: s.producedRecords.Load(),
 		FetchedBytes: s.fetchedBytes.Load(), Fsyncs: s.fsyncCount.Load(),
-		Expired: ExpiredStats{Offsets: s.expiredOffsets.Load(), Groups: s.expiredGroups.Load(),
+		Expired: status.Expired{Offsets: s.expiredOffsets.Load(), Groups: s.expiredGroups.Load(),
 			Producers: s.expiredProducers.Load(), TransactionalIDs: s.expiredTxnIDs.Load()},
 	}
 	if n := snap.Fsyncs; n > 0 {
@@ -207,14 +169,14 @@ func (b *Broker) Snapshot() StatsSnapshot {
 	}
 	if b.repl != nil {
 		st := b.repl.status()
-		snap.Role, snap.Replication = st.Role, st
+		snap.Role, snap.Replication = st.Role, &st
 	}
 	ts := b.sortedTopics()
 	snap.Topics = len(ts)
-	snap.Partitions = []PartitionStats{}
+	snap.Partitions = []status.Partition{}
 	for _, t := range ts {
 		for _, p := range t.partitions {
-			snap.Partitions = append(snap.Partitions, PartitionStats{
+			snap.Partitions = append(snap.Partitions, status.Partition{
 				Topic: t.name, Partition: p.Index, LogStartOffset: p.Log().StartOffset(),
 				LogEndOffset: p.Log().EndOffset(), HighWatermark: p.HighWatermark(), SizeBytes: p.Log().Size(),
 			})

@@ -23,8 +23,6 @@ import (
 // exactly the decisions clients were told about.
 const txnStateTopic = "__transaction_state"
 
-const errOperationNotAttempted int16 = 55
-
 // txnCoordinator is the transaction coordinator. Transitions of one
 // transactional id are serialised by its entry's mutex; different ids
 // proceed in parallel. The current state is published through an atomic
@@ -996,7 +994,7 @@ func (b *Broker) handleDescribeTransactions(r *kmsg.DescribeTransactionsRequest)
 			m = e.meta.Load()
 		}
 		if m == nil {
-			st.ErrorCode = 105 // TRANSACTIONAL_ID_NOT_FOUND
+			st.ErrorCode = errTransactionalIDNotFound
 			resp.TransactionStates = append(resp.TransactionStates, st)
 			continue
 		}

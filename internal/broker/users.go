@@ -202,13 +202,6 @@ func stateWriteError(err error) int16 {
 	return errKafkaStorageError
 }
 
-// Kafka error codes of the credential APIs.
-const (
-	errResourceNotFound       int16 = 91
-	errDuplicateResource      int16 = 92
-	errUnacceptableCredential int16 = 93
-)
-
 func (b *Broker) handleDescribeUserScramCredentials(r *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
 	b.refreshUsers()

@@ -1,4 +1,5 @@
-// Package chaos is the fault-injection harness of issue 5, tier 2: it
+// Package chaos is the fault-injection harness, tier 2 of the checks that
+// failover mode never loses an acknowledged record (docs/RELIABILITY.md): it
 // owns the userspace TCP proxies in front of every replication and client
 // link, the seeded fault schedules and their execution, the client
 // workloads whose every operation goes into a checker.History, the final

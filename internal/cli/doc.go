@@ -1,8 +1,9 @@
 // Package cli owns the human-facing output of MoonMQ's operator commands:
 // `moonmq status` (a broker's replication status, or its /stats when
 // replication is off), `moonmq topic describe|list` (the kafka-topics
-// view of seed 002) and `moonmq group list|describe|delete|seek` (the
-// kafka-consumer-groups view: committed offsets and lag).
+// --describe view, so operators read the lines they know from Kafka) and
+// `moonmq group list|describe|delete|seek` (the kafka-consumer-groups
+// view: committed offsets and lag).
 //
 // It touches nothing but HTTP and Kafka clients: it reads a config file to
 // learn addresses, the token and the replication port's TLS, asks a running

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/moonmq/moonmq/internal/status"
 )
 
 // StatusView is what FormatStatus prints: the status object and what the
 // CLI learned around it.
 type StatusView struct {
-	Doc StatusDoc
+	Doc status.Replication
 	// Now is the time follower fetch ages are measured from.
 	Now time.Time
 	// Logs is the leader's log range per "topic-partition", read from its
@@ -141,7 +143,7 @@ func formatFollowers(w io.Writer, v StatusView) {
 // followerLag is how many records the follower lacks over every partition
 // of the leader, and the partitions furthest behind. A partition the
 // follower has not reported counts as wholly missing.
-func followerLag(fp FollowerPosition, logs map[string]LogRange) (int64, string) {
+func followerLag(fp status.FollowerPosition, logs map[string]LogRange) (int64, string) {
 	type gap struct {
 		key string
 		n   int64
@@ -195,7 +197,7 @@ func positions(ps map[string]int64) string {
 	return strings.Join(parts, ", ")
 }
 
-func formatFollowing(w io.Writer, f *FollowerState) {
+func formatFollowing(w io.Writer, f *status.Follower) {
 	target := "no leader yet"
 	if f.LeaderID >= 0 && f.Leader != "" {
 		target = fmt.Sprintf("replica %d at %s, epoch %d", f.LeaderID, f.Leader, f.Epoch)
@@ -221,7 +223,7 @@ func formatFollowing(w io.Writer, f *FollowerState) {
 }
 
 // FormatStats prints the metrics port's /stats for a person.
-func FormatStats(w io.Writer, s Stats) {
+func FormatStats(w io.Writer, s status.Stats) {
 	role := s.Role
 	if role == "" {
 		role = "unknown role"
@@ -234,7 +236,7 @@ func FormatStats(w io.Writer, s Stats) {
 	} else {
 		fmt.Fprintln(w, "fsyncs:      0")
 	}
-	if e := s.Expired; e != (ExpiredStats{}) {
+	if e := s.Expired; e != (status.Expired{}) {
 		fmt.Fprintf(w, "expired:     %d offsets, %d groups, %d producers, %d transactional ids\n", e.Offsets, e.Groups, e.Producers, e.TransactionalIDs)
 	}
 	fmt.Fprintf(w, "topics:      %d\n", s.Topics)
@@ -305,7 +307,7 @@ func ids(v []int32) string {
 }
 
 // sortedIDs orders follower keys numerically, so 10 comes after 9.
-func sortedIDs(m map[string]FollowerPosition) []string {
+func sortedIDs(m map[string]status.FollowerPosition) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

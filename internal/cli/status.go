@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/status"
 )
 
 // PathStatus is the broker's replication status endpoint.
@@ -133,7 +134,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "moonmq status:", err)
 		return 1
 	}
-	var d StatusDoc
+	var d status.Replication
 	if err := json.Unmarshal(body, &d); err != nil {
 		fmt.Fprintf(stderr, "moonmq status: %s%s did not answer with a status object (%v): is it a MoonMQ replication port?\n", t.addr, PathStatus, err)
 		return 1
@@ -147,9 +148,9 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// Best effort: without the leader's log ends the followers'
 		// positions still print, only the lag is missing.
 		if sb, err := get(ctx, c, "http", t.metrics, PathStats, "", metricsPort); err == nil {
-			var s Stats
+			var s status.Stats
 			if json.Unmarshal(sb, &s) == nil {
-				v.Logs = s.LogRanges()
+				v.Logs = logRanges(s)
 			}
 		}
 	}
@@ -222,7 +223,7 @@ func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string,
 		fmt.Fprintf(stderr, "moonmq status: replication is off (%s); asking the metrics port instead: %v\n", why, err)
 		return 1
 	}
-	var s Stats
+	var s status.Stats
 	if err := json.Unmarshal(body, &s); err != nil {
 		fmt.Fprintf(stderr, "moonmq status: %s%s did not answer with a stats object (%v): is it a MoonMQ metrics port?\n", t.metrics, PathStats, err)
 		return 1
@@ -235,7 +236,7 @@ func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string,
 		// The broker does replicate after all (the config given is not
 		// its own, or it was started with another one).
 		fmt.Fprintf(stdout, "replication status from %s%s\n", t.metrics, PathStats)
-		FormatStatus(stdout, StatusView{Doc: *s.Replication, Now: time.Now(), Logs: s.LogRanges()})
+		FormatStatus(stdout, StatusView{Doc: *s.Replication, Now: time.Now(), Logs: logRanges(s)})
 		return 0
 	}
 	fmt.Fprintf(stdout, "replication: off (%s)\nbroker stats from %s%s:\n", why, t.metrics, PathStats)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/moonmq/moonmq/internal/status"
 )
 
 func writeFile(t *testing.T, path, body string) {
@@ -29,7 +31,7 @@ func runStatus(args ...string) (int, string, string) {
 // fakeBroker serves a status object on a replication port, behind token
 // "tok", and a /stats document on a metrics port; it returns both
 // addresses.
-func fakeBroker(t *testing.T, doc StatusDoc, stats Stats) (string, string) {
+func fakeBroker(t *testing.T, doc status.Replication, stats status.Stats) (string, string) {
 	repl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != PathStatus {
 			http.NotFound(w, r)
@@ -54,7 +56,7 @@ func fakeBroker(t *testing.T, doc StatusDoc, stats Stats) (string, string) {
 }
 
 func TestStatusErrorsSayWhatToDo(t *testing.T) {
-	addr, maddr := fakeBroker(t, StatusDoc{Role: "follower"}, Stats{})
+	addr, maddr := fakeBroker(t, status.Replication{Role: "follower"}, status.Stats{})
 
 	code, _, stderr := runStatus("--addr", addr)
 	if code != 1 || !strings.Contains(stderr, "wrong or missing token: pass --token or --config") {
@@ -111,9 +113,9 @@ func TestStatusErrorsSayWhatToDo(t *testing.T) {
 }
 
 func TestStatusFromConfig(t *testing.T) {
-	doc := StatusDoc{Role: "leader", ReplicaID: 1, Leader: 1, Epoch: 1, ISR: []int32{1, 2},
-		Followers: map[string]FollowerPosition{"2": {Partitions: map[string]int64{"t-0": 3}}}}
-	stats := Stats{Partitions: []PartitionStats{{Topic: "t", LogEndOffset: 10}}}
+	doc := status.Replication{Role: "leader", ReplicaID: 1, Leader: 1, Epoch: 1, ISR: []int32{1, 2},
+		Followers: map[string]status.FollowerPosition{"2": {Partitions: map[string]int64{"t-0": 3}}}}
+	stats := status.Stats{Partitions: []status.Partition{{Topic: "t", LogEndOffset: 10}}}
 	addr, maddr := fakeBroker(t, doc, stats)
 	host, port, _ := net.SplitHostPort(addr)
 	mhost, mport, _ := net.SplitHostPort(maddr)
@@ -136,14 +138,14 @@ func TestStatusFromConfig(t *testing.T) {
 		t.Fatalf("%d %q", code, stderr)
 	}
 	code, out, _ = runStatus("--config", path, "--json")
-	var back StatusDoc
+	var back status.Replication
 	if code != 0 || json.Unmarshal([]byte(out), &back) != nil || back.Role != "leader" {
 		t.Fatalf("--json: %d %q", code, out)
 	}
 }
 
 func TestStatusSingleNode(t *testing.T) {
-	_, maddr := fakeBroker(t, StatusDoc{}, Stats{NodeID: 1, Role: "standalone", Topics: 1, Partitions: []PartitionStats{{Topic: "t", LogEndOffset: 4, HighWatermark: 4}}})
+	_, maddr := fakeBroker(t, status.Replication{}, status.Stats{NodeID: 1, Role: "standalone", Topics: 1, Partitions: []status.Partition{{Topic: "t", LogEndOffset: 4, HighWatermark: 4}}})
 	code, out, stderr := runStatus("--metrics", maddr)
 	if code != 0 || !strings.Contains(out, "replication: off (the default configuration has none") || !strings.Contains(out, "  t-0 ") {
 		t.Fatalf("%d %q %q", code, out, stderr)

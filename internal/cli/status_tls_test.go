@@ -12,13 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcerts"
 )
 
 // tlsBroker serves a status object behind token "tok" over TLS with the
 // server certificate of certs, requiring a client certificate signed by
 // their CA when mutual is set; it returns the address.
-func tlsBroker(t *testing.T, certs *testcerts.Set, mutual bool, doc StatusDoc) string {
+func tlsBroker(t *testing.T, certs *testcerts.Set, mutual bool, doc status.Replication) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer tok" {
@@ -54,7 +55,7 @@ func genCerts(t *testing.T) *testcerts.Set {
 
 func TestStatusOverTLS(t *testing.T) {
 	certs, other := genCerts(t), genCerts(t)
-	doc := StatusDoc{Role: "follower", ReplicaID: 2, Leader: 1, Epoch: 3, ISR: []int32{1, 2}}
+	doc := status.Replication{Role: "follower", ReplicaID: 2, Leader: 1, Epoch: 3, ISR: []int32{1, 2}}
 	addr := tlsBroker(t, certs, false, doc)
 
 	code, out, stderr := runStatus("--addr", addr, "--token", "tok", "--cacert", certs.CAFile)
@@ -77,7 +78,7 @@ func TestStatusOverTLS(t *testing.T) {
 		t.Fatalf("no token over TLS: %d %q", code, stderr)
 	}
 	// TLS to a plain HTTP port.
-	plain, _ := fakeBroker(t, doc, Stats{})
+	plain, _ := fakeBroker(t, doc, status.Stats{})
 	code, _, stderr = runStatus("--addr", plain, "--token", "tok", "--cacert", certs.CAFile)
 	if code != 1 || !strings.Contains(stderr, "serves plain HTTP, not TLS") {
 		t.Fatalf("TLS to plain HTTP: %d %q", code, stderr)
@@ -95,7 +96,7 @@ func TestStatusOverTLS(t *testing.T) {
 
 func TestStatusOverMutualTLS(t *testing.T) {
 	certs := genCerts(t)
-	doc := StatusDoc{Role: "follower", ReplicaID: 2, Leader: 1, Epoch: 3, ISR: []int32{1, 2}}
+	doc := status.Replication{Role: "follower", ReplicaID: 2, Leader: 1, Epoch: 3, ISR: []int32{1, 2}}
 	addr := tlsBroker(t, certs, true, doc)
 
 	code, _, stderr := runStatus("--addr", addr, "--token", "tok", "--cacert", certs.CAFile)

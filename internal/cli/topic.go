@@ -22,7 +22,7 @@ import (
 const TopicUsage = `usage: moonmq topic describe [--bootstrap HOST:PORT[,HOST:PORT...]] [--config FILE] [TOPIC...]
        moonmq topic list     [--bootstrap HOST:PORT[,HOST:PORT...]] [--config FILE]
 
-describe prints each topic as kafka-topics --describe does (seed 002):
+describe prints each topic as kafka-topics --describe does:
   Topic: events TopicId: ... PartitionCount: 1 ReplicationFactor: 3 Configs: retention.ms=60000
   Topic: events Partition: 0 Leader: 1 Replicas: 1,2,3 Isr: 1,2,3 Epoch: 2 LogStart: 0 HighWatermark: 42
 Without TOPIC it describes every topic but the internal ones. list prints

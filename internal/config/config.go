@@ -1,5 +1,6 @@
 // Package config owns MoonMQ's configuration: the JSON "Server" block of
-// seed 000, its built-in defaults, and its validation.
+// the configuration file (docs/CONFIG.md), its built-in defaults, and its
+// validation.
 //
 // It may not open sockets or touch the data directory; it only turns bytes
 // into a validated Config or an error that names the offending key.
@@ -19,7 +20,7 @@ import (
 )
 
 // File is the top level of a configuration file: everything lives under
-// "Server", as in seed 000.
+// "Server", the file format docs/CONFIG.md describes.
 type File struct {
 	Server Server
 }
@@ -105,7 +106,7 @@ type Server struct {
 	TransactionalIdExpirationCheckMs int64
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
-	// Replication configures the replication group (seed 000).
+	// Replication configures the replication group (docs/REPLICATION.md).
 	Replication *Replication
 	// Cluster is the partition-splitting cluster mode, which this version
 	// parses and validates but does not run.
@@ -133,7 +134,8 @@ type Server struct {
 	Quotas *Quotas
 }
 
-// Replication is the Replication block of seed 000.
+// Replication is the Replication block: a group of replicas that each hold
+// a copy of every partition, in static or failover mode.
 type Replication struct {
 	Enabled       bool
 	ReplicaId     int
@@ -171,7 +173,8 @@ type Failover struct {
 	Enabled bool
 }
 
-// Cluster is the seed's multi-broker partitioning mode.
+// Cluster is the multi-broker mode that splits partitions across brokers;
+// this version parses and validates it but does not run it.
 type Cluster struct {
 	Enabled bool
 	NodeId  int
@@ -449,7 +452,7 @@ func (s *Server) Validate() error {
 	s.validateSecurity(bad)
 	if c := s.Cluster; c != nil && c.Enabled {
 		if s.Replication != nil && s.Replication.Failover.Enabled {
-			bad("Cluster", "failover replication cannot be combined with Server.Cluster: a replication group holds copies of the same data, not a split of partitions (seed 000)")
+			bad("Cluster", "failover replication cannot be combined with Server.Cluster: a replication group holds copies of the same data, not a split of partitions")
 		} else {
 			bad("Cluster.Enabled", "cluster mode is not supported by this version of MoonMQ; use a replication group (Server.Replication) instead")
 		}

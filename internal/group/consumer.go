@@ -48,17 +48,6 @@ const (
 // type) of consumer-protocol groups.
 const consumerGroupType = "consumer"
 
-// Kafka error codes used only by consumer-protocol groups.
-const (
-	errUnsupportedVersion       int16 = 35
-	errInvalidRequest           int16 = 42
-	errFencedMemberEpoch        int16 = 110
-	errUnreleasedInstanceID     int16 = 111
-	errUnsupportedAssignor      int16 = 112
-	errStaleMemberEpoch         int16 = 113
-	errInvalidRegularExpression int16 = 128
-)
-
 // Assignor names (Kafka's group.consumer.assignors; the first is the default).
 const (
 	AssignorUniform = "uniform"

@@ -16,12 +16,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// Kafka error codes the state machine answers with.
-const (
-	ErrOutOfOrderSequence   int16 = 45
-	ErrInvalidProducerEpoch int16 = 47
+// Kafka error codes the state machine answers with (numbers from kerr).
+var (
+	ErrOutOfOrderSequence   = kerr.OutOfOrderSequenceNumber.Code
+	ErrInvalidProducerEpoch = kerr.InvalidProducerEpoch.Code
 )
 
 // keep is how many recent batches per producer are remembered, as in Kafka:

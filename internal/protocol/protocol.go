@@ -16,6 +16,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -298,7 +299,7 @@ func AppendResponse(dst []byte, h Header, resp kmsg.Response) []byte {
 func ApiVersionsTooNew(table Table) *kmsg.ApiVersionsResponse {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.SetVersion(0)
-	resp.ErrorCode = 35 // UNSUPPORTED_VERSION
+	resp.ErrorCode = kerr.UnsupportedVersion.Code
 	resp.ApiKeys = ApiKeys(table)
 	return resp
 }

@@ -1,5 +1,5 @@
 // Package replication holds the decisions of MoonMQ's replication and
-// failover (seed 000) as pure, deterministic state machines.
+// failover (docs/REPLICATION.md) as pure, deterministic state machines.
 //
 // It owns:
 //

@@ -59,9 +59,10 @@ func (c Candidacy) Eligible() bool {
 	return slices.Contains(c.ISR, c.Self)
 }
 
-// Eligible reports whether self may stand for election (seed 000): only
-// members of the ISR recorded in its own Raft log, or, before any ISR
-// exists, a replica whose Role is leader or both.
+// Eligible reports whether self may stand for election: only members of
+// the ISR recorded in its own Raft log, which hold every acknowledged
+// record, or, before any ISR exists, a replica whose Role is leader or
+// both.
 func Eligible(self int32, raftLogISR []int32, role Role, hasISR bool) bool {
 	return Candidacy{Self: self, ISR: raftLogISR, HasISR: hasISR, Role: role}.Eligible()
 }

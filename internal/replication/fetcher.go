@@ -102,7 +102,7 @@ const (
 	ErrUnknownLeaderEpoch
 )
 
-// Fetcher is a follower's replication loop as a state machine (seed 000):
+// Fetcher is a follower's replication loop as a state machine:
 // on a new leader it reads the manifest, then once per epoch truncates,
 // then fetches in a loop; a manifest digest change sends it back to the
 // manifest. Inputs carry the epoch they were started under and stale ones
@@ -209,7 +209,8 @@ func (f *Fetcher) FetchResult(epoch int32, digest string) Action {
 
 // OffsetOutOfRange reports that the leader of epoch refused a fetch of tp
 // at the follower's log end followerEnd: below the leader's log start the
-// partition is reset to it (seed 000); above the leader's log end the
+// partition is reset to it (the records in between are gone from the
+// leader, so nothing can fill the gap); above the leader's log end the
 // follower holds a tail it should not have, so the truncation step runs
 // again.
 func (f *Fetcher) OffsetOutOfRange(epoch int32, tp TopicPartition, followerEnd, leaderStart, leaderEnd int64) Action {

@@ -136,7 +136,9 @@ func WithStatic(lagMax int64) Option {
 // committed) at a time. While it is pending no other change is proposed.
 // The acks=all set is the committed ISR plus the pending change's set (a
 // pending expand counts at once, a pending shrink's member keeps counting
-// until the shrink commits: KIP-497, seed 000).
+// until the shrink commits, KIP-497: until then it is still in the ISR an
+// election reads, so it may still lead and must hold every acknowledged
+// record).
 //
 // High watermark: for each partition it is the lowest durable position
 // over the acks=all set (the leader's durable end for itself), never

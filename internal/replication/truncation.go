@@ -15,7 +15,8 @@ const (
 	// Offset (the leader's log start), then fetch from there. Used when the
 	// follower's data is below the leader's retention, when the leader
 	// knows none of the follower's epochs, and when the follower has
-	// records but no epoch history (seed 000: discarded and recopied).
+	// records but no epoch history (nothing tells which of them the
+	// leader has, so they are discarded and recopied).
 	TruncReset
 )
 
@@ -71,7 +72,7 @@ type FollowerLog struct {
 }
 
 // StartTruncation is the first step for a partition when the follower
-// starts following a new epoch (seed 000, KIP-101): an empty log has
+// starts following a new epoch (KIP-101): an empty log has
 // nothing to reconcile (fetch from its end; the leader answers
 // OFFSET_OUT_OF_RANGE if that is below its log start); records without
 // epoch history are discarded and recopied from the leader's log start

@@ -7,7 +7,7 @@
 // with every replica.
 //
 // It is used by the process tests (test/cluster, cmd/moonmq) and by the
-// fault harness that issue 5 builds on top of it. Nothing in it is imported
+// fault harness (internal/chaos) built on top of it. Nothing in it is imported
 // by the broker.
 //
 // The moonmq binary is built once per test binary (Binary); a package's
@@ -42,8 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
-	"github.com/moonmq/moonmq/internal/replication/raftgroup"
-	"github.com/moonmq/moonmq/internal/replication/shipping"
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/storage"
 )
 
@@ -717,36 +716,8 @@ func (r *Replica) Log() string {
 	return string(b)
 }
 
-// Status is a replica's GET /replication/status answer.
-type Status struct {
-	// Role is "leader" on the replica serving clients, else "follower".
-	Role string `json:"role"`
-	// ReplicaID is the answering replica.
-	ReplicaID int32 `json:"replicaId"`
-	// Leader is the replica it takes for the leader (-1 if none).
-	Leader int32 `json:"leader"`
-	// Epoch is the leader epoch.
-	Epoch int32 `json:"epoch"`
-	// ISR is the committed in-sync set (failover mode).
-	ISR []int32 `json:"isr"`
-	// Followers is the leader's view of each follower, by id.
-	Followers map[string]FollowerPosition `json:"followers"`
-	// Follower is a follower's shipping state.
-	Follower *shipping.Status `json:"follower"`
-	// Raft is the failover group's Raft view.
-	Raft *raftgroup.Status `json:"raft"`
-}
-
-// FollowerPosition is the leader's view of one follower.
-type FollowerPosition struct {
-	// LastFetch is when the follower last fetched.
-	LastFetch time.Time `json:"lastFetch"`
-	// Partitions maps "topic-partition" to the follower's durable log end.
-	Partitions map[string]int64 `json:"partitions"`
-}
-
-// Serving reports whether the status is that of the serving leader.
-func (s Status) Serving() bool {
+// serving reports whether s is the status of the serving leader.
+func serving(s status.Replication) bool {
 	if s.Role != "leader" {
 		return false
 	}
@@ -756,8 +727,8 @@ func (s Status) Serving() bool {
 var statusClient = &http.Client{Timeout: 2 * time.Second}
 
 // Status asks the replica's replication port for its status.
-func (r *Replica) Status() (Status, error) {
-	var st Status
+func (r *Replica) Status() (status.Replication, error) {
+	var st status.Replication
 	req, err := http.NewRequest(http.MethodGet, "http://"+r.ReplicateAddr()+"/replication/status", nil)
 	if err != nil {
 		return st, err
@@ -791,12 +762,12 @@ func (c *Cluster) Up() []*Replica {
 
 // ServingLeader returns the replica that reports itself the serving
 // leader now (the highest epoch if, briefly, two do), or nil.
-func (c *Cluster) ServingLeader() (*Replica, Status) {
+func (c *Cluster) ServingLeader() (*Replica, status.Replication) {
 	var best *Replica
-	var bestSt Status
+	var bestSt status.Replication
 	for _, r := range c.Up() {
 		st, err := r.Status()
-		if err != nil || !st.Serving() {
+		if err != nil || !serving(st) {
 			continue
 		}
 		if best == nil || st.Epoch > bestSt.Epoch {

@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Kafka error codes of the transaction APIs.
-const (
-	ErrInvalidProducerEpoch      int16 = 47
-	ErrInvalidTxnState           int16 = 48
-	ErrInvalidProducerIDMapping  int16 = 49
-	ErrInvalidTransactionTimeout int16 = 50
-	ErrConcurrentTransactions    int16 = 51
-	ErrProducerFenced            int16 = 90
+// Kafka error codes of the transaction APIs (numbers from kerr; each is an
+// int16, the type of every ErrorCode field in kmsg).
+var (
+	ErrInvalidProducerEpoch      = kerr.InvalidProducerEpoch.Code
+	ErrInvalidTxnState           = kerr.InvalidTxnState.Code
+	ErrInvalidProducerIDMapping  = kerr.InvalidProducerIDMapping.Code
+	ErrInvalidTransactionTimeout = kerr.InvalidTransactionTimeout.Code
+	ErrConcurrentTransactions    = kerr.ConcurrentTransactions.Code
+	ErrProducerFenced            = kerr.ProducerFenced.Code
 )
 
 // MaxTimeoutMs is the largest transaction timeout accepted (Kafka's

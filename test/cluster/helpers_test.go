@@ -1,6 +1,7 @@
 // Package cluster_test runs replication groups of real moonmq processes on
-// loopback (internal/testcluster) and checks seed 000's guarantees under
-// kills, pauses and restarts with franz-go clients. Every test is skipped
+// loopback (internal/testcluster) and checks the replication guarantees
+// (acknowledged records survive, the group serves again after a failover)
+// under kills, pauses and restarts with franz-go clients. Every test is skipped
 // with -short.
 package cluster_test
 
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
@@ -273,7 +275,7 @@ func values(recs []*kgo.Record, prefix string) []string {
 
 // position is the serving leader's view (st) of replica id's durable log
 // end of topic-partition.
-func position(st testcluster.Status, id int, topic string, partition int32) (int64, bool) {
+func position(st status.Replication, id int, topic string, partition int32) (int64, bool) {
 	fp, ok := st.Followers[strconv.Itoa(id)]
 	if !ok {
 		return 0, false

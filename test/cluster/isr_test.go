@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
@@ -87,7 +88,7 @@ func TestPausedLeaderIsReplacedAndStepsDown(t *testing.T) {
 	checkAcked(t, readPartition(t, c, topic, 0, end), acks)
 }
 
-func mustStatus(t *testing.T, r *testcluster.Replica) testcluster.Status {
+func mustStatus(t *testing.T, r *testcluster.Replica) status.Replication {
 	t.Helper()
 	st, err := r.Status()
 	if err != nil {

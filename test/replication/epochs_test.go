@@ -83,9 +83,9 @@ func leaderEpoch(t *testing.T, n *node) int32 {
 // TestEpochsFile: every replica keeps <DataDir>/replication-epochs.json
 // true: the first epoch of a topic, the epoch a new leader adds after a
 // failover, on leader and followers alike. A follower whose partition has
-// records but lost its epoch history discards and recopies it (seed 000):
-// it ends with the leader's history, not one that starts at its own log
-// end.
+// records but lost its epoch history discards and recopies it (nothing
+// tells which of its records the leader has): it ends with the leader's
+// history, not one that starts at its own log end.
 func TestEpochsFile(t *testing.T) {
 	ns, _ := failoverGroup(t)
 	first := servingLeader(t, ns, 0, 60*time.Second)

@@ -15,8 +15,9 @@ import (
 )
 
 // TestStatsAndMetricsShowReplication checks that the metrics port shows the
-// replication status object (issue 4: "the same object appears under
-// replication in /stats, and as Prometheus metrics"), with per-follower lag.
+// replication status object, under replication in /stats and as
+// Prometheus metrics, with per-follower lag: an operator watching only the
+// metrics port sees the group's health.
 func TestStatsAndMetricsShowReplication(t *testing.T) {
 	ns, _ := failoverGroupWith(t, func(c *config.Server) {
 		c.MetricsHost = "127.0.0.1"

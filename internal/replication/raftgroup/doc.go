@@ -1,5 +1,5 @@
 // Package raftgroup runs the Raft group of a MoonMQ replication group in
-// failover mode (seed 000): the replicas elect a leader with Raft (etcd's
+// failover mode: the replicas elect a leader with Raft (etcd's
 // go.etcd.io/raft/v3, PreVote and CheckQuorum on, static membership of 3
 // or 5 replicas) and replicate a tiny state machine through its log:
 // leadership claims (the Raft term of the leader that commits one becomes

@@ -416,8 +416,8 @@ func sysScenarioDoubleFailover(t sysT, seed int64, cfg sysConfig) {
 // KIP-966's last replica standing: the ISR shrinks to the leader A. With
 // min.insync.replicas 1, A keeps acknowledging alone; with 2 it refuses
 // (NOT_ENOUGH_REPLICAS). A then loses power. B and C are outside the ISR
-// and may lack acknowledged records: neither may lead (seed 000: no
-// unclean election) until A returns. It is also the regression script of a
+// and may lack acknowledged records: neither may lead (no unclean
+// election, which would lose them) until A returns. It is also the regression script of a
 // bug: A, back after its unclean restart and leading in Raft, kept handing
 // leadership off after the restriction ended, to nobody, and the group
 // never served.

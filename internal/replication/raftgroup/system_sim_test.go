@@ -55,8 +55,8 @@ func sysConfigFor(seed int64, steps int) sysConfig {
 		cfg.MinISR = cfg.Replicas/2 + 1
 	}
 	if rng.IntN(2) == 0 {
-		// Seed 000's configuration: one replica has Role leader, the
-		// others follower, until the first ISR is committed.
+		// The documented static roles: one replica has Role leader,
+		// the others follower, until the first ISR is committed.
 		cfg.Roles = make([]replication.Role, cfg.Replicas)
 		cfg.Roles[rng.IntN(cfg.Replicas)] = replication.RoleLeader
 	}
@@ -120,7 +120,8 @@ func sysReport(t *testing.T, seed int64, cfg sysConfig, w *sysWorld) string {
 	return b.String()
 }
 
-// TestSystemSim runs the simulation over many seeds (issue 5, tier 1).
+// TestSystemSim runs the simulation over many seeds (tier 1 of
+// docs/RELIABILITY.md).
 func TestSystemSim(t *testing.T) {
 	steps := *sysFlagSteps
 	if steps <= 0 {

@@ -1,4 +1,4 @@
-// Package shipping owns MoonMQ's log shipping (seed 000): the pull-based
+// Package shipping owns MoonMQ's log shipping: the pull-based
 // transfer of partition logs from a leader to its followers over HTTP.
 //
 // Leader side: Handler serves three endpoints under /replication/ on the

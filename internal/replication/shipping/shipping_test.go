@@ -177,7 +177,8 @@ func TestDivergentTailTruncated(t *testing.T) {
 }
 
 // TestNoEpochHistoryIsRecopied: records without epoch history (static mode
-// leftovers) are discarded and recopied (seed 000).
+// leftovers) are discarded and recopied, since nothing tells which of them
+// the leader has.
 func TestNoEpochHistoryIsRecopied(t *testing.T) {
 	leader := newTestLeader(t, 2)
 	leader.createTopic("s", 1, nil)

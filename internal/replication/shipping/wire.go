@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Paths of the endpoints Handler serves.
@@ -29,12 +31,16 @@ const (
 	ErrNameOffsetOutOfRange = "OFFSET_OUT_OF_RANGE"
 )
 
-// Per-partition error codes in a fetch response (Kafka's numbering).
-const (
-	codeNone             int16 = 0
-	codeOffsetOutOfRange int16 = 1
-	codeUnknownTopic     int16 = 3
-	codeUnknownServer    int16 = -1
+// codeNone is a fetch response partition's code for success (Kafka's NONE:
+// kerr has no error for it).
+const codeNone int16 = 0
+
+// Per-partition error codes in a fetch response (Kafka's numbering, from
+// kerr).
+var (
+	codeOffsetOutOfRange = kerr.OffsetOutOfRange.Code
+	codeUnknownTopic     = kerr.UnknownTopicOrPartition.Code
+	codeUnknownServer    = kerr.UnknownServerError.Code
 )
 
 // Limits on requests and responses.
