@@ -40,7 +40,9 @@ func runTxn(t *testing.T, cl *kgo.Client, prefix string, n int, commit bool) {
 }
 
 // readAllValues reads both partitions up to their end with the isolation
-// level given.
+// level given. Each partition must end with a plain record (a control
+// record is never delivered, so the read could not tell it reached the
+// end).
 func readAllValues(t *testing.T, addr string, committed bool) map[string]int {
 	t.Helper()
 	iso := kgo.ReadUncommitted()
@@ -55,7 +57,10 @@ func readAllValues(t *testing.T, addr string, committed bool) map[string]int {
 	cl := client(t, addr, kgo.ConsumeTopics("tx"), kgo.FetchIsolationLevel(iso), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	seen := map[string]int{}
 	pos := map[int32]int64{}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Generous: the race detector with other packages beside it on two
+	// cores makes a client's start and first fetches slow. Reaching the
+	// deadline fails the test rather than returning a partial read.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	done := func() bool {
 		ok := true
@@ -66,7 +71,10 @@ func readAllValues(t *testing.T, addr string, committed bool) map[string]int {
 		})
 		return ok
 	}
-	for !done() && ctx.Err() == nil {
+	for !done() {
+		if ctx.Err() != nil {
+			t.Fatalf("read (committed only: %v) did not reach the end offsets %v in time: last offsets read %v", committed, ends, pos)
+		}
 		fs := cl.PollFetches(ctx)
 		fs.EachRecord(func(r *kgo.Record) {
 			seen[string(r.Value)]++
@@ -160,7 +168,9 @@ func TestTransactionFencing(t *testing.T) {
 	}
 	plain := client(t, in.Addr(), kgo.DefaultProduceTopic("tx"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	for p := int32(0); p < 2; p++ {
-		plain.ProduceSync(ctxT(t), &kgo.Record{Partition: p, Value: []byte("tail")})
+		if err := plain.ProduceSync(ctxT(t), &kgo.Record{Partition: p, Value: []byte("tail")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	seen := readAllValues(t, in.Addr(), true)
 	if seen["zombie"] != 0 || seen["zombie-2"] != 0 || seen["fresh-0"] != 1 {
@@ -330,6 +340,12 @@ func TestDecisionRecoveredFromMarker(t *testing.T) {
 			t.Fatalf("transaction never completed: %+v", dt["half"])
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	plain := client(t, in.Addr(), kgo.DefaultProduceTopic("tx"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := int32(0); p < 2; p++ {
+		if err := plain.ProduceSync(ctxT(t), &kgo.Record{Partition: p, Value: []byte("tail")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := readAllValues(t, in.Addr(), true)
 	if got["half-0"] != 1 || got["half-1"] != 1 {

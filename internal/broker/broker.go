@@ -71,7 +71,7 @@ type Broker struct {
 
 	offsets *offsetStore
 	groups  *group.Coordinator
-	txc     *txnCoordinator
+	txns    *txnCoordinator
 
 	// sec is who may connect and what they may do (users.go).
 	sec *security
@@ -175,7 +175,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		return nil, err
 	}
 	b.flush = newFlusher(b)
-	b.txc = newTxnCoordinator(b)
+	b.txns = newTxnCoordinator(b)
 	b.groups = group.New(group.WithLogger(b.log.With("component", "groups")))
 	ctx, cancel := context.WithCancel(context.Background())
 	b.ctx, b.cancel = ctx, cancel
@@ -199,10 +199,10 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	// leader's, transactions included.
 	following := b.following()
 	if !following {
-		if err := b.txc.load(ctx); err != nil {
+		if err := b.txns.load(ctx); err != nil {
 			return fail(err)
 		}
-		if err := b.txc.sweepOrphans(ctx); err != nil {
+		if err := b.txns.sweepOrphans(ctx); err != nil {
 			return fail(err)
 		}
 	}
@@ -213,9 +213,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
 	} else {
-		b.wg.Add(3)
-		go func() { defer b.wg.Done(); b.retentionLoop(ctx) }()
-		go func() { defer b.wg.Done(); b.txc.run(ctx) }()
+		b.startLeaderLoops(ctx, &b.wg)
+		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
 	}
 	b.wg.Add(2)
@@ -495,6 +494,16 @@ func (b *Broker) sortedTopics() []*topic {
 	b.mu.RUnlock()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
 	return ts
+}
+
+// startLeaderLoops starts the loops only a leader runs (retention and
+// compaction, transaction timeouts), owned by wg and stopped with ctx: a
+// single node's or static leader's for its life, a failover leader's for
+// its term.
+func (b *Broker) startLeaderLoops(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Add(2)
+	go func() { defer wg.Done(); b.retentionLoop(ctx) }()
+	go func() { defer wg.Done(); b.txns.run(ctx) }()
 }
 
 // retentionLoop enforces topic retention and compaction, and offsets

@@ -133,13 +133,13 @@ type replica struct {
 	role roleState
 
 	// Failover mode (Failover.Enabled): see replica_failover.go.
-	failover bool
-	node     *raftgroup.Node
-	tr       *raftgroup.HTTPTransport
-	lcancel  context.CancelFunc // ends the current leadership's loops
-	lwg      sync.WaitGroup
-	isrSeen  []int32 // the committed ISR last fed to ldr
-	fepoch   int32   // failover follower: the epoch followed
+	failover      bool
+	node          *raftgroup.Node
+	tr            *raftgroup.HTTPTransport
+	leadCancel    context.CancelFunc // ends the current leadership's loops
+	leadLoops     sync.WaitGroup
+	isrSeen       []int32 // the committed ISR last fed to ldr
+	followedEpoch int32   // failover follower: the epoch followed
 	// unclean is set while a failover replica that restarted uncleanly
 	// has not caught up with a leader; caught holds, per partition,
 	// whether its durable end has reached the leader's high watermark.
@@ -159,9 +159,9 @@ type replica struct {
 	started time.Time // static leader: when it started leading; failover: when it last started leading
 
 	// epochs maintains EpochsFile; its writer runs from start to stop.
-	epochs  *epochsFile
-	ecancel context.CancelFunc
-	edone   chan struct{}
+	epochs       *epochsFile
+	epochsCancel context.CancelFunc
+	epochsDone   chan struct{}
 
 	fol  *shipping.Follower
 	srv  *http.Server
@@ -200,7 +200,7 @@ func newReplica(b *Broker) *replica {
 
 // key names a partition incarnation in replication.Leader: a topic deleted
 // and recreated under its name starts afresh.
-func lkey(p *partition.Partition) replication.TopicPartition {
+func replKey(p *partition.Partition) replication.TopicPartition {
 	return replication.TopicPartition{Topic: p.Topic + "/" + formatUUID(p.TopicID), Partition: p.Index}
 }
 
@@ -212,7 +212,7 @@ func (r *replica) track(p *partition.Partition) {
 	if r.ldr == nil {
 		return
 	}
-	r.ldr.AppendLocal(lkey(p), p.Log().EndOffset(), p.Log().DurableEnd())
+	r.ldr.AppendLocal(replKey(p), p.Log().EndOffset(), p.Log().DurableEnd())
 }
 
 // forget drops a deleted partition's follower positions.
@@ -222,7 +222,7 @@ func (r *replica) forget(p *partition.Partition) {
 	delete(r.pos, p)
 	delete(r.epochStart, p)
 	if r.ldr != nil {
-		r.ldr.RemovePartition(lkey(p))
+		r.ldr.RemovePartition(replKey(p))
 	}
 	r.mu.Unlock()
 }
@@ -242,7 +242,7 @@ func (pol replicaPolicy) Committed(p *partition.Partition, durable int64) (int64
 	if r.ldr == nil {
 		return 0, false
 	}
-	k := lkey(p)
+	k := replKey(p)
 	r.ldr.SetMinISR(k, m)
 	r.ldr.AppendLocal(k, p.Log().EndOffset(), durable)
 	return r.ldr.HighWatermark(k), true
@@ -311,7 +311,7 @@ func (r *replica) underMinISR(p *partition.Partition, minISR int) bool {
 		if r.ldr == nil {
 			return false // not serving: the append is refused anyway
 		}
-		k := lkey(p)
+		k := replKey(p)
 		r.ldr.SetMinISR(k, minISR)
 		return r.ldr.PartitionUnderMinISR(k)
 	}
@@ -342,7 +342,7 @@ func (r *replica) heldUnderMinISR(p *partition.Partition) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ldr != nil && r.ldr.PartitionUnderMinISR(lkey(p))
+	return r.ldr != nil && r.ldr.PartitionUnderMinISR(replKey(p))
 }
 
 // counted is the set of replicas counted towards p's high watermark: the
@@ -452,14 +452,14 @@ func (r *replica) start(ctx context.Context) (err error) {
 	if err := r.epochs.write(); err != nil {
 		return fmt.Errorf("write %s: %w", EpochsFile, err)
 	}
-	ectx, ecancel := context.WithCancel(context.Background())
-	r.ecancel, r.edone = ecancel, make(chan struct{})
-	go r.epochs.run(ectx, r.edone)
+	ectx, epochsCancel := context.WithCancel(context.Background())
+	r.epochsCancel, r.epochsDone = epochsCancel, make(chan struct{})
+	go r.epochs.run(ectx, r.epochsDone)
 	defer func() {
 		if err != nil {
-			ecancel()
-			<-r.edone
-			r.ecancel = nil
+			epochsCancel()
+			<-r.epochsDone
+			r.epochsCancel = nil
 		}
 	}()
 	addr := net.JoinHostPort(r.cfg.ReplicateHost, strconv.Itoa(r.cfg.ReplicatePort))
@@ -524,11 +524,11 @@ func (r *replica) stop() {
 	if r.ln != nil {
 		<-r.done
 	}
-	if r.ecancel != nil {
+	if r.epochsCancel != nil {
 		// Nothing truncates or appends under a new epoch any more: the
 		// final write is the histories the logs close with.
-		r.ecancel()
-		<-r.edone
+		r.epochsCancel()
+		<-r.epochsDone
 	}
 }
 
@@ -751,7 +751,7 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 		r.mu.Unlock()
 		return
 	}
-	r.ldr.SetMinISR(lkey(p), m)
+	r.ldr.SetMinISR(replKey(p), m)
 	if r.pos[p] == nil {
 		r.pos[p] = map[int32]int64{}
 	}
@@ -759,7 +759,7 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	// position (lower than before only if it lost its data).
 	r.pos[p][replica] = durableEnd
 	r.seen[replica] = now
-	k := lkey(p)
+	k := replKey(p)
 	// The Leader caps a follower's position at the leader's log end as it
 	// last heard it, which the flusher reports only after the leader's own
 	// fsync: a follower that copied and synced a record first would be

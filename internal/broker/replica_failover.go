@@ -245,8 +245,8 @@ func (r *replica) apply(ctx context.Context, st raftgroup.Status, log *slog.Logg
 		return
 	}
 	r.mu.Lock()
-	same := r.leader == st.Leader && r.fepoch == st.Epoch
-	r.leader, r.fepoch = st.Leader, st.Epoch
+	same := r.leader == st.Leader && r.followedEpoch == st.Epoch
+	r.leader, r.followedEpoch = st.Leader, st.Epoch
 	r.mu.Unlock()
 	if same {
 		return
@@ -304,14 +304,14 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	r.epochStart = map[*partition.Partition]int64{}
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			k := lkey(p)
+			k := replKey(p)
 			r.epochStart[p] = p.Log().EndOffset()
 			ldr.SetMinISR(k, t.settings.minISR)
 			ldr.AppendLocal(k, p.Log().EndOffset(), p.Log().DurableEnd())
 			ldr.SeedHighWatermark(k, p.HighWatermark())
 		}
 	}
-	r.ldr, r.leader, r.fepoch = ldr, r.self, 0
+	r.ldr, r.leader, r.followedEpoch = ldr, r.self, 0
 	r.isrSeen = slices.Clone(isr)
 	r.pos, r.seen = map[*partition.Partition]map[int32]int64{}, map[int32]time.Time{}
 	r.started = time.Now()
@@ -319,10 +319,10 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 	r.role.move(roleIdle, rolePromoting)
 	log.Info("failover replication: leading; rebuilding state", "epoch", st.Epoch, "isr", isr)
 	lctx, cancel := context.WithCancel(ctx)
-	r.lcancel = cancel
-	r.lwg.Add(1)
+	r.leadCancel = cancel
+	r.leadLoops.Add(1)
 	go func() {
-		defer r.lwg.Done()
+		defer r.leadLoops.Done()
 		for {
 			err := b.rebuildLeaderState(lctx)
 			if err == nil {
@@ -341,9 +341,7 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 		if lctx.Err() != nil {
 			return // leadership ended during the rebuild
 		}
-		r.lwg.Add(2)
-		go func() { defer r.lwg.Done(); b.retentionLoop(lctx) }()
-		go func() { defer r.lwg.Done(); b.txc.run(lctx) }()
+		b.startLeaderLoops(lctx, &r.leadLoops)
 		if !r.role.move(rolePromoting, roleServing) {
 			return // stepping down
 		}
@@ -356,10 +354,10 @@ func (r *replica) promote(ctx context.Context, st raftgroup.Status, log *slog.Lo
 // may write again.
 func (r *replica) stepDown() {
 	r.role.stop()
-	if r.lcancel != nil {
-		r.lcancel()
-		r.lwg.Wait()
-		r.lcancel = nil
+	if r.leadCancel != nil {
+		r.leadCancel()
+		r.leadLoops.Wait()
+		r.leadCancel = nil
 	}
 	r.mu.Lock()
 	wasLeader := r.ldr != nil
@@ -514,7 +512,7 @@ func (b *Broker) leaderReloads() []leaderReload {
 		{"committed offsets", b.reloadOffsets}, // offsets.go
 		{"group membership", b.resetGroups},    // groups.go
 		{"producer ids", b.resetProducerIDs},   // idempotence.go
-		{"transactions", b.txc.reload},         // txncoord.go
+		{"transactions", b.txns.reload},        // txncoord.go
 		{"group registry", b.registerGroups},   // groupstate.go
 	}
 }

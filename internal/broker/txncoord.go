@@ -431,7 +431,7 @@ func (c *txnCoordinator) end(ctx context.Context, e *txnEntry, commit, fence boo
 }
 
 func (b *Broker) handleInitProducerIDTxn(ctx context.Context, r *kmsg.InitProducerIDRequest) kmsg.Response {
-	c := b.txc
+	c := b.txns
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	id := *r.TransactionalID
@@ -545,13 +545,13 @@ func (b *Broker) handleAddPartitionsToTxn(ctx context.Context, r *kmsg.AddPartit
 	}
 	code := int16(0)
 	if len(missing) == 0 {
-		e, c := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+		e, c := b.txns.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
 		code = c
 		if e != nil {
 			next, c := e.meta.Load().AddPartitions(tps, time.Now().UnixMilli())
 			code = c
 			if code == 0 {
-				if err := b.txc.transition(ctx, e, next); err != nil {
+				if err := b.txns.transition(ctx, e, next); err != nil {
 					code = coordinatorCode(err)
 				}
 			}
@@ -585,7 +585,7 @@ func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, r *kmsg.AddOffsetsTo
 		resp.ErrorCode = errKafkaStorageError
 		return resp
 	}
-	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+	e, code := b.txns.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
 	if e == nil {
 		resp.ErrorCode = code
 		return resp
@@ -593,7 +593,7 @@ func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, r *kmsg.AddOffsetsTo
 	defer e.mu.Unlock()
 	next, code := e.meta.Load().AddPartitions([]txn.TP{{Topic: offsetsTopic, Partition: 0}}, time.Now().UnixMilli())
 	if code == 0 {
-		if err := b.txc.transition(ctx, e, next); err != nil {
+		if err := b.txns.transition(ctx, e, next); err != nil {
 			code = coordinatorCode(err)
 		}
 	}
@@ -609,14 +609,14 @@ func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.R
 	// (if an earlier attempt was cut short) and answer as the first
 	// attempt would have. Under transactions v2 the retry carries the
 	// epoch from before the bump.
-	if e := b.txc.lockEntry(r.TransactionalID, false); e != nil {
+	if e := b.txns.lockEntry(r.TransactionalID, false); e != nil {
 		m := e.meta.Load()
 		sameEpoch := m != nil && r.ProducerID == m.ProducerID && (r.ProducerEpoch == m.Epoch || v2 && r.ProducerEpoch == m.Epoch-1)
 		var handled bool
 		switch {
 		case sameEpoch && m.Preparing() && m.Committing() == r.Commit:
 			handled = true
-			if err := b.txc.finish(ctx, e); err != nil {
+			if err := b.txns.finish(ctx, e); err != nil {
 				b.log.Error("completing transaction failed", "transactional_id", m.ID, "err", err)
 				resp.ErrorCode = coordinatorCode(err)
 			}
@@ -634,13 +634,13 @@ func (b *Broker) handleEndTxn(ctx context.Context, r *kmsg.EndTxnRequest) kmsg.R
 		}
 		e.mu.Unlock()
 	}
-	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+	e, code := b.txns.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
 	if e == nil {
 		resp.ErrorCode = code
 		return resp
 	}
 	defer e.mu.Unlock()
-	resp.ErrorCode = b.txc.end(ctx, e, r.Commit, v2)
+	resp.ErrorCode = b.txns.end(ctx, e, r.Commit, v2)
 	if m := e.meta.Load(); v2 && resp.ErrorCode == 0 {
 		resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
 	}
@@ -662,7 +662,7 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 		fill(errInvalidGroupID)
 		return resp
 	}
-	e, code := b.txc.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
+	e, code := b.txns.lockTxn(r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2)
 	if e == nil {
 		fill(code)
 		return resp
@@ -678,7 +678,7 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 		}
 		next, code := m.AddPartitions([]txn.TP{offsetsTP}, time.Now().UnixMilli())
 		if code == 0 {
-			if err := b.txc.transition(ctx, e, next); err != nil {
+			if err := b.txns.transition(ctx, e, next); err != nil {
 				code = coordinatorCode(err)
 			}
 		}
@@ -899,7 +899,7 @@ func (b *Broker) ExpireTransactionalIDs(ctx context.Context, now time.Time) int 
 	if b.following() || b.fenced() {
 		return 0
 	}
-	c := b.txc
+	c := b.txns
 	exp := b.cfg.TransactionalIdExpirationMs
 	c.mu.Lock()
 	var due []*txnEntry
@@ -988,7 +988,7 @@ func (b *Broker) handleDescribeTransactions(r *kmsg.DescribeTransactionsRequest)
 	for _, id := range r.TransactionalIDs {
 		st := kmsg.NewDescribeTransactionsResponseTransactionState()
 		st.TransactionalID = id
-		e := b.txc.entry(id, false)
+		e := b.txns.entry(id, false)
 		var m *txn.Metadata
 		if e != nil {
 			m = e.meta.Load()
@@ -1027,9 +1027,9 @@ func (b *Broker) handleListTransactions(r *kmsg.ListTransactionsRequest) kmsg.Re
 		pids[p] = true
 	}
 	now := time.Now().UnixMilli()
-	b.txc.mu.Lock()
-	defer b.txc.mu.Unlock()
-	for id, e := range b.txc.byID {
+	b.txns.mu.Lock()
+	defer b.txns.mu.Unlock()
+	for id, e := range b.txns.byID {
 		m := e.meta.Load()
 		if m == nil {
 			continue

@@ -20,7 +20,7 @@ func TestExpireTransactionalIDsConcurrentPasses(t *testing.T) {
 	const ids = 200
 	for i := range ids {
 		id := fmt.Sprintf("tx-%03d", i)
-		b.txc.install(b.txc.entry(id, true), &txn.Metadata{ID: id, ProducerID: int64(i),
+		b.txns.install(b.txns.entry(id, true), &txn.Metadata{ID: id, ProducerID: int64(i),
 			State: kmsg.TransactionStateCompleteCommit, Partitions: map[txn.TP]struct{}{}, UpdateMs: 1})
 	}
 	const passes = 8
@@ -40,9 +40,9 @@ func TestExpireTransactionalIDsConcurrentPasses(t *testing.T) {
 	if total != ids {
 		t.Fatalf("expired %d ids in all, want %d (each exactly once)", total, ids)
 	}
-	b.txc.mu.Lock()
-	left := len(b.txc.byID)
-	b.txc.mu.Unlock()
+	b.txns.mu.Lock()
+	left := len(b.txns.byID)
+	b.txns.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d ids left", left)
 	}

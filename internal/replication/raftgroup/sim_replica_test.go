@@ -127,12 +127,12 @@ type sysReplica struct {
 	caught  []bool
 
 	// Broker-level leader state (replica_failover.go).
-	epoch   int32 // b.epoch: stamped on appends, checked by shipping
-	ldr     *replication.Leader
-	isrSeen []int32
-	leader  int32 // r.leader
-	fepoch  int32 // r.fepoch
-	parked  []*sysParked
+	epoch         int32 // b.epoch: stamped on appends, checked by shipping
+	ldr           *replication.Leader
+	isrSeen       []int32
+	leader        int32 // r.leader
+	followedEpoch int32 // r.followedEpoch
+	parked        []*sysParked
 
 	// Follower state (shipping.Follower).
 	fetcher *replication.Fetcher
@@ -325,7 +325,7 @@ func (r *sysReplica) start() {
 	r.status = c.status()
 	r.pub = sysPubOf(r.status)
 	r.publishQueued, r.applyQueued, r.flushQueued = false, false, false
-	r.epoch, r.ldr, r.isrSeen, r.leader, r.fepoch, r.parked = 0, nil, nil, NoLeader, 0, nil
+	r.epoch, r.ldr, r.isrSeen, r.leader, r.followedEpoch, r.parked = 0, nil, nil, NoLeader, 0, nil
 	r.fetcher = replication.NewFetcher()
 	r.act = replication.Action{Kind: replication.ActWait}
 	r.req, r.trunc, r.backoff = 0, nil, 0
@@ -539,8 +539,8 @@ func (r *sysReplica) apply() {
 	if st.Leader == NoLeader || st.Leader == r.id {
 		return
 	}
-	same := r.leader == st.Leader && r.fepoch == st.Epoch
-	r.leader, r.fepoch = st.Leader, st.Epoch
+	same := r.leader == st.Leader && r.followedEpoch == st.Epoch
+	r.leader, r.followedEpoch = st.Leader, st.Epoch
 	if same {
 		return
 	}
@@ -577,7 +577,7 @@ func (r *sysReplica) promote(st Status) {
 		ldr.AppendLocal(r.tp(p), l.EndOffset(), l.DurableEnd())
 		ldr.SeedHighWatermark(r.tp(p), r.hw[p])
 	}
-	r.ldr, r.leader, r.fepoch = ldr, r.id, 0
+	r.ldr, r.leader, r.followedEpoch = ldr, r.id, 0
 	r.isrSeen = isr
 	r.w.tracef("r%d leads epoch %d, isr %v, hw %v", r.id, st.Epoch, isr, r.hw)
 }
