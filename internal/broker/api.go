@@ -123,8 +123,8 @@ func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, waitFunc
 		if !cn.viaForward && a.forwards(b, req.Body) {
 			return nil, func(ctx context.Context) kmsg.Response { return b.forward(ctx, cn, req) }
 		}
-		if a.onFollower != nil {
-			return a.onFollower(b, req.Body), nil
+		if resp, refused := b.refuseOnFollower(req); refused {
+			return resp, nil
 		}
 	}
 	if resp, wait, handled := b.authorizeRequest(cn, a, req); handled {

@@ -223,7 +223,7 @@ func (r *replica) serveForward(w http.ResponseWriter, hr *http.Request) {
 	}
 	kreq := kmsg.RequestForKey(int16(key))
 	kreq.SetVersion(int16(version))
-	if err := kreq.ReadFrom(body); err != nil || apis[kreq.Key()].forwardable == nil || !apis[kreq.Key()].forwardable(r.b, kreq) {
+	if a := apis[kreq.Key()]; kreq.ReadFrom(body) != nil || a.forwardable == nil || !a.forwardable(r.b, kreq) {
 		http.Error(w, "not a forwardable request", http.StatusBadRequest)
 		return
 	}

@@ -55,7 +55,7 @@ func TestExpireOffsetsSparesGroupJoinedMeanwhile(t *testing.T) {
 		t.Fatalf("simple commit refused: %d", code)
 	}
 	key := offsetKey{"g", "t", 0}
-	if err := b.writeOffsets(ctx, []offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}}); err != nil {
+	if err := b.startOffsetWrite([]offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}})(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Another group, empty and without offsets, that stays so: it is
@@ -110,7 +110,7 @@ func TestExpireOffsetsAppliesTombstonesWhenTheWaitFails(t *testing.T) {
 		t.Fatalf("simple commit refused: %d", code)
 	}
 	key := offsetKey{"g", "t", 0}
-	if err := b.writeOffsets(context.Background(), []offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}}); err != nil {
+	if err := b.startOffsetWrite([]offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}})(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

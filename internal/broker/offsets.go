@@ -377,12 +377,6 @@ func (b *Broker) waitOwn(ctx context.Context, p *partition.Partition, end int64)
 // writes to be committed.
 const ownWriteTimeout = 10 * time.Second
 
-// writeOffsets appends commits to __consumer_offsets, waits until they are
-// durable, then applies them to memory.
-func (b *Broker) writeOffsets(ctx context.Context, writes []offsetWrite) error {
-	return b.startOffsetWrite(writes)(ctx)
-}
-
 // startOffsetWrite appends writes now, in the caller's goroutine, and
 // returns the wait that makes them durable and then applies them to memory.
 // A request handler calls it before it returns, so that commits pipelined
