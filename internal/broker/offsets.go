@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -209,24 +208,6 @@ func decodeOffsetRecord(r recordbatch.Record) (offsetWrite, bool, error) {
 	return w, true, nil
 }
 
-// internalPartition returns partition 0 of an internal topic, creating the
-// topic on first use.
-func (b *Broker) internalPartition(name string, configs map[string]string) (*partition.Partition, error) {
-	if t := b.lookup(name); t != nil {
-		return t.partitions[0], nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if t := b.topics[name]; t != nil {
-		return t.partitions[0], nil
-	}
-	t, err := b.createTopicLocked(name, 1, configs)
-	if err != nil {
-		return nil, err
-	}
-	return t.partitions[0], nil
-}
-
 // loadOffsets rebuilds the offset store from __consumer_offsets.
 func (b *Broker) loadOffsets() error {
 	t := b.lookup(offsetsTopic)
@@ -325,58 +306,6 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 	return b.waitOwn(ctx, p, end)
 }
 
-var errCommitTimeout = errors.New("commit not durable before the timeout")
-
-// errBelowMinISR fails an internal write whose partition's ISR is (or fell)
-// below min.insync.replicas: it would otherwise be acknowledged on too few
-// replicas.
-var errBelowMinISR = errors.New("fewer in-sync replicas than min.insync.replicas")
-
-// errStoppedLeading fails an internal write whose replica stopped leading
-// before the write was known to be on the ISR. Its fate is unknown: the
-// new leader may or may not have it (a follower that fetched it keeps it
-// and, leading, commits it), as in Kafka.
-var errStoppedLeading = errors.New("this replica stopped leading before the write was known to be on the in-sync replicas; the next leader may keep it")
-
-// coordinatorCode is the error a coordinator (group or transaction)
-// answers when writing its state failed with err: COORDINATOR_NOT_AVAILABLE
-// (retriable) below min.insync.replicas, as Kafka's coordinators answer for
-// NOT_ENOUGH_REPLICAS; REQUEST_TIMED_OUT when durability did not come in
-// time; NOT_COORDINATOR when this replica stopped leading meanwhile (the
-// client finds the new coordinator), also when it had stopped before the
-// append; KAFKA_STORAGE_ERROR otherwise.
-func coordinatorCode(err error) int16 {
-	switch {
-	case errors.Is(err, errBelowMinISR):
-		return errCoordinatorNotAvailable
-	case errors.Is(err, errCommitTimeout):
-		return errRequestTimedOut
-	case errors.Is(err, errStoppedLeading), errors.Is(err, errNotServing):
-		return errNotCoordinator // the client looks the coordinator up again
-	}
-	return errKafkaStorageError
-}
-
-// waitOwn waits until the broker's own write to p ending at end is
-// committed (in failover mode: on the ISR), at most ownWriteTimeout.
-func (b *Broker) waitOwn(ctx context.Context, p *partition.Partition, end int64) error {
-	ctx, cancel := context.WithTimeout(ctx, ownWriteTimeout)
-	defer cancel()
-	switch err := p.WaitCommitted(ctx, end); {
-	case err == nil:
-		return nil
-	case errors.Is(err, partition.ErrStoppedLeading):
-		return errStoppedLeading
-	case errors.Is(err, partition.ErrHeld):
-		return errBelowMinISR
-	}
-	return errCommitTimeout
-}
-
-// ownWriteTimeout bounds how long the broker waits for one of its own
-// writes to be committed.
-const ownWriteTimeout = 10 * time.Second
-
 // startOffsetWrite appends writes now, in the caller's goroutine, and
 // returns the wait that makes them durable and then applies them to memory.
 // A request handler calls it before it returns, so that commits pipelined
@@ -459,31 +388,6 @@ func (b *Broker) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetApp
 		apply()
 	}
 	return offsetAppend{b: b, p: p, end: end, applied: applyFirst, apply: apply}, nil
-}
-
-// appendOwn appends a batch the broker wrote itself (internal-topic records,
-// transaction markers), keeps the partition's producer and transaction state
-// in step with it, and schedules it for the next group commit. It returns
-// the offset after the batch: what waitOwn must reach.
-func (b *Broker) appendOwn(p *partition.Partition, batch []byte) (int64, error) {
-	return b.appendInternal(p, batch, partition.FlushNow)
-}
-
-// appendOwnLazy is appendOwn for a write nobody waits for and whose loss
-// recovery repairs (a transaction's Complete* record): it is synced with
-// the next write that is waited for, or by the flusher's idle tick, rather
-// than in a pass of its own that the next produce would queue behind.
-func (b *Broker) appendOwnLazy(p *partition.Partition, batch []byte) (int64, error) {
-	return b.appendInternal(p, batch, partition.FlushLazily)
-}
-
-func (b *Broker) appendInternal(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {
-	// Internal writes are acks=all writes: refused before the append while
-	// p's ISR is below min.insync.replicas, as Kafka's coordinators are.
-	if b.notEnoughReplicas(p, b.minISROf(p)) {
-		return 0, errBelowMinISR
-	}
-	return p.AppendOwn(batch, flush)
 }
 
 // reset empties the store before a reload.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
@@ -28,7 +29,7 @@ import (
 
 // errNotServing refuses an append on a failover replica that is not
 // running as leader.
-var errNotServing = errors.New("this replica is not the serving leader")
+var errNotServing = coordinator.ErrNotServing
 
 // errNotFollowing refuses a shipped append or truncation on a failover
 // replica that is not following.
