@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Replication throughput: acks=all produce with MoonMQ as a single node, as a
-# 3-replica group in failover mode, and NATS JetStream R3, one target and one
-# case at a time, then the ratios MoonMQ R3 / MoonMQ R1 and MoonMQ R3 / NATS
-# R3 against the targets. See docs/BENCHMARKS.md, "Replication throughput".
+# 3-replica group in failover mode, Apache Kafka 4.x as three KRaft nodes
+# (replication factor 3, min.insync.replicas=2: bench/kafka.sh) and NATS
+# JetStream R3, one target and one case at a time, then the ratios of
+# MoonMQ R3 to each. See docs/BENCHMARKS.md, "Replication throughput".
 #
 #   bash bench/replication.sh            # 8 s per case, ~4 minutes
 #   QUICK=1 bash bench/replication.sh    # 2 s per case, ~2 minutes
@@ -22,6 +23,7 @@
 #   MOONMQ_SERVER_EXTRA  extra JSON members of the "Server" config object (both MoonMQ runs)
 #   MOONMQ_REPLICATION_EXTRA  extra JSON members of the "Replication" object
 #   BENCH_ARGS           extra flags for `moonmq bench`
+#   SKIP_KAFKA=1         leave Apache Kafka out (it needs java and mvn)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,7 +44,9 @@ mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/moonmq-repl-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+source "$here/kafka.sh"
+trap 'kafka_stop; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -84,12 +88,30 @@ run_moonmq() { # NAME REPLICAS [extra replbench flags...]
 
 r1=moonmq-r1
 rn=moonmq-r$REPLICAS
+kn=kafka-r$REPLICAS
 nn=nats-r$REPLICAS
 
 run_moonmq "$r1" 1
 profile=()
 [[ ${PROFILE:-0} == 1 ]] && profile=(--profile-dir "$RESULTS_DIR/profile" --profile-seconds 8)
 run_moonmq "$rn" "$REPLICAS" --replication-extra "${MOONMQ_REPLICATION_EXTRA:-}" "${profile[@]+"${profile[@]}"}"
+
+if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
+	log "$kn: apache kafka, $REPLICAS KRaft nodes (its defaults: no fsync per message)"
+	if kafka_start "$REPLICAS" "$work/$kn"; then
+		rc=0
+		# shellcheck disable=SC2086
+		"$MOONMQ" bench --brokers "$KAFKA_BOOTSTRAP" --name "$kn" --json "$RESULTS_DIR/$kn.json" \
+			--duration "$DURATION" --acks=-1 --partitions "$PARTITIONS" --modes "$MODES" \
+			--record-size "$RECORD_SIZE" ${BENCH_ARGS:-} | tee "$RESULTS_DIR/$kn.txt" || rc=$?
+		[[ $rc == 0 ]] || log "$kn: bench exited with $rc"
+	else
+		log "$kn: kafka did not start"
+	fi
+	kafka_stop
+	for f in "$work/$kn"/kafka-*/server.log; do [[ -f $f ]] && cp "$f" "$RESULTS_DIR/$kn-$(basename "$(dirname "$f")").log"; done
+	rm -rf "${work:?}/$kn"
+fi
 
 log "$nn: natsbench, $REPLICAS clustered nats-server processes, JetStream file storage"
 nats_args=()
@@ -101,7 +123,7 @@ rc=0
 [[ $rc == 0 ]] || log "$nn: natsbench exited with $rc"
 
 reports=()
-for f in "$rn" "$r1" "$nn"; do
+for f in "$rn" "$r1" "$kn" "$nn"; do
 	[[ -f $RESULTS_DIR/$f.json ]] && reports+=("$RESULTS_DIR/$f.json")
 done
 if [[ ! -f $RESULTS_DIR/$rn.json ]] || ((${#reports[@]} < 2)); then
@@ -109,11 +131,11 @@ if [[ ! -f $RESULTS_DIR/$rn.json ]] || ((${#reports[@]} < 2)); then
 	exit 1
 fi
 echo
-# Targets (issue 4): R3 throughput ≥ 70% of R1 and ≥ 1.5x NATS JetStream R3,
-# judged on the pipelined cases; one-at-a-time ratios are printed as
+# Targets: R3 throughput ≥ 70% of R1, ≥ 1.5x Apache Kafka R3 and ≥ 1.5x
+# NATS JetStream R3, judged on the pipelined cases; one-at-a-time ratios are printed as
 # information (they measure a round trip, not throughput).
 "$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" \
-	--min-ratio "$r1=0.7,$nn=1.5" --ratio-modes pipelined --max-p50 0 --min-consume 0 \
+	--min-ratio "$r1=0.7,$kn=1.5,$nn=1.5" --ratio-modes pipelined --max-p50 0 --min-consume 0 \
 	"${reports[@]}"
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
 log "results in $RESULTS_DIR (comparison.txt, run-info.txt, *.json, *.txt, *.log)"

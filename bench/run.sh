@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks MoonMQ against kfake (franz-go's in-memory fake Kafka) and NATS
+# Benchmarks MoonMQ against Apache Kafka 4.x (one KRaft node, from Maven
+# Central: bench/kafka.sh), kfake (franz-go's in-memory fake Kafka) and NATS
 # JetStream (R1, file storage), one target and one case at a time, and
 # prints a comparison with ratios. See docs/BENCHMARKS.md.
 #
@@ -13,7 +14,8 @@
 #   MODES=pipelined,one-at-a-time
 #   RECORD_SIZE=1024
 #   RESULTS_DIR=DIR      where reports go (default bench/results/<timestamp>)
-#   SKIP_MOONMQ=1        only run the peers (compares kfake with NATS)
+#   SKIP_MOONMQ=1        only run the peers
+#   SKIP_KAFKA=1         leave Apache Kafka out (it needs java and mvn)
 #   NATS_SYNC_ALWAYS=1   make JetStream fsync every message (default: it does not)
 #   MOONMQ_SERVER_EXTRA  extra JSON members for the "Server" config object,
 #                        e.g. '"Acks":"all"'
@@ -47,7 +49,8 @@ cleanup() {
 	done
 	rm -rf "$work"
 }
-trap cleanup EXIT
+source "$here/kafka.sh"
+trap 'kafka_stop; cleanup' EXIT
 trap 'exit 130' INT TERM
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -112,6 +115,13 @@ else
 	loadgen=$bin/moonmq
 fi
 
+{
+	echo "tree: $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
+	echo "duration=$DURATION acks=$ACKS partitions=$PARTITIONS modes=$MODES record_size=$RECORD_SIZE"
+} >"$RESULTS_DIR/run-info.txt"
+cat "$RESULTS_DIR/run-info.txt" >&2
+
 reports=()
 if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
 	port=$(free_port)
@@ -129,6 +139,19 @@ if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
 	fi
 	stop "${pids[-1]}"
 	[[ -f $RESULTS_DIR/moonmq.json ]] && reports+=("$RESULTS_DIR/moonmq.json")
+fi
+
+if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
+	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
+	if kafka_start 1 "$work/kafka"; then
+		bench_kafka kafka "${KAFKA_BOOTSTRAP#127.0.0.1:}"
+	else
+		log "kafka did not start"
+	fi
+	kafka_stop
+	for f in "$work"/kafka/kafka-*/server.log; do [[ -f $f ]] && cp "$f" "$RESULTS_DIR/kafka-serve.log"; done
+	rm -rf "$work/kafka"
+	[[ -f $RESULTS_DIR/kafka.json ]] && reports+=("$RESULTS_DIR/kafka.json")
 fi
 
 port=$(free_port)
@@ -158,5 +181,6 @@ if ((${#reports[@]} < 2)); then
 	exit 1
 fi
 echo
-"$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" "${reports[@]}"
+"$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" "${reports[@]}"
+echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
 log "results in $RESULTS_DIR (comparison.txt, *.json, *.txt)"
