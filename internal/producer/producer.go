@@ -161,24 +161,6 @@ func (s *State) ObserveEpoch(producerID int64, epoch int16, nowMs int64) {
 	}
 }
 
-// Truncate forgets batches at or above offset, after the log was truncated
-// there. Producers left with no batch are dropped.
-func (s *State) Truncate(offset int64) {
-	for id, p := range s.producers {
-		n := 0
-		for _, e := range p.Batches {
-			if e.BaseOffset < offset {
-				p.Batches[n] = e
-				n++
-			}
-		}
-		p.Batches = p.Batches[:n]
-		if n == 0 {
-			delete(s.producers, id)
-		}
-	}
-}
-
 // Each calls fn for every producer with its epoch, last sequence, the
 // base offset of its last batch and the time of its last write (for
 // DescribeProducers).

@@ -131,29 +131,6 @@ func (p *Partition) AbortedIn(from, to int64) []Aborted {
 	return out
 }
 
-// Truncate forgets everything at or above offset (after the log was
-// truncated there). Open transactions that started above it are dropped.
-func (p *Partition) Truncate(offset int64) {
-	for id, first := range p.open {
-		if first >= offset {
-			delete(p.open, id)
-		}
-	}
-	n := 0
-	for _, a := range p.aborted {
-		if a.LastOffset < offset {
-			p.aborted[n] = a
-			n++
-		}
-	}
-	p.aborted = p.aborted[:n]
-	for id, m := range p.markers {
-		if m.Offset >= offset {
-			delete(p.markers, id)
-		}
-	}
-}
-
 // TrimBelow drops aborted ranges wholly below the log start offset.
 func (p *Partition) TrimBelow(start int64) {
 	n := 0
