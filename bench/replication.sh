@@ -102,6 +102,7 @@ if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
 		rc=0
 		# shellcheck disable=SC2086
 		"$MOONMQ" bench --brokers "$KAFKA_BOOTSTRAP" --name "$kn" --json "$RESULTS_DIR/$kn.json" \
+			--broker-pids "$(IFS=,; echo "${kafka_pids[*]}")" \
 			--duration "$DURATION" --acks=-1 --partitions "$PARTITIONS" --modes "$MODES" \
 			--record-size "$RECORD_SIZE" ${BENCH_ARGS:-} | tee "$RESULTS_DIR/$kn.txt" || rc=$?
 		[[ $rc == 0 ]] || log "$kn: bench exited with $rc"
@@ -135,7 +136,7 @@ echo
 # NATS JetStream R3, judged on the pipelined cases; one-at-a-time ratios are printed as
 # information (they measure a round trip, not throughput).
 "$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" \
-	--min-ratio "$r1=0.7,$kn=1.5,$nn=1.5" --ratio-modes pipelined --max-p50 0 --min-consume 0 \
+	--min-ratio "$r1=0.7,$kn=1.5,$nn=1.5" --max-cpu-ratio "$kn=0.5" --max-rss-ratio "$kn=0.2" --ratio-modes pipelined --max-p50 0 --min-consume 0 \
 	"${reports[@]}"
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
 log "results in $RESULTS_DIR (comparison.txt, run-info.txt, *.json, *.txt, *.log)"

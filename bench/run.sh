@@ -92,10 +92,11 @@ stop() {
 	pids=("${keep[@]+"${keep[@]}"}")
 }
 
-bench_kafka() { # NAME PORT: run `moonmq bench` (or kbench) against 127.0.0.1:PORT
+bench_kafka() { # NAME PORT PIDS: run `moonmq bench` (or kbench) against 127.0.0.1:PORT,
+	# measuring the broker processes PIDS (comma-separated)
 	local rc=0
 	# shellcheck disable=SC2086
-	"$loadgen" bench --brokers "127.0.0.1:$2" --name "$1" --json "$RESULTS_DIR/$1.json" \
+	"$loadgen" bench --brokers "127.0.0.1:$2" --name "$1" --json "$RESULTS_DIR/$1.json" --broker-pids "$3" \
 		--duration "$DURATION" --acks "$ACKS" --partitions "$PARTITIONS" --modes "$MODES" \
 		--record-size "$RECORD_SIZE" ${BENCH_ARGS:-} | tee "$RESULTS_DIR/$1.txt" || rc=$?
 	[[ $rc == 0 ]] || log "$1: bench exited with $rc (see $RESULTS_DIR/$1.txt)"
@@ -133,7 +134,7 @@ if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
 	"$bin/moonmq" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
 	pids+=($!)
 	if wait_port "$port" "$!"; then
-		bench_kafka moonmq "$port"
+		bench_kafka moonmq "$port" "${pids[-1]}"
 	else
 		log "moonmq did not start; see $RESULTS_DIR/moonmq-serve.log"
 	fi
@@ -144,7 +145,7 @@ fi
 if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
 	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
 	if kafka_start 1 "$work/kafka"; then
-		bench_kafka kafka "${KAFKA_BOOTSTRAP#127.0.0.1:}"
+		bench_kafka kafka "${KAFKA_BOOTSTRAP#127.0.0.1:}" "${kafka_pids[0]}"
 	else
 		log "kafka did not start"
 	fi
@@ -159,7 +160,7 @@ log "kfakepeer on 127.0.0.1:$port"
 "$bin/kfakepeer" --port "$port" >"$RESULTS_DIR/kfake-serve.log" 2>&1 &
 pids+=($!)
 if wait_port "$port" "$!"; then
-	bench_kafka kfake "$port"
+	bench_kafka kfake "$port" "${pids[-1]}"
 else
 	log "kfakepeer did not start; see $RESULTS_DIR/kfake-serve.log"
 fi
@@ -181,6 +182,7 @@ if ((${#reports[@]} < 2)); then
 	exit 1
 fi
 echo
-"$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" "${reports[@]}"
+"$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" \
+	--max-cpu-ratio kafka=0.5 --max-rss-ratio kafka=0.2 "${reports[@]}"
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
 log "results in $RESULTS_DIR (comparison.txt, *.json, *.txt)"

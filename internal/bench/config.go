@@ -54,6 +54,7 @@ type Config struct {
 	ConsumeTimeout   time.Duration // give up consuming after this long without progress
 	ProgressInterval time.Duration // how often the progress line is refreshed
 	NoConsume        bool          // skip the consume phase
+	BrokerPIDs       []int         // broker processes whose CPU and memory each case reports (Linux)
 }
 
 // caseSpec is one point of the acks × partitions × mode matrix.
@@ -113,6 +114,8 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&cfg.ConsumeTimeout, "consume-timeout", 15*time.Second, "stop consuming after this long without progress")
 	fs.DurationVar(&cfg.ProgressInterval, "progress-interval", 500*time.Millisecond, "how often to refresh the progress line on stderr")
 	fs.BoolVar(&cfg.NoConsume, "no-consume", false, "skip the consume phase")
+	var pids string
+	fs.StringVar(&pids, "broker-pids", "", "comma-separated process ids of the broker(s) on this machine: each case reports their CPU time per million records and resident memory (Linux /proc)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: moonmq bench [flags]\n\nBenchmarks a Kafka-protocol broker: for each acks × partitions × mode case,\nproduces to a fresh topic and then consumes it back.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -139,6 +142,16 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	}
 	if cfg.Modes, err = parseModes(modes); err != nil {
 		return nil, err
+	}
+	for _, f := range splitList(pids) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("bench: --broker-pids: %q is not a process id", f)
+		}
+		if _, err := procCPU(pid); err != nil {
+			return nil, fmt.Errorf("bench: --broker-pids: cannot read process %d: %v", pid, err)
+		}
+		cfg.BrokerPIDs = append(cfg.BrokerPIDs, pid)
 	}
 	switch {
 	case cfg.RecordSize <= 0:

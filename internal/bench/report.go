@@ -44,7 +44,10 @@ type CaseResult struct {
 	Topic      string        `json:"topic"`
 	Produce    ProduceResult `json:"produce"`
 	Consume    ConsumeResult `json:"consume"`
-	Error      string        `json:"error,omitempty"` // set when the case could not run to completion
+	// Broker is the broker processes' usage while producing, when
+	// --broker-pids named them.
+	Broker *BrokerUsage `json:"broker,omitempty"`
+	Error  string       `json:"error,omitempty"` // set when the case could not run to completion
 }
 
 // ProduceResult holds the producer-side measurements of a case. MB is 10^6
@@ -58,6 +61,7 @@ type ProduceResult struct {
 	MBPerSec      float64 `json:"mb_per_sec"`
 	P50Ms         float64 `json:"p50_ms"` // per-record latency, Produce call to promise
 	P99Ms         float64 `json:"p99_ms"`
+	P999Ms        float64 `json:"p999_ms"`
 	MaxMs         float64 `json:"max_ms"`
 }
 
@@ -98,8 +102,16 @@ func WriteTable(w io.Writer, r *Report) error {
 		bound = fmt.Sprintf("%d records/case", r.Records)
 	}
 	fmt.Fprintf(w, "\n%s (%s): %d-byte records, %s, %d CPUs\n", r.Target, r.Brokers, r.RecordSize, bound, r.Host.NumCPU)
+	usage := false
+	for _, c := range r.Results {
+		usage = usage || c.Broker != nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tprod rec/s\tprod MB/s\tp50 ms\tp99 ms\tcons rec/s\tcons MB/s\tcons/prod\terrors\t")
+	hdr := "case\tprod rec/s\tprod MB/s\tp50 ms\tp99 ms\tp999 ms\tcons rec/s\tcons MB/s\tcons/prod\terrors\t"
+	if usage {
+		hdr += "broker cpu s/M rec\tbroker rss MB start/peak\t"
+	}
+	fmt.Fprintln(tw, hdr)
 	for _, c := range r.Results {
 		cp := "-"
 		if c.Produce.RecordsPerSec > 0 && c.Consume.RecordsPerSec > 0 {
@@ -109,9 +121,17 @@ func WriteTable(w io.Writer, r *Report) error {
 		if c.Error != "" {
 			errs += " !"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.3f\t%.3f\t%s\t%.1f\t%s\t%s\t\n",
-			c.Case, humanRate(c.Produce.RecordsPerSec), c.Produce.MBPerSec, c.Produce.P50Ms, c.Produce.P99Ms,
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%s\t%s\t",
+			c.Case, humanRate(c.Produce.RecordsPerSec), c.Produce.MBPerSec, c.Produce.P50Ms, c.Produce.P99Ms, c.Produce.P999Ms,
 			humanRate(c.Consume.RecordsPerSec), c.Consume.MBPerSec, cp, errs)
+		if usage {
+			if u := c.Broker; u != nil {
+				fmt.Fprintf(tw, "%.2f\t%.0f/%.0f\t", u.CPUSecondsPerMillion, u.RSSStartMB, u.RSSPeakMB)
+			} else {
+				fmt.Fprint(tw, "-\t-\t")
+			}
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -147,7 +147,21 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 		}
 	}
 
+	meter, err := startUsage(cfg.BrokerPIDs)
+	if err != nil {
+		res.Error = fmt.Sprintf("measuring the broker processes: %v", err)
+		return res
+	}
 	written, err := produce(ctx, cfg, pool, cs, res.Topic, &res.Produce, stderr)
+	if meter != nil {
+		u, uerr := meter.stop(res.Produce.Records)
+		if uerr != nil && err == nil {
+			err = fmt.Errorf("measuring the broker processes: %v", uerr)
+		}
+		if uerr == nil {
+			res.Broker = &u
+		}
+	}
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -297,6 +311,7 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 	out.MBPerSec = rate(float64(out.Bytes)/1e6, out.Seconds)
 	out.P50Ms = ms(hist.Quantile(50))
 	out.P99Ms = ms(hist.Quantile(99))
+	out.P999Ms = ms(hist.Quantile(99.9))
 	out.MaxMs = ms(hist.Max())
 	fmt.Fprintf(stderr, "\r[%s] produced %d records in %.2fs: %s rec/s %.1f MB/s p50 %.3f ms p99 %.3f ms%s\n",
 		cs.label(), out.Records, out.Seconds, humanRate(out.RecordsPerSec), out.MBPerSec, out.P50Ms, out.P99Ms, clearTail)

@@ -9,7 +9,11 @@
 //     is printed as information for peers that have a target);
 //   - one-at-a-time acks=-1 produce p50 below --max-p50 (0 = no target);
 //   - consume throughput ≥ --min-consume × produce throughput (pipelined;
-//     0 = no target).
+//     0 = no target);
+//   - the broker processes' CPU seconds per million acknowledged records
+//     ≤ --max-cpu-ratio × each named peer's, and their peak resident
+//     memory ≤ --max-rss-ratio × the peer's (pipelined acks=-1 cases, when
+//     the reports carry the usage `moonmq bench --broker-pids` measures).
 //
 // bench/replication.sh makes the 3-replica MoonMQ the subject and the
 // single node and NATS JetStream R3 its peers, so the ratios printed are
@@ -41,6 +45,8 @@ func main() {
 	maxP50 := flag.Float64("max-p50", 1, "target one-at-a-time acks=-1 produce p50 in ms; 0 = none")
 	minConsume := flag.Float64("min-consume", 3, "target consume/produce throughput ratio (pipelined cases); 0 = none")
 	ratioModes := flag.String("ratio-modes", "pipelined", "comma-separated modes whose --min-ratio is a target")
+	maxCPU := flag.String("max-cpu-ratio", "", "target subject/peer ratio of broker CPU seconds per million records (pipelined acks=-1), per peer name, e.g. kafka=0.5")
+	maxRSS := flag.String("max-rss-ratio", "", "target subject/peer ratio of broker peak resident memory while producing (pipelined acks=-1), per peer name, e.g. kafka=0.2")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: benchcompare [flags] subject.json peer.json...\n\n")
 		flag.PrintDefaults()
@@ -59,17 +65,22 @@ func main() {
 		}
 		reports = append(reports, r)
 	}
-	ratios, err := parseRatios(*minRatio)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "benchcompare: %v\n", err)
-		os.Exit(2)
+	tg := targets{maxP50: *maxP50, minConsume: *minConsume, ratioModes: map[string]bool{}}
+	var err error
+	for _, r := range []struct {
+		flag string
+		into *map[string]float64
+	}{{*minRatio, &tg.minRatio}, {*maxCPU, &tg.maxCPU}, {*maxRSS, &tg.maxRSS}} {
+		if *r.into, err = parseRatios(r.flag); err != nil {
+			fmt.Fprintf(os.Stderr, "benchcompare: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	for _, m := range strings.Split(*ratioModes, ",") {
+		tg.ratioModes[strings.TrimSpace(m)] = true
 	}
 	var sb strings.Builder
-	targetModes := map[string]bool{}
-	for _, m := range strings.Split(*ratioModes, ",") {
-		targetModes[strings.TrimSpace(m)] = true
-	}
-	compare(&sb, reports[0], reports[1:], ratios, targetModes, *maxP50, *minConsume)
+	compare(&sb, reports[0], reports[1:], tg)
 	fmt.Print(sb.String())
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(sb.String()), 0o644); err != nil {
@@ -103,7 +114,7 @@ func parseRatios(s string) (map[string]float64, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		f, err := strconv.ParseFloat(v, 64)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("invalid --min-ratio element %q", kv)
+			return nil, fmt.Errorf("invalid ratio %q: want peer=number", kv)
 		}
 		m[k] = f
 	}
@@ -150,28 +161,39 @@ func krate(v float64) string {
 	return fmt.Sprintf("%.1fk", v/1e3)
 }
 
-func compare(w io.Writer, subj *bench.Report, peers []*bench.Report, minRatio map[string]float64, ratioModes map[string]bool, maxP50, minConsume float64) {
+// targets are the ratios and bounds a comparison checks.
+type targets struct {
+	minRatio   map[string]float64 // peer -> subject/peer produce throughput, at least
+	ratioModes map[string]bool    // modes whose minRatio is a target
+	maxP50     float64            // one-at-a-time p50 ms, below (0: none)
+	minConsume float64            // consume/produce, at least (0: none)
+	maxCPU     map[string]float64 // peer -> subject/peer CPU per record, at most
+	maxRSS     map[string]float64 // peer -> subject/peer peak RSS, at most
+}
+
+func compare(w io.Writer, subj *bench.Report, peers []*bench.Report, tg targets) {
+	minRatio, ratioModes, maxP50, minConsume := tg.minRatio, tg.ratioModes, tg.maxP50, tg.minConsume
 	fmt.Fprintf(w, "Comparison: %s vs %s\n", subj.Target, names(peers))
-	fmt.Fprintf(w, "%d-byte records; produce rec/s (p50/p99 ms); ratios are %s produce throughput / peer's.\n", subj.RecordSize, subj.Target)
+	fmt.Fprintf(w, "%d-byte records; produce rec/s (p50/p99/p999 ms); ratios are %s produce throughput / peer's.\n", subj.RecordSize, subj.Target)
 	fmt.Fprintln(w, "'*' = peer has no such acks level; compared with its acks=-1 case.")
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	hdr := []string{"case", subj.Target + " prod", "p50/p99"}
+	hdr := []string{"case", subj.Target + " prod", "p50/p99/p999"}
 	for _, p := range peers {
-		hdr = append(hdr, p.Target+" prod", "p50/p99", subj.Target+"/"+p.Target)
+		hdr = append(hdr, p.Target+" prod", "p50/p99/p999", subj.Target+"/"+p.Target)
 	}
 	hdr = append(hdr, subj.Target+" cons", "cons/prod")
 	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 	for _, c := range subj.Results {
-		row := []string{c.Case, krate(c.Produce.RecordsPerSec), fmt.Sprintf("%.3f/%.3f", c.Produce.P50Ms, c.Produce.P99Ms)}
+		row := []string{c.Case, krate(c.Produce.RecordsPerSec), fmt.Sprintf("%.3f/%.3f/%.3f", c.Produce.P50Ms, c.Produce.P99Ms, c.Produce.P999Ms)}
 		for _, p := range peers {
 			pr, exact := match(p, c)
 			if pr == nil {
 				row = append(row, "-", "-", "-")
 				continue
 			}
-			row = append(row, krate(pr.Produce.RecordsPerSec), fmt.Sprintf("%.3f/%.3f", pr.Produce.P50Ms, pr.Produce.P99Ms),
+			row = append(row, krate(pr.Produce.RecordsPerSec), fmt.Sprintf("%.3f/%.3f/%.3f", pr.Produce.P50Ms, pr.Produce.P99Ms, pr.Produce.P999Ms),
 				ratio(c.Produce.RecordsPerSec, pr.Produce.RecordsPerSec, exact))
 		}
 		row = append(row, krate(c.Consume.RecordsPerSec), ratio(c.Consume.RecordsPerSec, c.Produce.RecordsPerSec, true))
@@ -195,6 +217,8 @@ func compare(w io.Writer, subj *bench.Report, peers []*bench.Report, minRatio ma
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	tw.Flush()
+
+	footprint(w, subj, peers)
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Targets:")
@@ -231,6 +255,22 @@ func compare(w io.Writer, subj *bench.Report, peers []*bench.Report, minRatio ma
 				fmt.Fprintf(w, "  [info] %s: %s/%s produce %.2fx (no target for this mode)\n", c.Case, subj.Target, p.Target, got)
 			}
 		}
+		if c.Mode == string(bench.ModePipelined) && c.Broker != nil {
+			for _, p := range peers {
+				pr, _ := match(p, c)
+				if pr == nil || pr.Broker == nil {
+					continue
+				}
+				if want, ok := tg.maxCPU[p.Target]; ok && pr.Broker.CPUSecondsPerMillion > 0 {
+					got := c.Broker.CPUSecondsPerMillion / pr.Broker.CPUSecondsPerMillion
+					check(got <= want, "%s: %s/%s broker CPU per record %.2fx (target ≤ %.2gx)", c.Case, subj.Target, p.Target, got, want)
+				}
+				if want, ok := tg.maxRSS[p.Target]; ok && pr.Broker.RSSPeakMB > 0 {
+					got := c.Broker.RSSPeakMB / pr.Broker.RSSPeakMB
+					check(got <= want, "%s: %s/%s broker peak memory %.2fx (target ≤ %.2gx)", c.Case, subj.Target, p.Target, got, want)
+				}
+			}
+		}
 		switch c.Mode {
 		case string(bench.ModePipelined):
 			if minConsume > 0 && c.Produce.RecordsPerSec > 0 {
@@ -257,4 +297,43 @@ func names(rs []*bench.Report) string {
 		s = append(s, r.Target)
 	}
 	return strings.Join(s, ", ")
+}
+
+// footprint prints the broker processes' CPU per record and memory next to
+// each peer's, for the reports that measured them.
+func footprint(w io.Writer, subj *bench.Report, peers []*bench.Report) {
+	measured := false
+	for _, c := range subj.Results {
+		measured = measured || c.Broker != nil
+	}
+	if !measured {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Broker processes while producing: CPU seconds per million acknowledged records; peak resident MB (all processes of a group):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	hdr := []string{"case", subj.Target + " cpu", subj.Target + " rss"}
+	for _, p := range peers {
+		hdr = append(hdr, p.Target+" cpu", "ratio", p.Target+" rss", "ratio")
+	}
+	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	for _, c := range subj.Results {
+		u := c.Broker
+		if u == nil {
+			continue
+		}
+		row := []string{c.Case, fmt.Sprintf("%.2f", u.CPUSecondsPerMillion), fmt.Sprintf("%.0f", u.RSSPeakMB)}
+		for _, p := range peers {
+			pr, exact := match(p, c)
+			if pr == nil || pr.Broker == nil {
+				row = append(row, "-", "-", "-", "-")
+				continue
+			}
+			pu := pr.Broker
+			row = append(row, fmt.Sprintf("%.2f", pu.CPUSecondsPerMillion), ratio(u.CPUSecondsPerMillion, pu.CPUSecondsPerMillion, exact),
+				fmt.Sprintf("%.0f", pu.RSSPeakMB), ratio(u.RSSPeakMB, pu.RSSPeakMB, exact))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
 }

@@ -423,6 +423,7 @@ func publish(ctx context.Context, cfg *config, js jetstream.JetStream, pool *ben
 	out.MBPerSec = bench.Rate(float64(out.Bytes)/1e6, out.Seconds)
 	out.P50Ms = bench.Millis(hist.Quantile(50))
 	out.P99Ms = bench.Millis(hist.Quantile(99))
+	out.P999Ms = bench.Millis(hist.Quantile(99.9))
 	out.MaxMs = bench.Millis(hist.Max())
 	fmt.Fprintf(stderr, "\r[%s] published %d messages in %.2fs: %.0f msg/s %.1f MB/s p50 %.3f ms p99 %.3f ms          \n",
 		label, out.Records, out.Seconds, out.RecordsPerSec, out.MBPerSec, out.P50Ms, out.P99Ms)

@@ -543,6 +543,16 @@ func runCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, 
 		"--no-create", "--topic-prefix", prefix, "--run-id", runID,
 		"--acks", fmt.Sprint(c.acks), "--partitions", fmt.Sprint(c.partitions), "--modes", c.mode,
 		"--duration", duration.String(), "--record-size", fmt.Sprint(cfg.recordSize), "--json", out}
+	var pids []string
+	for _, r := range rs {
+		if r.cmd != nil && r.cmd.Process != nil {
+			pids = append(pids, fmt.Sprint(r.cmd.Process.Pid))
+		}
+	}
+	if len(pids) > 0 {
+		// Every replica's CPU and memory, in the case's own result.
+		args = append(args, "--broker-pids", strings.Join(pids, ","))
+	}
 	args = append(args, cfg.benchArgs...)
 	cmd := exec.CommandContext(ctx, cfg.moonmq, args...)
 	// The per-case table is noise next to the merged one: progress and the
