@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,5 +69,56 @@ func TestCommandAgainstKfake(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "\r[acks=-1 p=3 pipelined]") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
+	}
+}
+
+// TestEndToEndAgainstKfake runs the end-to-end mode, measuring this
+// process as the broker (kfake runs in it): every acknowledged record
+// reaches the consumer and gets a latency, and the usage is reported.
+func TestEndToEndAgainstKfake(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	out := filepath.Join(t.TempDir(), "e2e.json")
+	var stdout, stderr bytes.Buffer
+	err = bench.Command(t.Context(), []string{
+		"--brokers", strings.Join(c.ListenAddrs(), ","),
+		"--name", "kfake",
+		"--modes", "end-to-end", "--rate", "2000", "--duration", "1s",
+		"--acks", "-1", "--partitions", "1,3",
+		"--broker-pids", strconv.Itoa(os.Getpid()),
+		"--json", out,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want 2", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		p, cons := r.Produce, r.Consume
+		if r.Error != "" || p.Records == 0 || p.Errors != 0 || !cons.Complete || cons.Records != p.Records {
+			t.Errorf("%s: error %q, produced %d (%d errors), consumed %d complete=%v", r.Case, r.Error, p.Records, p.Errors, cons.Records, cons.Complete)
+		}
+		if cons.E2EP50Ms <= 0 || cons.E2EP99Ms < cons.E2EP50Ms || cons.E2EP999Ms < cons.E2EP99Ms {
+			t.Errorf("%s: end-to-end latency %+v", r.Case, cons)
+		}
+		if r.Broker == nil || r.Broker.Processes != 1 || r.Broker.CPUSeconds <= 0 || r.Broker.RSSPeakMB <= 0 {
+			t.Errorf("%s: broker usage %+v", r.Case, r.Broker)
+		}
+	}
+	if !strings.Contains(stdout.String(), "end-to-end p50") {
+		t.Errorf("table lacks the end-to-end latency:\n%s", stdout.String())
 	}
 }

@@ -132,6 +132,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{"--brokers", " , "},
 		{"extra"},
 		{"--no-such-flag"},
+		{"--modes", "e2e"},
+		{"--modes", "e2e", "--rate", "100", "--records", "10"},
 	} {
 		if _, err := parseArgs(args, new(bytes.Buffer)); err == nil {
 			t.Errorf("parseArgs(%q) succeeded, want error", args)

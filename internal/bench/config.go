@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,10 @@ const (
 	// ModeTransactional produces pipelined inside transactions of TxnSize
 	// records each (begin, produce, flush, commit), with acks=-1.
 	ModeTransactional Mode = "transactional"
+	// ModeEndToEnd produces at a fixed rate (Rate) while a consumer
+	// long-polls the topic, and measures each record's latency from the
+	// Produce call to the consumer.
+	ModeEndToEnd Mode = "end-to-end"
 )
 
 // DefaultMaxBuffered is the default bound on records in flight in pipelined
@@ -55,6 +60,7 @@ type Config struct {
 	ProgressInterval time.Duration // how often the progress line is refreshed
 	NoConsume        bool          // skip the consume phase
 	BrokerPIDs       []int         // broker processes whose CPU and memory each case reports (Linux)
+	Rate             int           // records per second in end-to-end mode
 }
 
 // caseSpec is one point of the acks × partitions × mode matrix.
@@ -114,6 +120,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&cfg.ConsumeTimeout, "consume-timeout", 15*time.Second, "stop consuming after this long without progress")
 	fs.DurationVar(&cfg.ProgressInterval, "progress-interval", 500*time.Millisecond, "how often to refresh the progress line on stderr")
 	fs.BoolVar(&cfg.NoConsume, "no-consume", false, "skip the consume phase")
+	fs.IntVar(&cfg.Rate, "rate", 0, "records per second the end-to-end mode produces at (required for it)")
 	var pids string
 	fs.StringVar(&pids, "broker-pids", "", "comma-separated process ids of the broker(s) on this machine: each case reports their CPU time per million records and resident memory (Linux /proc)")
 	fs.Usage = func() {
@@ -174,6 +181,10 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("bench: --progress-interval must be in (0, 1s], got %s", cfg.ProgressInterval)
 	case cfg.ConsumeTimeout <= 0:
 		return nil, errors.New("bench: --consume-timeout must be positive")
+	case slices.Contains(cfg.Modes, ModeEndToEnd) && cfg.Rate <= 0:
+		return nil, errors.New("bench: the end-to-end mode needs --rate (records per second), e.g. half the pipelined maximum")
+	case slices.Contains(cfg.Modes, ModeEndToEnd) && cfg.Records > 0:
+		return nil, errors.New("bench: the end-to-end mode runs for --duration; --records does not apply")
 	}
 	return cfg, nil
 }
@@ -235,8 +246,10 @@ func parseModes(s string) ([]Mode, error) {
 			out = append(out, ModeOneAtATime)
 		case "transactional", "txn":
 			out = append(out, ModeTransactional)
+		case "end-to-end", "e2e":
+			out = append(out, ModeEndToEnd)
 		default:
-			return nil, fmt.Errorf("bench: invalid mode %q (want pipelined, one-at-a-time or transactional)", f)
+			return nil, fmt.Errorf("bench: invalid mode %q (want pipelined, one-at-a-time, transactional or end-to-end)", f)
 		}
 	}
 	if len(out) == 0 {

@@ -73,6 +73,12 @@ type ConsumeResult struct {
 	RecordsPerSec float64 `json:"records_per_sec"`
 	MBPerSec      float64 `json:"mb_per_sec"`
 	Complete      bool    `json:"complete"` // every acknowledged record was read back
+	// End-to-end latency (end-to-end mode only): from the Produce call to
+	// the consumer holding the record.
+	E2EP50Ms  float64 `json:"e2e_p50_ms,omitempty"`
+	E2EP99Ms  float64 `json:"e2e_p99_ms,omitempty"`
+	E2EP999Ms float64 `json:"e2e_p999_ms,omitempty"`
+	E2EMaxMs  float64 `json:"e2e_max_ms,omitempty"`
 }
 
 // rate returns n per second, or 0 for a zero duration.
@@ -135,6 +141,12 @@ func WriteTable(w io.Writer, r *Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, c := range r.Results {
+		if c.Mode == string(ModeEndToEnd) {
+			fmt.Fprintf(w, "%s: end-to-end p50 %.3f ms, p99 %.3f ms, p999 %.3f ms, max %.3f ms\n",
+				c.Case, c.Consume.E2EP50Ms, c.Consume.E2EP99Ms, c.Consume.E2EP999Ms, c.Consume.E2EMaxMs)
+		}
 	}
 	for _, c := range r.Results {
 		if c.Error != "" {

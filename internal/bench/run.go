@@ -152,6 +152,18 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 		res.Error = fmt.Sprintf("measuring the broker processes: %v", err)
 		return res
 	}
+	if cs.Mode == ModeEndToEnd {
+		err := endToEnd(ctx, cfg, pool, cs, res.Topic, &res, stderr)
+		if meter != nil {
+			if u, uerr := meter.stop(res.Produce.Records); uerr == nil {
+				res.Broker = &u
+			}
+		}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		return res
+	}
 	written, err := produce(ctx, cfg, pool, cs, res.Topic, &res.Produce, stderr)
 	if meter != nil {
 		u, uerr := meter.stop(res.Produce.Records)

@@ -219,6 +219,7 @@ func compare(w io.Writer, subj *bench.Report, peers []*bench.Report, tg targets)
 	tw.Flush()
 
 	footprint(w, subj, peers)
+	endToEndLatency(w, subj, peers)
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Targets:")
@@ -332,6 +333,45 @@ func footprint(w io.Writer, subj *bench.Report, peers []*bench.Report) {
 			pu := pr.Broker
 			row = append(row, fmt.Sprintf("%.2f", pu.CPUSecondsPerMillion), ratio(u.CPUSecondsPerMillion, pu.CPUSecondsPerMillion, exact),
 				fmt.Sprintf("%.0f", pu.RSSPeakMB), ratio(u.RSSPeakMB, pu.RSSPeakMB, exact))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
+}
+
+// endToEndLatency prints the end-to-end cases' latency (Produce call to
+// consumer) next to each peer's.
+func endToEndLatency(w io.Writer, subj *bench.Report, peers []*bench.Report) {
+	var cases []bench.CaseResult
+	for _, c := range subj.Results {
+		if c.Mode == string(bench.ModeEndToEnd) {
+			cases = append(cases, c)
+		}
+	}
+	if len(cases) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "End-to-end latency at a fixed rate, produce call to consumer, p50/p99/p999 ms:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	hdr := []string{"case", subj.Target}
+	for _, p := range peers {
+		hdr = append(hdr, p.Target, "p50 "+subj.Target+"/"+p.Target)
+	}
+	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	lat := func(c *bench.CaseResult) string {
+		return fmt.Sprintf("%.2f/%.2f/%.2f", c.Consume.E2EP50Ms, c.Consume.E2EP99Ms, c.Consume.E2EP999Ms)
+	}
+	for i := range cases {
+		c := &cases[i]
+		row := []string{c.Case, lat(c)}
+		for _, p := range peers {
+			pr, exact := match(p, *c)
+			if pr == nil || pr.Consume.E2EP50Ms <= 0 {
+				row = append(row, "-", "-")
+				continue
+			}
+			row = append(row, lat(pr), ratio(c.Consume.E2EP50Ms, pr.Consume.E2EP50Ms, exact))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
