@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Benchmarks MoonMQ against Apache Kafka 4.x (one KRaft node, from Maven
 # Central: bench/kafka.sh), kfake (franz-go's in-memory fake Kafka) and NATS
-# JetStream (R1, file storage), one target and one case at a time, and
-# prints a comparison with ratios. See docs/BENCHMARKS.md.
+# JetStream (R1, file storage), one target and one case at a time, with the
+# same `moonmq bench` workload (franz-go, random values), and prints the
+# ratios of MoonMQ to each. See docs/BENCHMARKS.md.
 #
-#   bash bench/run.sh            # full run, ~5 minutes
-#   QUICK=1 bash bench/run.sh    # acks=-1 only, 2 s per case, ~1 minute
+#   bash bench/run.sh            # full run, ~15 minutes
+#   QUICK=1 bash bench/run.sh    # acks=-1 only, 2 s per case, produce only
+#
+# Phases, each on every target that has it:
+#   produce     acks × partitions × modes (all four targets)
+#   txn         100 records per transaction with 1, 8 and 64 producers, and
+#               plain pipelined produce with 64 producers (MoonMQ, Kafka)
+#   e2e         end-to-end latency at 50% of MoonMQ's pipelined acks=-1 p=1
+#               rate, produce to a long-polling consumer (MoonMQ, Kafka)
+# Every MoonMQ, Kafka and kfake case also reports the broker process's CPU
+# seconds per million acknowledged records and its peak resident memory.
 #
 # Environment:
 #   DURATION=8s          produce time per case (QUICK: 2s)
 #   ACKS=1,-1            acks levels (QUICK: -1)
-#   PARTITIONS=1,8       partition counts (streams for NATS)
+#   PARTITIONS=1,8,64    partition counts (streams for NATS)
 #   MODES=pipelined,one-at-a-time
+#   PHASES=produce,txn,e2e   (QUICK: produce)
+#   PRODUCERS=1,8,64     producer counts of the txn phase
+#   TXN_PARTITIONS=8     partitions of the txn phase's topic
 #   RECORD_SIZE=1024
 #   RESULTS_DIR=DIR      where reports go (default bench/results/<timestamp>)
 #   SKIP_MOONMQ=1        only run the peers
@@ -29,12 +42,16 @@ QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then
 	DURATION=${DURATION:-2s}
 	ACKS=${ACKS:--1}
+	PHASES=${PHASES:-produce}
 else
 	DURATION=${DURATION:-8s}
 	ACKS=${ACKS:-1,-1}
+	PHASES=${PHASES:-produce,txn,e2e}
 fi
-PARTITIONS=${PARTITIONS:-1,8}
+PARTITIONS=${PARTITIONS:-1,8,64}
 MODES=${MODES:-pipelined,one-at-a-time}
+PRODUCERS=${PRODUCERS:-1,8,64}
+TXN_PARTITIONS=${TXN_PARTITIONS:-8}
 RECORD_SIZE=${RECORD_SIZE:-1024}
 RESULTS_DIR=${RESULTS_DIR:-$here/results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$RESULTS_DIR"
@@ -43,7 +60,7 @@ RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/moonmq-bench.XXXXXX")
 pids=()
 cleanup() {
-	for pid in "${pids[@]}"; do
+	for pid in "${pids[@]+"${pids[@]}"}"; do
 		kill -TERM "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	done
@@ -54,6 +71,7 @@ trap 'kafka_stop; cleanup' EXIT
 trap 'exit 130' INT TERM
 
 log() { printf '==> %s\n' "$*" >&2; }
+phase() { [[ ,$PHASES, == *,$1,* ]]; }
 
 # free_port prints a TCP port on 127.0.0.1 that nothing accepts on.
 free_port() {
@@ -92,14 +110,55 @@ stop() {
 	pids=("${keep[@]+"${keep[@]}"}")
 }
 
-bench_kafka() { # NAME PORT PIDS: run `moonmq bench` (or kbench) against 127.0.0.1:PORT,
-	# measuring the broker processes PIDS (comma-separated)
-	local rc=0
+# bench REPORT ADDR PIDS FLAGS...: one `moonmq bench` run (kbench with
+# SKIP_MOONMQ) against ADDR, measuring the broker processes PIDS, into
+# RESULTS_DIR/REPORT.json and .txt. The run's own flags come last.
+bench() {
+	local name=$1 addr=$2 broker_pids=$3 rc=0
+	shift 3
 	# shellcheck disable=SC2086
-	"$loadgen" bench --brokers "127.0.0.1:$2" --name "$1" --json "$RESULTS_DIR/$1.json" --broker-pids "$3" \
-		--duration "$DURATION" --acks "$ACKS" --partitions "$PARTITIONS" --modes "$MODES" \
-		--record-size "$RECORD_SIZE" ${BENCH_ARGS:-} | tee "$RESULTS_DIR/$1.txt" || rc=$?
-	[[ $rc == 0 ]] || log "$1: bench exited with $rc (see $RESULTS_DIR/$1.txt)"
+	"$loadgen" bench --brokers "$addr" --name "${name%%-*}" --json "$RESULTS_DIR/$name.json" \
+		--broker-pids "$broker_pids" --duration "$DURATION" --record-size "$RECORD_SIZE" \
+		${BENCH_ARGS:-} "$@" | tee "$RESULTS_DIR/$name.txt" || rc=$?
+	[[ $rc == 0 ]] || log "$name: bench exited with $rc (see $RESULTS_DIR/$name.txt)"
+}
+
+# json_rate REPORT CASE: the produce records/s of CASE in REPORT.json.
+json_rate() {
+	python3 -c 'import json,sys
+r=json.load(open(sys.argv[1]))
+print(int(next((c["produce"]["records_per_sec"] for c in r["results"] if c["case"]==sys.argv[2]), 0)))' \
+		"$RESULTS_DIR/$1.json" "$2" 2>/dev/null || echo 0
+}
+
+# phases NAME ADDR PIDS: run the phases for one Kafka-protocol target.
+E2E_RATE=${E2E_RATE:-}
+phases() {
+	local name=$1 addr=$2 broker_pids=$3 n
+	if phase produce; then
+		bench "$name" "$addr" "$broker_pids" --acks "$ACKS" --partitions "$PARTITIONS" --modes "$MODES"
+	fi
+	[[ $name == kfake ]] && return # the durability phases compare brokers that store
+	if phase txn; then
+		for n in ${PRODUCERS//,/ }; do
+			bench "$name-txn-$n" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
+				--modes transactional --producers "$n" --txn-size 100
+		done
+		bench "$name-plain-64" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
+			--modes pipelined --producers 64
+	fi
+	if phase e2e; then
+		if [[ -z $E2E_RATE ]]; then
+			# Half of MoonMQ's pipelined maximum: MoonMQ runs first.
+			local max
+			max=$(json_rate "$name" "acks=-1 p=1 pipelined")
+			((max > 0)) || max=$(json_rate "$name-plain-64" "acks=-1 p=$TXN_PARTITIONS pipelined")
+			E2E_RATE=$((max / 2))
+			((E2E_RATE > 0)) || E2E_RATE=10000
+			log "end-to-end rate: $E2E_RATE records/s (half of $name's pipelined acks=-1 maximum)"
+		fi
+		bench "$name-e2e" "$addr" "$broker_pids" --acks=-1 --partitions 1,8 --modes end-to-end --rate "$E2E_RATE"
+	fi
 }
 
 log "building into $work"
@@ -119,11 +178,10 @@ fi
 {
 	echo "tree: $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
 	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "duration=$DURATION acks=$ACKS partitions=$PARTITIONS modes=$MODES record_size=$RECORD_SIZE"
+	echo "duration=$DURATION acks=$ACKS partitions=$PARTITIONS modes=$MODES phases=$PHASES producers=$PRODUCERS record_size=$RECORD_SIZE"
 } >"$RESULTS_DIR/run-info.txt"
 cat "$RESULTS_DIR/run-info.txt" >&2
 
-reports=()
 if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
 	port=$(free_port)
 	mport=$(free_port)
@@ -134,55 +192,79 @@ if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
 	"$bin/moonmq" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
 	pids+=($!)
 	if wait_port "$port" "$!"; then
-		bench_kafka moonmq "$port" "${pids[-1]}"
+		phases moonmq "127.0.0.1:$port" "${pids[-1]}"
 	else
 		log "moonmq did not start; see $RESULTS_DIR/moonmq-serve.log"
 	fi
 	stop "${pids[-1]}"
-	[[ -f $RESULTS_DIR/moonmq.json ]] && reports+=("$RESULTS_DIR/moonmq.json")
 fi
 
 if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
 	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
 	if kafka_start 1 "$work/kafka"; then
-		bench_kafka kafka "${KAFKA_BOOTSTRAP#127.0.0.1:}" "${kafka_pids[0]}"
+		phases kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}"
 	else
 		log "kafka did not start"
 	fi
 	kafka_stop
 	for f in "$work"/kafka/kafka-*/server.log; do [[ -f $f ]] && cp "$f" "$RESULTS_DIR/kafka-serve.log"; done
 	rm -rf "$work/kafka"
-	[[ -f $RESULTS_DIR/kafka.json ]] && reports+=("$RESULTS_DIR/kafka.json")
 fi
 
-port=$(free_port)
-log "kfakepeer on 127.0.0.1:$port"
-"$bin/kfakepeer" --port "$port" >"$RESULTS_DIR/kfake-serve.log" 2>&1 &
-pids+=($!)
-if wait_port "$port" "$!"; then
-	bench_kafka kfake "$port" "${pids[-1]}"
-else
-	log "kfakepeer did not start; see $RESULTS_DIR/kfake-serve.log"
-fi
-stop "${pids[-1]}"
-[[ -f $RESULTS_DIR/kfake.json ]] && reports+=("$RESULTS_DIR/kfake.json")
+if phase produce; then
+	port=$(free_port)
+	log "kfakepeer on 127.0.0.1:$port"
+	"$bin/kfakepeer" --port "$port" >"$RESULTS_DIR/kfake-serve.log" 2>&1 &
+	pids+=($!)
+	if wait_port "$port" "$!"; then
+		phases kfake "127.0.0.1:$port" "${pids[-1]}"
+	else
+		log "kfakepeer did not start; see $RESULTS_DIR/kfake-serve.log"
+	fi
+	stop "${pids[-1]}"
 
-log "natsbench (embedded nats-server, JetStream file storage)"
-nats_args=()
-[[ ${NATS_SYNC_ALWAYS:-0} == 1 ]] && nats_args+=(--sync-always)
-rc=0
-"$bin/natsbench" --json "$RESULTS_DIR/nats.json" --duration "$DURATION" --partitions "$PARTITIONS" \
-	--modes "$MODES" --record-size "$RECORD_SIZE" "${nats_args[@]+"${nats_args[@]}"}" |
-	tee "$RESULTS_DIR/nats.txt" || rc=$?
-[[ $rc == 0 ]] || log "natsbench exited with $rc"
-[[ -f $RESULTS_DIR/nats.json ]] && reports+=("$RESULTS_DIR/nats.json")
-
-if ((${#reports[@]} < 2)); then
-	log "fewer than two reports; nothing to compare"
-	exit 1
+	log "natsbench (embedded nats-server, JetStream file storage)"
+	nats_args=()
+	[[ ${NATS_SYNC_ALWAYS:-0} == 1 ]] && nats_args+=(--sync-always)
+	rc=0
+	"$bin/natsbench" --json "$RESULTS_DIR/nats.json" --duration "$DURATION" --partitions "$PARTITIONS" \
+		--modes "$MODES" --record-size "$RECORD_SIZE" "${nats_args[@]+"${nats_args[@]}"}" |
+		tee "$RESULTS_DIR/nats.txt" || rc=$?
+	[[ $rc == 0 ]] || log "natsbench exited with $rc"
 fi
-echo
-"$bin/benchcompare" --out "$RESULTS_DIR/comparison.txt" --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" \
-	--max-cpu-ratio kafka=0.5 --max-rss-ratio kafka=0.2 "${reports[@]}"
+
+# compare OUT SUBJECT PEER... [-- benchcompare flags]: the reports that exist.
+compare() {
+	local out=$1 reports=() flags=()
+	shift
+	while (($#)) && [[ $1 != -- ]]; do
+		[[ -f $RESULTS_DIR/$1.json ]] && reports+=("$RESULTS_DIR/$1.json")
+		shift
+	done
+	(($#)) && shift
+	flags=("$@")
+	if ((${#reports[@]} < 2)); then
+		log "$out: fewer than two reports; nothing to compare"
+		return
+	fi
+	echo
+	"$bin/benchcompare" --out "$RESULTS_DIR/$out.txt" "${flags[@]+"${flags[@]}"}" "${reports[@]}"
+}
+
+compare comparison moonmq kafka kfake nats -- --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" \
+	--max-cpu-ratio kafka=0.5 --max-rss-ratio kafka=0.2
+if phase txn; then
+	for n in ${PRODUCERS//,/ }; do
+		compare "comparison-txn-$n" "moonmq-txn-$n" "kafka-txn-$n" -- --min-ratio kafka=1.5 \
+			--ratio-modes transactional --max-p50 0 --min-consume 0 --max-cpu-ratio kafka=0.5
+	done
+	compare comparison-plain-64 moonmq-plain-64 kafka-plain-64 -- --min-ratio kafka=1.5 --max-p50 0 --min-consume 0
+	# Transactions cost at most a fifth of MoonMQ's own plain produce.
+	compare comparison-txn-vs-plain-64 moonmq-txn-64 moonmq-plain-64 -- --any-mode --min-ratio moonmq=0.8 \
+		--ratio-modes transactional --max-p50 0 --min-consume 0
+fi
+if phase e2e; then
+	compare comparison-e2e moonmq-e2e kafka-e2e -- --min-ratio kafka=1 --ratio-modes none --max-p50 0 --min-consume 0
+fi
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
-log "results in $RESULTS_DIR (comparison.txt, *.json, *.txt)"
+log "results in $RESULTS_DIR (comparison*.txt, run-info.txt, *.json, *.txt)"

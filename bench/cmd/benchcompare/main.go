@@ -45,6 +45,7 @@ func main() {
 	maxP50 := flag.Float64("max-p50", 1, "target one-at-a-time acks=-1 produce p50 in ms; 0 = none")
 	minConsume := flag.Float64("min-consume", 3, "target consume/produce throughput ratio (pipelined cases); 0 = none")
 	ratioModes := flag.String("ratio-modes", "pipelined", "comma-separated modes whose --min-ratio is a target")
+	flag.BoolVar(&anyMode, "any-mode", false, "match a peer's case by acks and partitions alone, whatever its mode (transactional against pipelined)")
 	maxCPU := flag.String("max-cpu-ratio", "", "target subject/peer ratio of broker CPU seconds per million records (pipelined acks=-1), per peer name, e.g. kafka=0.5")
 	maxRSS := flag.String("max-rss-ratio", "", "target subject/peer ratio of broker peak resident memory while producing (pipelined acks=-1), per peer name, e.g. kafka=0.2")
 	flag.Usage = func() {
@@ -121,11 +122,18 @@ func parseRatios(s string) (map[string]float64, error) {
 	return m, nil
 }
 
+// anyMode makes match ignore the mode (--any-mode).
+var anyMode bool
+
 // match finds the peer's result for the subject's case: the same acks,
 // partitions and mode, else the same partitions and mode at acks=-1.
+// With anyMode the first case of the same acks and partitions matches.
 func match(peer *bench.Report, c bench.CaseResult) (r *bench.CaseResult, exact bool) {
 	for i := range peer.Results {
 		p := &peer.Results[i]
+		if anyMode && p.Acks == c.Acks && p.Partitions == c.Partitions {
+			return p, true
+		}
 		if p.Acks == c.Acks && p.Partitions == c.Partitions && p.Mode == c.Mode {
 			return p, true
 		}
