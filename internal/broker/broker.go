@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/group"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
@@ -531,16 +532,7 @@ func (b *Broker) retentionLoop(ctx context.Context) {
 
 // every calls fn with the tick's time every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			fn(now)
-		}
-	}
+	coordinator.Every(ctx, interval, fn)
 }
 
 // EnforceRetention applies every topic's retention now, and compacts the
