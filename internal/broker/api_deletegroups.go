@@ -11,7 +11,7 @@ func init() {
 	register(apiDef[*kmsg.DeleteGroupsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 2},
 		serve: func(b *Broker, _ *conn, r *kmsg.DeleteGroupsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleDeleteGroups(r)
+			return b.groups.DeleteGroups(r)
 		},
 		authorize: func(z *authz, r *kmsg.DeleteGroupsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			return perGroup(z, r, r.Groups, opDelete, run)

@@ -25,6 +25,40 @@ func init() {
 	})
 }
 
+// handleFindCoordinator names this broker: it coordinates every group
+// and transaction.
+func (b *Broker) handleFindCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	host, port := b.Advertised()
+	answer := func(key string) (int16, *string) {
+		if r.CoordinatorType != 0 && r.CoordinatorType != 1 {
+			msg := "unknown coordinator type"
+			return errInvalidRequest, &msg
+		}
+		if key == "" {
+			return errInvalidGroupID, nil
+		}
+		return 0, nil
+	}
+	if r.Version >= 4 {
+		for _, key := range r.CoordinatorKeys {
+			c := kmsg.NewFindCoordinatorResponseCoordinator()
+			c.Key = key
+			c.ErrorCode, c.ErrorMessage = answer(key)
+			if c.ErrorCode == 0 {
+				c.NodeID, c.Host, c.Port = b.nodeID, host, port
+			}
+			resp.Coordinators = append(resp.Coordinators, c)
+		}
+		return resp
+	}
+	resp.ErrorCode, resp.ErrorMessage = answer(r.CoordinatorKey)
+	if resp.ErrorCode == 0 {
+		resp.NodeID, resp.Host, resp.Port = b.nodeID, host, port
+	}
+	return resp
+}
+
 // findCoordinator refuses keys the principal may not describe; nil means
 // every key is allowed.
 func (z *authz) findCoordinator(r *kmsg.FindCoordinatorRequest, run runFunc) kmsg.Response {

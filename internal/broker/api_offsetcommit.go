@@ -12,7 +12,7 @@ func init() {
 	register(apiDef[*kmsg.OffsetCommitRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 9},
 		serve: func(b *Broker, _ *conn, r *kmsg.OffsetCommitRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleOffsetCommit(r)
+			return b.groups.OffsetCommit(r)
 		},
 		authorize: func(z *authz, r *kmsg.OffsetCommitRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			if !z.allowed(opRead, resGroup, r.Group) {

@@ -12,7 +12,7 @@ func init() {
 	register(apiDef[*kmsg.OffsetDeleteRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 0},
 		serve: func(b *Broker, _ *conn, r *kmsg.OffsetDeleteRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleOffsetDelete(r)
+			return b.groups.OffsetDelete(r)
 		},
 		authorize: func(z *authz, r *kmsg.OffsetDeleteRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			if !z.allowed(opDelete, resGroup, r.Group) {

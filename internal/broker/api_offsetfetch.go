@@ -12,7 +12,7 @@ func init() {
 	register(apiDef[*kmsg.OffsetFetchRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 9},
 		serve: func(b *Broker, _ *conn, r *kmsg.OffsetFetchRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleOffsetFetch(r), nil
+			return b.groups.OffsetFetch(r), nil
 		},
 		authorize: func(z *authz, r *kmsg.OffsetFetchRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			resp, wait := z.offsetFetch(r, run)

@@ -27,7 +27,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/coordinator"
-	"github.com/moonmq/moonmq/internal/group"
+	"github.com/moonmq/moonmq/internal/groupcoord"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
@@ -70,9 +70,10 @@ type Broker struct {
 	serversMu sync.Mutex
 	servers   map[*Server]struct{}
 
-	offsets *offsetStore
-	groups  *group.Coordinator
-	txns    *txnCoordinator
+	// groups is the group coordinator: membership, committed offsets
+	// and their topic (groups.go wires it).
+	groups *groupcoord.Coordinator
+	txns   *txnCoordinator
 
 	// sec is who may connect and what they may do (users.go).
 	sec *security
@@ -130,14 +131,13 @@ func WithFatal(f func(error)) Option { return func(b *Broker) { b.fatal = f } }
 // broker ready to Serve.
 func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	b := &Broker{
-		cfg:     cfg,
-		log:     slog.Default(),
-		fs:      vfs.Default,
-		topics:  map[string]*topic{},
-		byID:    map[[16]byte]*topic{},
-		nodeID:  1,
-		stats:   newStats(),
-		offsets: newOffsetStore(),
+		cfg:    cfg,
+		log:    slog.Default(),
+		fs:     vfs.Default,
+		topics: map[string]*topic{},
+		byID:   map[[16]byte]*topic{},
+		nodeID: 1,
+		stats:  newStats(),
 	}
 	for _, o := range opts {
 		o(b)
@@ -177,7 +177,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	}
 	b.flush = newFlusher(b)
 	b.txns = newTxnCoordinator(b)
-	b.groups = group.New(group.WithLogger(b.log.With("component", "groups")))
+	b.groups = b.newGroupCoordinator()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.ctx, b.cancel = ctx, cancel
 	// The flusher runs first: recovering transactions writes markers and
@@ -193,7 +193,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	if err := b.loadTopics(); err != nil {
 		return fail(err)
 	}
-	if err := b.loadOffsets(); err != nil {
+	if err := b.groups.Reload(ctx); err != nil {
 		return fail(err)
 	}
 	// A follower writes nothing of its own: its logs are copies of the
@@ -207,16 +207,16 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 			return fail(err)
 		}
 	}
-	b.registerLoadedGroups()
+	b.groups.RegisterGroups()
 	if following {
 		// Retention and compaction come from the leader's log start and
 		// bytes, so the copy stays identical.
 		b.wg.Add(1)
-		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
+		go func() { defer b.wg.Done(); b.groups.Run(ctx) }()
 	} else {
 		b.startLeaderLoops(ctx, &b.wg)
 		b.wg.Add(1)
-		go func() { defer b.wg.Done(); b.groups.Run(ctx, 100*time.Millisecond) }()
+		go func() { defer b.wg.Done(); b.groups.Run(ctx) }()
 	}
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.recoveryPointLoop(ctx) }()
@@ -498,36 +498,19 @@ func (b *Broker) sortedTopics() []*topic {
 }
 
 // startLeaderLoops starts the loops only a leader runs (retention and
-// compaction, transaction timeouts), owned by wg and stopped with ctx: a
-// single node's or static leader's for its life, a failover leader's for
-// its term.
+// compaction, offsets retention, transaction timeouts), owned by wg and
+// stopped with ctx: a single node's or static leader's for its life, a
+// failover leader's for its term.
 func (b *Broker) startLeaderLoops(ctx context.Context, wg *sync.WaitGroup) {
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); b.retentionLoop(ctx) }()
+	go func() { defer wg.Done(); b.groups.RunLeader(ctx) }()
 	go func() { defer wg.Done(); b.txns.run(ctx) }()
 }
 
-// retentionLoop enforces topic retention and compaction, and offsets
-// retention (recording when groups became empty, which it measures from),
-// until ctx ends.
+// retentionLoop enforces topic retention and compaction until ctx ends.
 func (b *Broker) retentionLoop(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		every(ctx, time.Duration(b.cfg.OffsetsRetentionCheckMs)*time.Millisecond, func(now time.Time) {
-			_, _, _ = b.ExpireOffsets(ctx, now) // logged; retried at the next check
-		})
-	})
-	wg.Go(func() {
-		every(ctx, time.Second, func(now time.Time) {
-			if _, err := b.RecordGroupStates(now); err != nil {
-				// Below min.insync.replicas this fails every second: the
-				// ISR is reported loudly elsewhere.
-				b.log.Debug("recording when groups became empty failed; retrying in a second", "err", err)
-			}
-		})
-	})
 	every(ctx, time.Duration(b.cfg.RetentionCheckMs)*time.Millisecond, b.EnforceRetention)
-	wg.Wait()
 }
 
 // every calls fn with the tick's time every interval until ctx ends.

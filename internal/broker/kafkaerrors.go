@@ -2,7 +2,8 @@ package broker
 
 import "github.com/twmb/franz-go/pkg/kerr"
 
-// Kafka error codes the broker answers with, all of them, in one place.
+// Kafka error codes the broker answers with, all of them, in one place
+// (the group coordinator's own answers are internal/groupcoord's).
 // The numbers come from kerr, so a name cannot drift from the code Kafka
 // gives it; each is an int16, the type of every ErrorCode field in kmsg.
 var (
@@ -58,14 +59,8 @@ var (
 	// Groups and offset commits.
 	errCoordinatorNotAvailable = kerr.CoordinatorNotAvailable.Code
 	errNotCoordinator          = kerr.NotCoordinator.Code
-	errOffsetMetadataTooLarge  = kerr.OffsetMetadataTooLarge.Code
-	errIllegalGeneration       = kerr.IllegalGeneration.Code
 	errInvalidGroupID          = kerr.InvalidGroupID.Code
 	errNonEmptyGroup           = kerr.NonEmptyGroup.Code
-	errGroupIDNotFound         = kerr.GroupIDNotFound.Code
-	errGroupSubscribedToTopic  = kerr.GroupSubscribedToTopic.Code
-	errUnstableOffsetCommit    = kerr.UnstableOffsetCommit.Code
-	errStaleMemberEpoch        = kerr.StaleMemberEpoch.Code
 
 	// Transactions.
 	errOperationNotAttempted   = kerr.OperationNotAttempted.Code

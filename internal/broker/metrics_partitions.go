@@ -38,7 +38,11 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	hws := map[offsetKey]int64{}
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	hws := map[tp]int64{}
 	for _, t := range c.b.sortedTopics() {
 		for _, p := range t.partitions {
 			idx := strconv.Itoa(int(p.Index))
@@ -47,21 +51,15 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.end, p.Log().EndOffset(), t.name, idx)
 			gauge(c.hw, hw, t.name, idx)
 			gauge(c.size, p.Log().Size(), t.name, idx)
-			hws[offsetKey{topic: t.name, partition: p.Index}] = hw
+			hws[tp{t.name, p.Index}] = hw
 		}
 	}
 	if c.b.following() {
 		return // the leader's committed offsets are the ones that count
 	}
-	for _, g := range c.b.offsets.groupNames() {
-		for _, k := range c.b.offsets.groupKeys(g) {
-			hw, ok := hws[offsetKey{topic: k.topic, partition: k.partition}]
-			if !ok {
-				continue
-			}
-			if cm, ok := c.b.offsets.get(k); ok && cm.offset >= 0 {
-				gauge(c.lag, max(0, hw-cm.offset), g, k.topic, strconv.Itoa(int(k.partition)))
-			}
+	c.b.groups.EachCommitted(func(group, topic string, partition int32, offset int64) {
+		if hw, ok := hws[tp{topic, partition}]; ok && offset >= 0 {
+			gauge(c.lag, max(0, hw-offset), group, topic, strconv.Itoa(int(partition)))
 		}
-	}
+	})
 }

@@ -507,13 +507,13 @@ type leaderReload struct {
 }
 
 // leaderReloads lists them in the order they run: transactions after
-// offsets, since finishing a transaction applies its pending commits.
+// offsets, since finishing a transaction applies its pending commits, and
+// the group registry last, since those commits may be all a group has.
 func (b *Broker) leaderReloads() []leaderReload {
 	return []leaderReload{
-		{"committed offsets", b.reloadOffsets}, // offsets.go
-		{"group membership", b.resetGroups},    // groups.go
+		{"committed offsets", b.groups.Reload}, // groupcoord
 		{"producer ids", b.resetProducerIDs},   // idempotence.go
 		{"transactions", b.txns.reload},        // txncoord.go
-		{"group registry", b.registerGroups},   // groupstate.go
+		{"group registry", func(context.Context) error { b.groups.RegisterGroups(); return nil }},
 	}
 }

@@ -317,7 +317,7 @@ func (c *txnCoordinator) writeMarkers(ctx context.Context, m *txn.Metadata, comm
 		}
 	}
 	if offsetsTouched {
-		c.b.offsets.endTxn(m.ProducerID, commit)
+		c.b.groups.EndTxn(m.ProducerID, commit)
 	}
 	return nil
 }
@@ -581,7 +581,7 @@ func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, r *kmsg.AddOffsetsTo
 		resp.ErrorCode = errInvalidGroupID
 		return resp
 	}
-	if _, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"}); err != nil {
+	if err := b.groups.EnsureTopic(); err != nil {
 		resp.ErrorCode = errKafkaStorageError
 		return resp
 	}
@@ -672,7 +672,7 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 	offsetsTP := txn.TP{Topic: offsetsTopic, Partition: 0}
 	if _, ok := m.Partitions[offsetsTP]; !ok && r.Version >= 5 {
 		// Transactions v2: the commit adds the group implicitly.
-		if _, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		if err := b.groups.EnsureTopic(); err != nil {
 			fill(errKafkaStorageError)
 			return resp
 		}
@@ -692,38 +692,7 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCom
 		fill(txn.ErrInvalidTxnState)
 		return resp
 	}
-	if r.Version >= 3 {
-		if code := b.groups.ValidateCommit(r.Group, r.MemberID, r.Generation, r.InstanceID); code != 0 {
-			if code == errStaleMemberEpoch {
-				// As Kafka: TxnOffsetCommit has no STALE_MEMBER_EPOCH.
-				code = errIllegalGeneration
-			}
-			fill(code)
-			return resp
-		}
-	}
-	var writes []offsetWrite
-	for _, rt := range r.Topics {
-		for _, rp := range rt.Partitions {
-			c := committed{offset: rp.Offset, leaderEpoch: rp.LeaderEpoch}
-			if r.Version < 2 {
-				c.leaderEpoch = -1
-			}
-			if rp.Metadata != nil {
-				c.metadata = *rp.Metadata
-			}
-			writes = append(writes, offsetWrite{key: offsetKey{r.Group, rt.Topic, rp.Partition}, value: c})
-		}
-	}
-	if err := b.writeTxnOffsets(ctx, m.ProducerID, m.Epoch, writes); err != nil {
-		b.log.Error("transactional offset commit failed", "group", r.Group, "err", err)
-		fill(coordinatorCode(err))
-		return resp
-	}
-	// Registered as a commit registers it (v0-2 are not validated
-	// against the group, so nothing else would).
-	b.groups.EnsureGroup(r.Group)
-	fill(0)
+	fill(b.groups.WriteTxnOffsets(ctx, m.ProducerID, m.Epoch, r))
 	return resp
 }
 

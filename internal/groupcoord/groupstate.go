@@ -1,7 +1,6 @@
-package broker
+package groupcoord
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"sort"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
@@ -58,21 +58,21 @@ func groupStateChanges(recorded, empty map[string]time.Time) (write []string, re
 // leader runs it every second; the records are synced with the next write
 // that is waited for (at worst, after a crash, a group counts as empty
 // from the restart, as it would without them).
-func (b *Broker) RecordGroupStates(now time.Time) (int, error) {
-	if b.following() || b.fenced() {
+func (c *Coordinator) RecordGroupStates(now time.Time) (int, error) {
+	if !c.host.Leading() {
 		return 0, nil
 	}
 	// One at a time: two diffs against the same records, appended in the
 	// other order, would leave the older state last.
-	b.offsets.metaMu.Lock()
-	defer b.offsets.metaMu.Unlock()
-	empty := b.groups.EmptyGroups()
-	recorded := b.offsets.emptySinceAll()
+	c.offsets.metaMu.Lock()
+	defer c.offsets.metaMu.Unlock()
+	empty := c.groups.EmptyGroups()
+	recorded := c.offsets.emptySinceAll()
 	write, remove := groupStateChanges(recorded, empty)
 	if len(write)+len(remove) == 0 {
 		return 0, nil
 	}
-	p, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"})
+	p, err := c.partition()
 	if err != nil {
 		return 0, err
 	}
@@ -87,14 +87,14 @@ func (b *Broker) RecordGroupStates(now time.Time) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := b.appendOwnLazy(p, batch); err != nil {
+	if _, err := c.w.Append(p, batch, partition.FlushLazily); err != nil {
 		return 0, err
 	}
 	for _, g := range write {
-		b.offsets.setEmptySince(g, empty[g], true)
+		c.offsets.setEmptySince(g, empty[g], true)
 	}
 	for _, g := range remove {
-		b.offsets.setEmptySince(g, time.Time{}, false)
+		c.offsets.setEmptySince(g, time.Time{}, false)
 	}
 	return len(recs), nil
 }
@@ -163,26 +163,4 @@ func (s *offsetStore) setEmptySince(group string, since time.Time, empty bool) {
 	} else {
 		delete(s.emptySince, group)
 	}
-}
-
-// registerLoadedGroups makes the groups known through __consumer_offsets
-// (committed offsets, or a record that they are empty) exist as Empty, as
-// in Kafka, so they can be listed, described, deleted and expired: each
-// empty since its recorded time, or since now when it has no record.
-func (b *Broker) registerLoadedGroups() {
-	since := b.offsets.emptySinceAll()
-	for _, g := range b.offsets.groupNames() {
-		if _, ok := since[g]; !ok {
-			since[g] = time.Time{}
-		}
-	}
-	for g, t := range since {
-		b.groups.EnsureGroupSince(g, t)
-	}
-}
-
-// registerGroups is registerLoadedGroups as a leader reload step.
-func (b *Broker) registerGroups(context.Context) error {
-	b.registerLoadedGroups()
-	return nil
 }

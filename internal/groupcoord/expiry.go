@@ -1,4 +1,4 @@
-package broker
+package groupcoord
 
 import (
 	"context"
@@ -55,38 +55,38 @@ func expiredOffsets(offsets map[offsetKey]committed, empty map[string]time.Time,
 // broker that writes its own state runs it (a single node, a static
 // leader, a failover leader that serves); it is a no-op with
 // OffsetsRetentionMinutes -1.
-func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, groups int, err error) {
-	if b.cfg.OffsetsRetentionMinutes < 0 || b.following() || b.fenced() {
+func (c *Coordinator) ExpireOffsets(ctx context.Context, now time.Time) (offsets, groups int, err error) {
+	if c.cfg.OffsetsRetentionMinutes < 0 || !c.host.Leading() {
 		return 0, 0, nil
 	}
-	retention := time.Duration(b.cfg.OffsetsRetentionMinutes) * time.Minute
-	empty := b.groups.EmptyGroups()
+	retention := time.Duration(c.cfg.OffsetsRetentionMinutes) * time.Minute
+	empty := c.groups.EmptyGroups()
 	if len(empty) == 0 {
 		return 0, 0, nil
 	}
 	// The exclusive lock waits for the commits in flight and holds up
 	// new commits and offset fetches, so it is taken only when a look
 	// without it finds something to do.
-	if len(expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)) == 0 && !b.offsets.anyMissing(empty) {
+	if len(expiredOffsets(c.offsets.snapshot(empty), empty, c.offsets.pendingKeys(), now, retention)) == 0 && !c.offsets.anyMissing(empty) {
 		return 0, 0, nil
 	}
 	// Exclusive: no commit is between its append and its apply while
 	// the tombstones are chosen and written, and no OffsetFetch reads
 	// offsets about to go.
-	b.offsets.writes.Lock()
-	defer b.offsets.writes.Unlock()
+	c.offsets.writes.Lock()
+	defer c.offsets.writes.Unlock()
 	// Taking the lock may have waited for commits: a group that got a
 	// member meanwhile (or lost one and is empty since later) is looked
 	// at again at the next check, not now. A member joining from here on
 	// fetches its offsets only after this pass (OffsetFetch takes the
 	// lock shared), so it sees them gone, never half gone.
-	still := b.groups.EmptyGroups()
+	still := c.groups.EmptyGroups()
 	for g, since := range empty {
 		if s, ok := still[g]; !ok || !s.Equal(since) {
 			delete(empty, g)
 		}
 	}
-	expired := expiredOffsets(b.offsets.snapshot(empty), empty, b.offsets.pendingKeys(), now, retention)
+	expired := expiredOffsets(c.offsets.snapshot(empty), empty, c.offsets.pendingKeys(), now, retention)
 	if len(expired) > 0 {
 		writes := make([]offsetWrite, len(expired))
 		for i, k := range expired {
@@ -96,35 +96,35 @@ func (b *Broker) ExpireOffsets(ctx context.Context, now time.Time) (offsets, gro
 		// the tombstones may still become durable, and offsets that a
 		// restart would not bring back must not stay in memory (an
 		// expired offset deleted early is harmless).
-		a, err := b.appendOffsets(writes, true)
+		a, err := c.appendOffsets(writes, true)
 		if err == nil {
 			err = a.wait(ctx)
 		}
 		if err != nil {
-			b.log.Error("offsets retention: writing tombstones failed; retrying at the next check", "offsets", len(writes), "err", err)
+			c.log.Error("offsets retention: writing tombstones failed; retrying at the next check", "offsets", len(writes), "err", err)
 			return 0, 0, err
 		}
-		b.log.Info("offsets retention: expired committed offsets", "offsets", len(expired), "retention_minutes", b.cfg.OffsetsRetentionMinutes)
+		c.log.Info("offsets retention: expired committed offsets", "offsets", len(expired), "retention_minutes", c.cfg.OffsetsRetentionMinutes)
 	}
 	drop := make(map[string]time.Time)
 	for g, since := range empty {
-		if !b.offsets.hasGroup(g) {
+		if !c.offsets.hasGroup(g) {
 			drop[g] = since
 		}
 	}
-	for _, g := range b.groups.DeleteEmpty(drop) {
+	for _, g := range c.groups.DeleteEmpty(drop) {
 		groups++
-		b.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
+		c.log.Info("offsets retention: deleted empty group without committed offsets", "group", g)
 	}
 	if groups > 0 {
 		// Their "empty since" records go now, not at the next second:
 		// a restart must not bring them back.
-		if _, err := b.RecordGroupStates(now); err != nil {
-			b.log.Warn("recording deleted groups failed; retrying in a second", "err", err)
+		if _, err := c.RecordGroupStates(now); err != nil {
+			c.log.Warn("recording deleted groups failed; retrying in a second", "err", err)
 		}
 	}
-	b.stats.expiredOffsets.Add(int64(len(expired)))
-	b.stats.expiredGroups.Add(int64(groups))
+	c.cfg.ExpiredOffsets.Add(int64(len(expired)))
+	c.cfg.ExpiredGroups.Add(int64(groups))
 	return len(expired), groups, nil
 }
 

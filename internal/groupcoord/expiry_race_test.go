@@ -1,4 +1,4 @@
-package broker
+package groupcoord
 
 import (
 	"context"
@@ -6,34 +6,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/moonmq/moonmq/internal/config"
 )
-
-// openTestBroker opens a single-node broker on a fresh directory, without
-// a client listener.
-func openTestBroker(t *testing.T) *Broker {
-	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
 
 // waitWriterPending returns once a writer waits for (or holds) the offset
 // store's commit gate: TryRLock fails exactly then.
-func waitWriterPending(t *testing.T, b *Broker) {
+func waitWriterPending(t *testing.T, c *Coordinator) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for b.offsets.writes.TryRLock() {
-		b.offsets.writes.RUnlock()
+	for c.offsets.writes.TryRLock() {
+		c.offsets.writes.RUnlock()
 		if time.Now().After(deadline) {
 			t.Fatal("the retention pass never asked for the commit gate")
 		}
@@ -46,33 +27,30 @@ func waitWriterPending(t *testing.T, b *Broker) {
 // the gate. A group that got a member while it waited keeps its offsets,
 // and is not deleted.
 func TestExpireOffsetsSparesGroupJoinedMeanwhile(t *testing.T) {
-	b := openTestBroker(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	if _, code := b.lookupOrCreate("t", true); code != 0 {
-		t.Fatalf("create topic: %d", code)
-	}
-	if code := b.groups.ValidateCommit("g", "", -1, nil); code != 0 {
+	if code := c.groups.ValidateCommit("g", "", -1, nil); code != 0 {
 		t.Fatalf("simple commit refused: %d", code)
 	}
 	key := offsetKey{"g", "t", 0}
-	if err := b.startOffsetWrite([]offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}})(ctx); err != nil {
+	if err := c.startOffsetWrite([]offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}})(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Another group, empty and without offsets, that stays so: it is
 	// deleted by the same pass, so the pass did run.
-	b.groups.EnsureGroup("idle")
+	c.groups.EnsureGroup("idle")
 
-	b.offsets.writes.RLock() // a commit in flight
+	c.offsets.writes.RLock() // a commit in flight
 	type result struct{ offsets, groups int }
 	done := make(chan result, 1)
 	go func() {
-		n, g, err := b.ExpireOffsets(ctx, time.Now().Add(8*24*time.Hour))
+		n, g, err := c.ExpireOffsets(ctx, time.Now().Add(8*24*time.Hour))
 		if err != nil {
 			t.Error(err)
 		}
 		done <- result{n, g}
 	}()
-	waitWriterPending(t, b)
+	waitWriterPending(t, c)
 	// A member joins g (KIP-848: one heartbeat) while the pass waits.
 	hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 	hb.Version = 1
@@ -80,19 +58,19 @@ func TestExpireOffsetsSparesGroupJoinedMeanwhile(t *testing.T) {
 	hb.RebalanceTimeoutMillis = 30000
 	hb.SubscribedTopicNames = []string{"t"}
 	hb.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
-	if r := b.groups.ConsumerGroupHeartbeat(hb, b.groupTopics(), "c", "/127.0.0.1"); r.ErrorCode != 0 {
+	if r := c.groups.ConsumerGroupHeartbeat(hb, testTopics{}, "c", "/127.0.0.1"); r.ErrorCode != 0 {
 		t.Fatalf("heartbeat: %d", r.ErrorCode)
 	}
-	b.offsets.writes.RUnlock()
+	c.offsets.writes.RUnlock()
 
 	got := <-done
 	if got.offsets != 0 || got.groups != 1 {
 		t.Fatalf("pass expired %d offsets and deleted %d groups; want 0 and 1 (only the idle group)", got.offsets, got.groups)
 	}
-	if c, ok := b.offsets.get(key); !ok || c.offset != 5 {
-		t.Fatalf("g's offset after the pass: %+v %v", c, ok)
+	if v, ok := c.offsets.get(key); !ok || v.offset != 5 {
+		t.Fatalf("g's offset after the pass: %+v %v", v, ok)
 	}
-	if _, ok := b.groups.State("g"); !ok {
+	if _, ok := c.groups.State("g"); !ok {
 		t.Fatal("g was deleted")
 	}
 }
@@ -102,15 +80,12 @@ func TestExpireOffsetsSparesGroupJoinedMeanwhile(t *testing.T) {
 // must drop the offsets even when the pass gives up waiting (here: its
 // context is already over, so it gives up before the flusher's fsync).
 func TestExpireOffsetsAppliesTombstonesWhenTheWaitFails(t *testing.T) {
-	b := openTestBroker(t)
-	if _, code := b.lookupOrCreate("t", true); code != 0 {
-		t.Fatalf("create topic: %d", code)
-	}
-	if code := b.groups.ValidateCommit("g", "", -1, nil); code != 0 {
+	c := newTestCoordinator(t)
+	if code := c.groups.ValidateCommit("g", "", -1, nil); code != 0 {
 		t.Fatalf("simple commit refused: %d", code)
 	}
 	key := offsetKey{"g", "t", 0}
-	if err := b.startOffsetWrite([]offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}})(context.Background()); err != nil {
+	if err := c.startOffsetWrite([]offsetWrite{{key: key, value: committed{offset: 5, leaderEpoch: -1}}})(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -118,9 +93,9 @@ func TestExpireOffsetsAppliesTombstonesWhenTheWaitFails(t *testing.T) {
 	// The fsync almost never beats the first look at the high watermark;
 	// if it does, the pass succeeds and the offset must be gone all the
 	// same.
-	_, _, err := b.ExpireOffsets(ctx, time.Now().Add(8*24*time.Hour))
+	_, _, err := c.ExpireOffsets(ctx, time.Now().Add(8*24*time.Hour))
 	t.Logf("the pass returned %v", err)
-	if c, ok := b.offsets.get(key); ok {
-		t.Fatalf("offset %+v still in memory after its tombstone was appended", c)
+	if v, ok := c.offsets.get(key); ok {
+		t.Fatalf("offset %+v still in memory after its tombstone was appended", v)
 	}
 }

@@ -1,23 +1,19 @@
-package broker
+package groupcoord
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
 )
-
-// offsetsTopic is the internal, compacted topic that holds committed
-// offsets. State that must survive goes there first and is applied to
-// memory from there, so a restart (and, with replication, a new leader)
-// rebuilds exactly what was acknowledged.
-const offsetsTopic = "__consumer_offsets"
 
 // Record formats of __consumer_offsets, as Kafka writes them (kmsg's
 // OffsetCommitKey v1 and OffsetCommitValue v3), so that tools that decode
@@ -90,6 +86,11 @@ func (s *offsetStore) hasPending(k offsetKey) bool {
 	return false
 }
 
+// EndTxn applies (commit) or drops (abort) the offsets that producer pid
+// committed in its transaction, once the transaction's marker is written
+// to Topic.
+func (c *Coordinator) EndTxn(pid int64, commit bool) { c.offsets.endTxn(pid, commit) }
+
 // endTxn applies (commit) or drops (abort) a producer's pending commits.
 func (s *offsetStore) endTxn(pid int64, commit bool) {
 	s.mu.Lock()
@@ -159,6 +160,13 @@ func (s *offsetStore) groupNames() []string {
 	return names
 }
 
+// all copies every committed offset.
+func (s *offsetStore) all() map[offsetKey]committed {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.byKey)
+}
+
 // offsetWrite is one record for __consumer_offsets.
 type offsetWrite struct {
 	key       offsetKey
@@ -208,13 +216,12 @@ func decodeOffsetRecord(r recordbatch.Record) (offsetWrite, bool, error) {
 	return w, true, nil
 }
 
-// loadOffsets rebuilds the offset store from __consumer_offsets.
-func (b *Broker) loadOffsets() error {
-	t := b.lookup(offsetsTopic)
-	if t == nil {
+// load rebuilds the offset store from __consumer_offsets.
+func (c *Coordinator) load() error {
+	p := c.host.Existing(Topic)
+	if p == nil {
 		return nil
 	}
-	p := t.partitions[0]
 	n := 0
 	// Scan, not recordbatch.Split: compaction leaves batches with
 	// fewer records than their offset span, which Split (a check for
@@ -222,12 +229,12 @@ func (b *Broker) loadOffsets() error {
 	err := p.Scan(p.Log().StartOffset(), p.HighWatermark(), func(h recordbatch.Header, batch []byte) error {
 		recs, err := recordbatch.Records(batch, 64<<20)
 		if err != nil {
-			return fmt.Errorf("%s batch at %d: %w", offsetsTopic, h.BaseOffset, err)
+			return fmt.Errorf("%s batch at %d: %w", Topic, h.BaseOffset, err)
 		}
 		if h.Control() {
 			if len(recs) > 0 {
 				if typ, err := txn.ParseControlKey(recs[0].Key); err == nil {
-					b.offsets.endTxn(h.ProducerID, typ == txn.ControlCommit)
+					c.offsets.endTxn(h.ProducerID, typ == txn.ControlCommit)
 				}
 			}
 			return nil
@@ -237,15 +244,15 @@ func (b *Broker) loadOffsets() error {
 			if v, err := keyVersion(r.Key); err == nil && v >= groupMetaKeyVersion {
 				g, since, empty, err := decodeGroupMeta(r)
 				if err != nil {
-					b.log.Warn("skipping undecodable group-metadata record", "offset", r.Offset, "err", err)
+					c.log.Warn("skipping undecodable group-metadata record", "offset", r.Offset, "err", err)
 				} else {
-					b.offsets.setEmptySince(g, since, empty)
+					c.offsets.setEmptySince(g, since, empty)
 				}
 				continue
 			}
 			w, ok, err := decodeOffsetRecord(r)
 			if err != nil {
-				b.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)
+				c.log.Warn("skipping undecodable committed-offset record", "offset", r.Offset, "err", err)
 				continue
 			}
 			if !ok {
@@ -255,11 +262,11 @@ func (b *Broker) loadOffsets() error {
 			if h.Transactional() {
 				txnWrites = append(txnWrites, w)
 			} else {
-				b.offsets.apply(w.key, w.value, w.tombstone)
+				c.offsets.apply(w.key, w.value, w.tombstone)
 			}
 		}
 		if len(txnWrites) > 0 {
-			b.offsets.addPending(h.ProducerID, txnWrites)
+			c.offsets.addPending(h.ProducerID, txnWrites)
 		}
 		return nil
 	})
@@ -267,7 +274,7 @@ func (b *Broker) loadOffsets() error {
 		return fmt.Errorf("rebuild committed offsets: %w", err)
 	}
 	if n > 0 {
-		b.log.Info("rebuilt committed offsets", "records", n, "groups", len(b.offsets.groupNames()))
+		c.log.Info("rebuilt committed offsets", "records", n, "groups", len(c.offsets.groupNames()))
 	}
 	return nil
 }
@@ -275,13 +282,13 @@ func (b *Broker) loadOffsets() error {
 // writeTxnOffsets appends a transaction's offset commits to
 // __consumer_offsets as a transactional batch; they apply when the
 // transaction's commit marker is written.
-func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, writes []offsetWrite) error {
-	p, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"})
+func (c *Coordinator) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, writes []offsetWrite) error {
+	p, err := c.partition()
 	if err != nil {
 		return err
 	}
-	b.offsets.writes.RLock()
-	defer b.offsets.writes.RUnlock()
+	c.offsets.writes.RLock()
+	defer c.offsets.writes.RUnlock()
 	now := time.Now()
 	recs := make([]recordbatch.Record, len(writes))
 	for i, w := range writes {
@@ -292,7 +299,7 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 	if err != nil {
 		return err
 	}
-	end, err := b.appendOwn(p, batch)
+	end, err := c.w.Append(p, batch, partition.FlushNow)
 	if err != nil {
 		return err
 	}
@@ -302,8 +309,8 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 	for i := range writes {
 		writes[i].value.logOffset = base + int64(i)
 	}
-	b.offsets.addPending(pid, writes)
-	return b.waitOwn(ctx, p, end)
+	c.offsets.addPending(pid, writes)
+	return c.w.Wait(ctx, p, end)
 }
 
 // startOffsetWrite appends writes now, in the caller's goroutine, and
@@ -314,23 +321,23 @@ func (b *Broker) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, wr
 // from each partition's goroutine without waiting for the last one. Were
 // the appends made by the waits, which run side by side, an older commit
 // could land after a newer one and win. The returned function must be
-// called exactly once: it holds b.offsets.writes shared until it returns.
-func (b *Broker) startOffsetWrite(writes []offsetWrite) func(context.Context) error {
-	b.offsets.writes.RLock()
-	a, err := b.appendOffsets(writes, false)
+// called exactly once: it holds c.offsets.writes shared until it returns.
+func (c *Coordinator) startOffsetWrite(writes []offsetWrite) func(context.Context) error {
+	c.offsets.writes.RLock()
+	a, err := c.appendOffsets(writes, false)
 	if err != nil {
-		b.offsets.writes.RUnlock()
+		c.offsets.writes.RUnlock()
 		return func(context.Context) error { return err }
 	}
 	return func(ctx context.Context) error {
-		defer b.offsets.writes.RUnlock()
+		defer c.offsets.writes.RUnlock()
 		return a.wait(ctx)
 	}
 }
 
 // offsetAppend is offset writes in the log that wait to become durable.
 type offsetAppend struct {
-	b       *Broker
+	w       coordinator.Writer
 	p       *partition.Partition
 	end     int64
 	applied bool
@@ -343,7 +350,7 @@ func (a offsetAppend) wait(ctx context.Context) error {
 	if a.p == nil {
 		return nil
 	}
-	if err := a.b.waitOwn(ctx, a.p, a.end); err != nil {
+	if err := a.w.Wait(ctx, a.p, a.end); err != nil {
 		return err
 	}
 	if !a.applied {
@@ -353,13 +360,13 @@ func (a offsetAppend) wait(ctx context.Context) error {
 }
 
 // appendOffsets appends writes to __consumer_offsets for a caller that
-// holds b.offsets.writes. With applyFirst the writes are applied to memory
+// holds c.offsets.writes. With applyFirst the writes are applied to memory
 // at once, before the wait, whatever it brings.
-func (b *Broker) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetAppend, error) {
+func (c *Coordinator) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetAppend, error) {
 	if len(writes) == 0 {
 		return offsetAppend{}, nil
 	}
-	p, err := b.internalPartition(offsetsTopic, map[string]string{"cleanup.policy": "compact"})
+	p, err := c.partition()
 	if err != nil {
 		return offsetAppend{}, err
 	}
@@ -372,7 +379,7 @@ func (b *Broker) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetApp
 	if err != nil {
 		return offsetAppend{}, err
 	}
-	end, err := b.appendOwn(p, batch)
+	end, err := c.w.Append(p, batch, partition.FlushNow)
 	if err != nil {
 		return offsetAppend{}, err
 	}
@@ -381,13 +388,13 @@ func (b *Broker) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetApp
 		for i, w := range writes {
 			w.value.logOffset = base + int64(i)
 			w.value.commitMs = now.UnixMilli()
-			b.offsets.apply(w.key, w.value, w.tombstone)
+			c.offsets.apply(w.key, w.value, w.tombstone)
 		}
 	}
 	if applyFirst {
 		apply()
 	}
-	return offsetAppend{b: b, p: p, end: end, applied: applyFirst, apply: apply}, nil
+	return offsetAppend{w: c.w, p: p, end: end, applied: applyFirst, apply: apply}, nil
 }
 
 // reset empties the store before a reload.
@@ -398,11 +405,4 @@ func (s *offsetStore) reset() {
 	s.pending = map[int64][]offsetWrite{}
 	s.emptySince = map[string]time.Time{}
 	s.mu.Unlock()
-}
-
-// reloadOffsets replaces the committed offsets in memory with what
-// __consumer_offsets holds, for a new leader.
-func (b *Broker) reloadOffsets(context.Context) error {
-	b.offsets.reset()
-	return b.loadOffsets()
 }

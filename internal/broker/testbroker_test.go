@@ -1,0 +1,24 @@
+package broker
+
+import (
+	"testing"
+
+	"github.com/moonmq/moonmq/internal/config"
+)
+
+// openTestBroker opens a single-node broker on a fresh directory, without
+// a client listener.
+func openTestBroker(t *testing.T) *Broker {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
