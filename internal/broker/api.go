@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"net"
 	"reflect"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -151,11 +152,11 @@ func (b *Broker) refuseOnFollower(req protocol.Request) (resp kmsg.Response, ref
 // authorizeRequest applies the ACLs to a request: see apiDef.authorize.
 func (b *Broker) authorizeRequest(cn *conn, a *api, req protocol.Request) (kmsg.Response, waitFunc, bool) {
 	principal := cn.aclPrincipal()
-	if b.sec.superUser(principal) {
+	if b.sec.authorizer.SuperUser(principal) {
 		return nil, nil, false
 	}
 	b.refreshACLs()
-	if b.sec.acls.len() == 0 && b.allowIfNoACL() {
+	if !b.sec.authorizer.Enforcing() {
 		return nil, nil, false
 	}
 	z := &authz{b: b, cn: cn, principal: principal, host: cn.ip(), api: kmsg.NameForKey(req.Key)}
@@ -260,4 +261,55 @@ func securityOnFollower[R kmsg.Request](b *Broker, r R) kmsg.Response {
 func securityFail[R kmsg.Request](b *Broker, r R, code int16) kmsg.Response {
 	resp, _ := b.securityOnFollowerCode(r, code)
 	return resp
+}
+
+// securityOnFollowerCode refuses an ACL or credential change on a
+// follower with code, one per entry naming the leader: clients send these
+// requests to any broker, and a follower cannot write.
+func (b *Broker) securityOnFollowerCode(req kmsg.Request, code int16) (kmsg.Response, bool) {
+	msg := "this replica is a follower: send ACL and user changes to the leader"
+	if host, port, ok := b.repl.endpoint(b.repl.leaderID()); ok {
+		msg += fmt.Sprintf(" (%s)", net.JoinHostPort(host, fmt.Sprint(port)))
+	}
+	switch r := req.(type) {
+	case *kmsg.CreateACLsRequest:
+		resp := r.ResponseKind().(*kmsg.CreateACLsResponse)
+		for range r.Creations {
+			resp.Results = append(resp.Results, kmsg.CreateACLsResponseResult{ErrorCode: code, ErrorMessage: kmsg.StringPtr(msg)})
+		}
+		return resp, true
+	case *kmsg.DeleteACLsRequest:
+		resp := r.ResponseKind().(*kmsg.DeleteACLsResponse)
+		for range r.Filters {
+			resp.Results = append(resp.Results, kmsg.DeleteACLsResponseResult{ErrorCode: code, ErrorMessage: kmsg.StringPtr(msg)})
+		}
+		return resp, true
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		resp := r.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+		seen := map[string]bool{}
+		for _, u := range append(userNames(r.Deletions), userNamesUp(r.Upsertions)...) {
+			if !seen[u] {
+				seen[u] = true
+				resp.Results = append(resp.Results, kmsg.AlterUserSCRAMCredentialsResponseResult{User: u, ErrorCode: code, ErrorMessage: kmsg.StringPtr(msg)})
+			}
+		}
+		return resp, true
+	}
+	return nil, false
+}
+
+func userNames(ds []kmsg.AlterUserSCRAMCredentialsRequestDeletion) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Name
+	}
+	return out
+}
+
+func userNamesUp(us []kmsg.AlterUserSCRAMCredentialsRequestUpsertion) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.Name
+	}
+	return out
 }

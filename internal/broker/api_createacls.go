@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/protocol"
+	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
 // CreateAcls adds ACL bindings; only the leader can, so a follower
@@ -32,4 +35,41 @@ func init() {
 		onFollower:  securityOnFollower[*kmsg.CreateACLsRequest],
 		forwardFail: securityFail[*kmsg.CreateACLsRequest],
 	})
+}
+
+func (b *Broker) handleCreateAcls(ctx context.Context, r *kmsg.CreateACLsRequest, who string) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.CreateACLsResponse)
+	now := time.Now()
+	var recs []recordbatch.Record
+	var created []auth.Binding
+	resp.Results = make([]kmsg.CreateACLsResponseResult, len(r.Creations))
+	for i, c := range r.Creations {
+		a := auth.Binding{ResourceType: c.ResourceType, ResourceName: c.ResourceName, PatternType: c.ResourcePatternType,
+			Principal: c.Principal, Host: c.Host, Operation: c.Operation, Permission: c.PermissionType}
+		if r.Version == 0 {
+			a.PatternType = kmsg.ACLResourcePatternTypeLiteral
+		}
+		if err := a.Validate(); err != nil {
+			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = errInvalidRequest, kmsg.StringPtr(err.Error())
+			continue
+		}
+		recs = append(recs, auth.ACLRecord(a, true, now))
+		created = append(created, a)
+	}
+	if len(recs) == 0 {
+		return resp
+	}
+	err := b.writeStateRecords(ctx, aclsTopic, recs)
+	b.refreshACLs()
+	for i := range resp.Results {
+		if resp.Results[i].ErrorCode == 0 && err != nil {
+			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = stateWriteError(err), kmsg.StringPtr(err.Error())
+		}
+	}
+	if err == nil {
+		for _, a := range created {
+			b.log.Info("ACL created", "acl", a.String(), "by", who)
+		}
+	}
+	return resp
 }

@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/protocol"
+	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
 // DeleteAcls removes the ACL bindings that match filters; only the leader
@@ -32,4 +35,54 @@ func init() {
 		onFollower:  securityOnFollower[*kmsg.DeleteACLsRequest],
 		forwardFail: securityFail[*kmsg.DeleteACLsRequest],
 	})
+}
+
+func (b *Broker) handleDeleteAcls(ctx context.Context, r *kmsg.DeleteACLsRequest, who string) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteACLsResponse)
+	b.refreshACLs()
+	now := time.Now()
+	var recs []recordbatch.Record
+	deleted := map[auth.Binding]bool{}
+	for _, rf := range r.Filters {
+		res := kmsg.NewDeleteACLsResponseResult()
+		f := auth.Filter{ResourceType: rf.ResourceType, Name: rf.ResourceName, Pattern: rf.ResourcePatternType,
+			Principal: rf.Principal, Host: rf.Host, Operation: rf.Operation, Permission: rf.PermissionType}
+		if r.Version == 0 {
+			f.Pattern = kmsg.ACLResourcePatternTypeLiteral
+		}
+		if err := f.Validate(); err != nil {
+			res.ErrorCode, res.ErrorMessage = errInvalidRequest, kmsg.StringPtr(err.Error())
+			resp.Results = append(resp.Results, res)
+			continue
+		}
+		for _, a := range b.sec.acls.Matching(f) {
+			m := kmsg.NewDeleteACLsResponseResultMatchingACL()
+			m.ResourceType, m.ResourceName, m.ResourcePatternType = a.ResourceType, a.ResourceName, a.PatternType
+			m.Principal, m.Host, m.Operation, m.PermissionType = a.Principal, a.Host, a.Operation, a.Permission
+			res.MatchingACLs = append(res.MatchingACLs, m)
+			if !deleted[a] {
+				deleted[a] = true
+				recs = append(recs, auth.ACLRecord(a, false, now))
+			}
+		}
+		resp.Results = append(resp.Results, res)
+	}
+	if len(recs) == 0 {
+		return resp
+	}
+	if err := b.writeStateRecords(ctx, aclsTopic, recs); err != nil {
+		b.refreshACLs()
+		for i := range resp.Results {
+			if resp.Results[i].ErrorCode == 0 {
+				resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = stateWriteError(err), kmsg.StringPtr(err.Error())
+				resp.Results[i].MatchingACLs = nil
+			}
+		}
+		return resp
+	}
+	b.refreshACLs()
+	for a := range deleted {
+		b.log.Info("ACL deleted", "acl", a.String(), "by", who)
+	}
+	return resp
 }

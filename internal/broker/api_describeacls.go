@@ -3,6 +3,7 @@ package broker
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/protocol"
 )
 
@@ -17,4 +18,39 @@ func init() {
 		authorize:   clusterDescribe[*kmsg.DescribeACLsRequest],
 		forwardable: forwardAlways[*kmsg.DescribeACLsRequest],
 	})
+}
+
+func (b *Broker) handleDescribeAcls(r *kmsg.DescribeACLsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeACLsResponse)
+	b.refreshACLs()
+	f := auth.Filter{ResourceType: r.ResourceType, Name: r.ResourceName, Pattern: r.ResourcePatternType,
+		Principal: r.Principal, Host: r.Host, Operation: r.Operation, Permission: r.PermissionType}
+	if r.Version == 0 {
+		f.Pattern = kmsg.ACLResourcePatternTypeLiteral
+	}
+	if err := f.Validate(); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = errInvalidRequest, kmsg.StringPtr(err.Error())
+		return resp
+	}
+	type resKey struct {
+		rt      kmsg.ACLResourceType
+		name    string
+		pattern kmsg.ACLResourcePatternType
+	}
+	index := map[resKey]int{}
+	for _, a := range b.sec.acls.Matching(f) {
+		k := resKey{a.ResourceType, a.ResourceName, a.PatternType}
+		i, ok := index[k]
+		if !ok {
+			res := kmsg.NewDescribeACLsResponseResource()
+			res.ResourceType, res.ResourceName, res.ResourcePatternType = k.rt, k.name, k.pattern
+			resp.Resources = append(resp.Resources, res)
+			i = len(resp.Resources) - 1
+			index[k] = i
+		}
+		acl := kmsg.NewDescribeACLsResponseResourceACL()
+		acl.Principal, acl.Host, acl.Operation, acl.PermissionType = a.Principal, a.Host, a.Operation, a.Permission
+		resp.Resources[i].ACLs = append(resp.Resources[i].ACLs, acl)
+	}
+	return resp
 }

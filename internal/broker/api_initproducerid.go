@@ -45,7 +45,7 @@ func (z *authz) initProducerID(r *kmsg.InitProducerIDRequest, _ runFunc) (kmsg.R
 	// AllowEveryoneIfNoAclFound is on: Kafka asks about a made-up topic
 	// name for that, so do we.
 	ok := z.visible(opIdempotentWrite, resCluster, clusterResource) ||
-		z.b.sec.acls.allowsAny(z.principal, z.host, opWrite, resTopic) ||
+		z.b.sec.authorizer.AllowsAny(z.principal, z.host, opWrite, resTopic) ||
 		z.visible(opWrite, resTopic, "\x00no topic has this name")
 	if !ok {
 		z.cn.logDenied(z.api, opIdempotentWrite, resCluster, clusterResource)

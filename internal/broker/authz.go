@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/auth"
 )
 
 // Short names for the ACL vocabulary.
@@ -24,6 +26,8 @@ const (
 	resGroup   = kmsg.ACLResourceTypeGroup
 	resCluster = kmsg.ACLResourceTypeCluster
 	resTxnID   = kmsg.ACLResourceTypeTransactionalId
+
+	clusterResource = auth.ClusterResource
 )
 
 // authz decides one request of one connection.
@@ -35,19 +39,8 @@ type authz struct {
 	api       string
 }
 
-// allowIfNoACL is Server.AllowEveryoneIfNoAclFound (default true).
-func (b *Broker) allowIfNoACL() bool {
-	return b.cfg.AllowEveryoneIfNoAclFound == nil || *b.cfg.AllowEveryoneIfNoAclFound
-}
-
-// superUser reports whether a principal bypasses ACLs.
-func (s *security) superUser(principal string) bool {
-	_, ok := s.superUsers[principal]
-	return ok
-}
-
 func (z *authz) allowed(op kmsg.ACLOperation, rt kmsg.ACLResourceType, name string) bool {
-	if z.b.sec.acls.authorize(z.principal, z.host, op, rt, name, z.b.allowIfNoACL()) {
+	if z.b.sec.authorizer.Authorize(z.principal, z.host, op, rt, name) {
 		return true
 	}
 	z.cn.logDenied(z.api, op, rt, name)
@@ -57,7 +50,7 @@ func (z *authz) allowed(op kmsg.ACLOperation, rt kmsg.ACLResourceType, name stri
 // visible is allowed without a log line, for listings that just leave
 // out what the principal may not see (as Kafka does).
 func (z *authz) visible(op kmsg.ACLOperation, rt kmsg.ACLResourceType, name string) bool {
-	return z.b.sec.acls.authorize(z.principal, z.host, op, rt, name, z.b.allowIfNoACL())
+	return z.b.sec.authorizer.Authorize(z.principal, z.host, op, rt, name)
 }
 
 // topicCode is 0 if op on the topic is allowed, else its error code.

@@ -31,9 +31,9 @@ type security struct {
 	// tls is the client port's TLS configuration, nil for plaintext.
 	tls *tls.Config
 
-	acls       *aclSet
+	acls       *auth.ACLs
 	aclLog     *stateLog
-	superUsers map[string]struct{}
+	authorizer *auth.Authorizer
 
 	limits connLimits
 	quotas *quotas
@@ -61,12 +61,10 @@ func newSecurity(b *Broker) (*security, error) {
 	}
 	b.cfg.Users = nil
 	s.usersLog = newStateLog(b, usersTopic, s.users.ResetOverrides, s.applyUserRecord)
-	s.acls = newACLSet()
-	s.aclLog = newStateLog(b, aclsTopic, s.acls.reset, s.acls.apply)
-	s.superUsers = map[string]struct{}{}
-	for _, p := range b.cfg.SuperUsers {
-		s.superUsers[p] = struct{}{}
-	}
+	s.acls = auth.NewACLs()
+	s.aclLog = newStateLog(b, aclsTopic, s.acls.Reset, s.acls.ApplyRecord)
+	allowIfNone := b.cfg.AllowEveryoneIfNoAclFound == nil || *b.cfg.AllowEveryoneIfNoAclFound
+	s.authorizer = auth.NewAuthorizer(s.acls, b.cfg.SuperUsers, allowIfNone)
 	if s.tls != nil {
 		b.log.Info("client port serves TLS", "mutual_tls", b.cfg.TLS.RequireClientCert, "client_ca", b.cfg.TLS.ClientCAFile)
 	}
