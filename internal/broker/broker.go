@@ -75,7 +75,7 @@ type Broker struct {
 	groups *groupcoord.Coordinator
 	txns   *txnCoordinator
 
-	// sec is who may connect and what they may do (users.go).
+	// sec is who may connect and what they may do (security.go).
 	sec *security
 
 	pidMu             sync.Mutex

@@ -149,7 +149,7 @@ func (cn *conn) loggedIn() {
 // loginFailed logs a failed login and waits before it is answered; the
 // wait grows with the failures from the same address.
 func (cn *conn) loginFailed(err error) {
-	delay := cn.s.b.sec.failures.record(cn.ip(), time.Now())
+	delay := cn.s.b.sec.failures.Record(cn.ip(), time.Now())
 	user := cn.session.User()
 	if len(user) > 128 {
 		user = user[:128] + "..."

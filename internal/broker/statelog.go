@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -99,4 +101,35 @@ func (l *stateLog) catchUp() error {
 		return fmt.Errorf("replay %s: %w", l.name, err)
 	}
 	return nil
+}
+
+// writeStateRecords appends records to a broker-owned internal topic and
+// waits until they are durable (and, replicated, committed).
+func (b *Broker) writeStateRecords(ctx context.Context, name string, recs []recordbatch.Record) error {
+	p, err := b.internalPartition(name, map[string]string{"cleanup.policy": "compact"})
+	if err != nil {
+		return err
+	}
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
+	if err != nil {
+		return err
+	}
+	end, err := b.appendOwn(p, batch)
+	if err != nil {
+		return err
+	}
+	return b.waitOwn(ctx, p, end)
+}
+
+// stateWriteError is the Kafka error for a failed writeStateRecords.
+func stateWriteError(err error) int16 {
+	switch {
+	case errors.Is(err, errNotServing):
+		return errNotLeaderOrFollower
+	case errors.Is(err, errCommitTimeout):
+		return errRequestTimedOut
+	case errors.Is(err, errBelowMinISR):
+		return errNotEnoughReplicas
+	}
+	return errKafkaStorageError
 }
