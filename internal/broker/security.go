@@ -18,8 +18,8 @@ const usersTopic = "__moonmq_users"
 // record per binding (auth.ACLRecord).
 const aclsTopic = "__moonmq_acls"
 
-// security is who may connect: the SASL users and the memory of failed
-// logins that slows the next ones down.
+// security is who may connect and what they may do: internal/auth's
+// state and policy, and the state logs that persist users and ACLs.
 type security struct {
 	users    *auth.Store
 	usersLog *stateLog
@@ -31,8 +31,9 @@ type security struct {
 	aclLog     *stateLog
 	authorizer *auth.Authorizer
 
-	limits connLimits
-	quotas *quotas
+	limits auth.ConnLimits
+	// quotas is nil without a Quotas block.
+	quotas *auth.Quotas
 }
 
 // newSecurity derives the configured users' credentials. It clears the
@@ -40,7 +41,7 @@ type security struct {
 // hashes are kept.
 func newSecurity(b *Broker) (*security, error) {
 	s := &security{users: auth.NewStore()}
-	s.limits.max, s.limits.perIP = b.cfg.MaxConnections, b.cfg.MaxConnectionsPerIP
+	s.limits.Max, s.limits.PerIP = b.cfg.MaxConnections, b.cfg.MaxConnectionsPerIP
 	s.quotas = newQuotas(b.cfg.Quotas)
 	var err error
 	if s.tls, err = loadTLS(b.cfg.TLS); err != nil {

@@ -86,7 +86,7 @@ func (s *Server) acceptLoop() {
 		s.mu.Lock()
 		if s.ctx.Err() != nil {
 			s.mu.Unlock()
-			s.b.sec.limits.release(remoteIP(c))
+			s.b.sec.limits.Release(remoteIP(c))
 			c.Close()
 			return
 		}
@@ -101,7 +101,7 @@ func (s *Server) acceptLoop() {
 			delete(s.conns, c)
 			s.mu.Unlock()
 			s.b.stats.connections.Add(-1)
-			s.b.sec.limits.release(remoteIP(c))
+			s.b.sec.limits.Release(remoteIP(c))
 		}()
 	}
 }
@@ -456,4 +456,33 @@ func recordBytes(resp kmsg.Response) int {
 		}
 	}
 	return n
+}
+
+// remoteIP is a connection's peer address without the port.
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	if err != nil {
+		return c.RemoteAddr().String()
+	}
+	return host
+}
+
+// admitConn applies the connection limits to a new connection: it returns
+// false (after closing and logging it) when the connection is refused.
+func (b *Broker) admitConn(c net.Conn) bool {
+	ip := remoteIP(c)
+	l := &b.sec.limits
+	limit := l.Admit(ip)
+	if limit == "" {
+		return true
+	}
+	c.Close()
+	if ok, suppressed := l.LogRefusal(time.Now()); ok {
+		b.log.Warn("refused client connection", "peer", c.RemoteAddr().String(), "limit", limit,
+			"max_connections", l.Max, "max_connections_per_ip", l.PerIP, "refused_unlogged_before", suppressed)
+	}
+	return false
 }
