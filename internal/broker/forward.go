@@ -68,7 +68,7 @@ const maxForwardBytes = 16 << 20
 // callers are replicas: a Token, or TLS that requires a client
 // certificate signed by the group's CA.
 func (r *replica) linkAuthenticated() bool {
-	return r.cfg.Token != "" || r.tls != nil && r.tls.server.ClientAuth == tls.RequireAndVerifyClientCert
+	return r.cfg.Token != "" || r.tls != nil && r.tls.Server.ClientAuth == tls.RequireAndVerifyClientCert
 }
 
 // tokenOK checks a request's bearer token in constant time.
@@ -142,7 +142,7 @@ func (r *replica) forwardToLeader(ctx context.Context, cn *conn, req protocol.Re
 	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
 	defer cancel()
 	body := req.Body.AppendTo(nil)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.tls.scheme()+"://"+addr+PathForward, bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.tls.Scheme()+"://"+addr+PathForward, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func (r *replica) forwardToLeader(ctx context.Context, cn *conn, req protocol.Re
 func (r *replica) fwdClient() *http.Client {
 	r.fwdOnce.Do(func() {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		if tc := r.tls.clientConfig(); tc != nil {
+		if tc := r.tls.ClientConfig(); tc != nil {
 			tr.TLSClientConfig = tc.Clone()
 		}
 		r.fwdHTTP = &http.Client{Transport: tr}

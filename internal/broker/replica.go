@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/replication"
@@ -169,7 +170,7 @@ type replica struct {
 	done chan struct{}
 	// tls is Replication.TLS loaded (nil: plain HTTP), for the listener
 	// and every request to a peer.
-	tls *replTLS
+	tls *auth.PeerTLS
 }
 
 // staticReplication reports whether cfg asks for static replication.
@@ -444,7 +445,7 @@ func (r *replica) endpoint(id int32) (string, int32, bool) {
 // finding the leader and copying its logs.
 func (r *replica) start(ctx context.Context) (err error) {
 	// Before anything runs: a wrong file stops the start naming its key.
-	if r.tls, err = loadReplicationTLS(r.cfg.TLS); err != nil {
+	if r.tls, err = auth.LoadPeerTLS((*auth.TLSFiles)(r.cfg.TLS), "Replication.TLS"); err != nil {
 		return err
 	}
 	// The histories as storage recovered them: a crash may have left the
@@ -469,7 +470,7 @@ func (r *replica) start(ctx context.Context) (err error) {
 	}
 	if r.tls != nil {
 		// The Token is still checked on every request, over TLS.
-		ln = tls.NewListener(ln, r.tls.server)
+		ln = tls.NewListener(ln, r.tls.Server)
 	}
 	r.ln = ln
 	log := r.b.log.With("component", "replication")
@@ -495,7 +496,7 @@ func (r *replica) start(ctx context.Context) (err error) {
 		log.Info("static replication: leading", "replicate", ln.Addr().String(), "replicas", r.ids, "lag_max", r.cfg.LagMax)
 		return nil
 	}
-	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.clientConfig(), Logger: log}, sink{r})
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		_ = ln.Close()
 		return err
@@ -613,13 +614,13 @@ func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
 // and keeps polling the leader's status for its ISR.
 func (r *replica) findLeader(ctx context.Context) {
 	client := &http.Client{Timeout: 2 * time.Second}
-	if tc := r.tls.clientConfig(); tc != nil {
+	if tc := r.tls.ClientConfig(); tc != nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = tc.Clone()
 		client.Transport = tr
 	}
 	defer client.CloseIdleConnections()
-	scheme := r.tls.scheme() + "://"
+	scheme := r.tls.Scheme() + "://"
 	// A peer's TLS failure is logged when it starts or changes: it is a
 	// misconfiguration (other failures are a peer that is down).
 	tlsLogged := map[int]string{}

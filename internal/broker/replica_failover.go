@@ -152,7 +152,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 		peers[int32(p.Id)] = p.Address
 	}
 	r.tr = raftgroup.NewHTTPTransport(raftgroup.HTTPConfig{Peers: peers, Token: r.cfg.Token,
-		TLS: r.tls.clientConfig(), Logger: log})
+		TLS: r.tls.ClientConfig(), Logger: log})
 	node, err := raftgroup.NewNode(raftgroup.Config{
 		ID: r.self, Members: r.ids, Role: replication.ParseRole(r.cfg.Role),
 		DataDir: r.b.cfg.DataDir, FS: r.b.fs, Transport: r.tr, Token: r.cfg.Token,
@@ -164,7 +164,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	}
 	r.node = node
 	mux.Handle("/replication/raft/", node.Handler())
-	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.clientConfig(), Logger: log}, sink{r})
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		r.tr.Close()
 		return err

@@ -44,7 +44,7 @@ func newSecurity(b *Broker) (*security, error) {
 	s.limits.Max, s.limits.PerIP = b.cfg.MaxConnections, b.cfg.MaxConnectionsPerIP
 	s.quotas = newQuotas(b.cfg.Quotas)
 	var err error
-	if s.tls, err = loadTLS(b.cfg.TLS); err != nil {
+	if s.tls, err = auth.LoadListenerTLS((*auth.TLSFiles)(b.cfg.TLS), "TLS"); err != nil {
 		return nil, err
 	}
 	for i, u := range b.cfg.Users {
