@@ -183,6 +183,73 @@ func whole(req kmsg.Request, ok bool, code int16) (kmsg.Response, waitFunc, bool
 	return denyAll(req, code), nil, true
 }
 
+// afterRun applies fix to a served answer, now or when its wait finishes.
+func afterRun(resp kmsg.Response, wait waitFunc, fix func(kmsg.Response) kmsg.Response) (kmsg.Response, waitFunc) {
+	if wait == nil {
+		if resp == nil || resp == acks0Failed {
+			return resp, nil
+		}
+		return fix(resp), nil
+	}
+	return nil, func(ctx context.Context) kmsg.Response {
+		resp := wait(ctx)
+		if resp == nil || resp == acks0Failed {
+			return resp
+		}
+		return fix(resp)
+	}
+}
+
+// denyAll answers a request with code in every error field, one entry per
+// request entry (the same filling a follower uses to refuse requests).
+func denyAll(req kmsg.Request, code int16) kmsg.Response {
+	resp := req.ResponseKind()
+	mirror(reflect.ValueOf(req).Elem(), reflect.ValueOf(resp).Elem(), code)
+	return resp
+}
+
+// splitRun serves the entries of a request's list field whose code is 0
+// and answers the others with their code: each refused entry becomes its
+// own one-entry request, answered by denyAll, and its answer entry is
+// appended to the served answer's list.
+func splitRun(req kmsg.Request, reqField, respField string, codes []int16, run func(kmsg.Request) (kmsg.Response, waitFunc)) (kmsg.Response, waitFunc) {
+	denied := false
+	for _, c := range codes {
+		denied = denied || c != 0
+	}
+	if !denied {
+		return run(req)
+	}
+	rv := reflect.ValueOf(req).Elem()
+	list := rv.FieldByName(reqField)
+	kept := reflect.MakeSlice(list.Type(), 0, list.Len())
+	var refused []reflect.Value
+	for i := 0; i < list.Len(); i++ {
+		if codes[i] == 0 {
+			kept = reflect.Append(kept, list.Index(i))
+			continue
+		}
+		one := reflect.New(rv.Type())
+		one.Elem().Set(rv)
+		one.Elem().FieldByName(reqField).Set(reflect.Append(reflect.MakeSlice(list.Type(), 0, 1), list.Index(i)))
+		resp := denyAll(one.Interface().(kmsg.Request), codes[i])
+		if rl := reflect.ValueOf(resp).Elem().FieldByName(respField); rl.IsValid() && rl.Len() == 1 {
+			refused = append(refused, rl.Index(0))
+		}
+	}
+	allowed := reflect.New(rv.Type())
+	allowed.Elem().Set(rv)
+	allowed.Elem().FieldByName(reqField).Set(kept)
+	resp, wait := run(allowed.Interface().(kmsg.Request))
+	return afterRun(resp, wait, func(resp kmsg.Response) kmsg.Response {
+		rl := reflect.ValueOf(resp).Elem().FieldByName(respField)
+		if rl.IsValid() {
+			rl.Set(reflect.Append(rl, refused...))
+		}
+		return resp
+	})
+}
+
 // groupRead is the rule of group-member APIs: READ on the group.
 func groupRead[R kmsg.Request](group func(R) string) func(*authz, R, runFunc) (kmsg.Response, waitFunc, bool) {
 	return func(z *authz, r R, _ runFunc) (kmsg.Response, waitFunc, bool) {
