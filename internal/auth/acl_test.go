@@ -11,16 +11,9 @@ import (
 
 // Short names for the ACL vocabulary, as the broker's rules spell it.
 const (
-	opRead            = kmsg.ACLOperationRead
-	opWrite           = kmsg.ACLOperationWrite
-	opDelete          = kmsg.ACLOperationDelete
-	opDescribe        = kmsg.ACLOperationDescribe
-	opDescribeConfigs = kmsg.ACLOperationDescribeConfigs
-	opAlterConfigs    = kmsg.ACLOperationAlterConfigs
-
-	resTopic   = kmsg.ACLResourceTypeTopic
-	resGroup   = kmsg.ACLResourceTypeGroup
-	resCluster = kmsg.ACLResourceTypeCluster
+	opRead, opWrite, opDelete, opDescribe = kmsg.ACLOperationRead, kmsg.ACLOperationWrite, kmsg.ACLOperationDelete, kmsg.ACLOperationDescribe
+	opDescribeConfigs, opAlterConfigs     = kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs
+	resTopic, resGroup, resCluster        = kmsg.ACLResourceTypeTopic, kmsg.ACLResourceTypeGroup, kmsg.ACLResourceTypeCluster
 )
 
 var testNow = time.Unix(1700000000, 0)

@@ -18,17 +18,16 @@ const (
 // QuotaKind is what a quota limits.
 type QuotaKind int
 
+// The kinds: produce counts the record batches a principal sends, fetch
+// the ones it is sent.
 const (
 	ProduceQuota QuotaKind = iota
 	FetchQuota
 )
 
-func (k QuotaKind) String() string {
-	if k == ProduceQuota {
-		return "produce"
-	}
-	return "fetch"
-}
+var quotaKindNames = [...]string{ProduceQuota: "produce", FetchQuota: "fetch"}
+
+func (k QuotaKind) String() string { return quotaKindNames[k] }
 
 // ByteRates are a principal's quotas in bytes per second; 0 is unlimited.
 // The fields are config.Quota's, so one converts to the other.

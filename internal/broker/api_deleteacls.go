@@ -45,12 +45,8 @@ func (b *Broker) handleDeleteAcls(ctx context.Context, r *kmsg.DeleteACLsRequest
 	deleted := map[auth.Binding]bool{}
 	for _, rf := range r.Filters {
 		res := kmsg.NewDeleteACLsResponseResult()
-		f := auth.Filter{ResourceType: rf.ResourceType, Name: rf.ResourceName, Pattern: rf.ResourcePatternType,
-			Principal: rf.Principal, Host: rf.Host, Operation: rf.Operation, Permission: rf.PermissionType}
-		if r.Version == 0 {
-			f.Pattern = kmsg.ACLResourcePatternTypeLiteral
-		}
-		if err := f.Validate(); err != nil {
+		f, err := aclFilter(r.Version, rf.ResourceType, rf.ResourceName, rf.ResourcePatternType, rf.Principal, rf.Host, rf.Operation, rf.PermissionType)
+		if err != nil {
 			res.ErrorCode, res.ErrorMessage = errInvalidRequest, kmsg.StringPtr(err.Error())
 			resp.Results = append(resp.Results, res)
 			continue

@@ -23,12 +23,8 @@ func init() {
 func (b *Broker) handleDescribeAcls(r *kmsg.DescribeACLsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DescribeACLsResponse)
 	b.refreshACLs()
-	f := auth.Filter{ResourceType: r.ResourceType, Name: r.ResourceName, Pattern: r.ResourcePatternType,
-		Principal: r.Principal, Host: r.Host, Operation: r.Operation, Permission: r.PermissionType}
-	if r.Version == 0 {
-		f.Pattern = kmsg.ACLResourcePatternTypeLiteral
-	}
-	if err := f.Validate(); err != nil {
+	f, err := aclFilter(r.Version, r.ResourceType, r.ResourceName, r.ResourcePatternType, r.Principal, r.Host, r.Operation, r.PermissionType)
+	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = errInvalidRequest, kmsg.StringPtr(err.Error())
 		return resp
 	}
@@ -53,4 +49,14 @@ func (b *Broker) handleDescribeAcls(r *kmsg.DescribeACLsRequest) kmsg.Response {
 		resp.Resources[i].ACLs = append(resp.Resources[i].ACLs, acl)
 	}
 	return resp
+}
+
+// aclFilter is the filter a DescribeAcls request or a DeleteAcls entry
+// names, checked; version 0 of both knows only LITERAL patterns.
+func aclFilter(version int16, rt kmsg.ACLResourceType, name *string, pattern kmsg.ACLResourcePatternType, principal, host *string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) (auth.Filter, error) {
+	f := auth.Filter{ResourceType: rt, Name: name, Pattern: pattern, Principal: principal, Host: host, Operation: op, Permission: perm}
+	if version == 0 {
+		f.Pattern = kmsg.ACLResourcePatternTypeLiteral
+	}
+	return f, f.Validate()
 }
