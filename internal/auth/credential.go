@@ -1,11 +1,3 @@
-// Package auth owns credentials and SASL exchanges: users' SCRAM
-// credentials, kept only salted and hashed (RFC 5802, RFC 7677), the store
-// that answers "who is this user", and the server side of PLAIN and
-// SCRAM-SHA-256/512 logins.
-//
-// It has no sockets and no storage: the broker hands it the bytes a client
-// sent and persists the credentials it is told to keep. Nothing here keeps a
-// plain password beyond the call that derives a credential from it.
 package auth
 
 import (

@@ -6,6 +6,14 @@
 // internal/recordbatch do). It appends to a partition, and moves or waits
 // for its high watermark, only through internal/partition, which owns that
 // state; it reads partition data through the partition's storage.Log.
+//
+// Security policy and state live in internal/auth (users, ACLs and the
+// authorizer's decision, login back-off, connection limits, quotas, TLS
+// configurations); the broker may not decide those itself. It keeps their
+// connection side (the SASL exchange on the socket, admitting connections,
+// asking the authorizer per request, throttling a connection's reader),
+// the Kafka API handlers that read and change users and ACLs, and the
+// internal topics their records are persisted in (security.go).
 package broker
 
 import (
