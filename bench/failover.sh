@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# Measures failover time of a three-replica MoonMQ group in failover mode:
-# SIGKILL of the serving leader -> first acks=all produce acknowledged by the
-# new leader, over KILLS kills, and checks that no acknowledged record is lost.
-# See docs/BENCHMARKS.md, "Failover time".
+# Failover time, MoonMQ against Apache Kafka: SIGKILL of the node that leads
+# the partition, under acks=all load, -> first acks=all produce acknowledged
+# by another node, over KILLS kills each, checking that no acknowledged
+# record is lost. Runs, one after the other:
+#   moonmq          a three-replica MoonMQ group in failover mode
+#   kafka-default   three Kafka 4.x KRaft nodes (bench/kafka.sh), its defaults
+#                   (broker.session.timeout.ms=9000)
+#   kafka-fast      the same with broker.session.timeout.ms at its practical
+#                   minimum (2500, heartbeats every 500 ms)
+# and prints the medians and the ratios. See docs/BENCHMARKS.md, "Failover time".
 #
-#   bash bench/failover.sh             # 20 kills, ~2 minutes
-#   KILLS=10 bash bench/failover.sh
+#   bash bench/failover.sh             # 20 kills each, ~25 minutes
+#   KILLS=5 SKIP_KAFKA=1 bash bench/failover.sh
 #
 # Environment:
-#   KILLS=20             leader kills
+#   KILLS=20             leader kills per system
 #   MOONMQ=PATH          use this moonmq binary instead of building ./cmd/moonmq
+#   SKIP_KAFKA=1         MoonMQ only
+#   RESULTS_DIR=DIR      where results go (default bench/results/failover-<timestamp>)
 #   FAILOVER_ARGS        extra flags for bench/cmd/failoverbench
 #                        (--backoff, --isr-lag-seconds, --ack-timeout, --workdir)
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 KILLS=${KILLS:-20}
+RESULTS_DIR=${RESULTS_DIR:-$here/results/failover-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$RESULTS_DIR"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/moonmq-failover.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+source "$here/kafka.sh"
 
 if [[ -z ${MOONMQ:-} ]]; then
 	echo "==> building moonmq" >&2
@@ -28,6 +39,49 @@ if [[ -z ${MOONMQ:-} ]]; then
 fi
 echo "==> building failoverbench" >&2
 (cd "$here" && go build -o "$work/failoverbench" ./cmd/failoverbench)
+echo "started: $(date -u +%FT%TZ); uptime: $(uptime)" | tee "$RESULTS_DIR/run-info.txt" >&2
 
-# shellcheck disable=SC2086
-"$work/failoverbench" --moonmq "$MOONMQ" --kills "$KILLS" ${FAILOVER_ARGS:-}
+run() { # NAME FLAGS...
+	local name=$1 rc=0
+	shift
+	echo "==> $name: $KILLS kills" >&2
+	# shellcheck disable=SC2086
+	"$work/failoverbench" --kills "$KILLS" --name "$name" --json "$RESULTS_DIR/$name.json" "$@" ${FAILOVER_ARGS:-} |
+		tee "$RESULTS_DIR/$name.txt" || rc=$?
+	[[ $rc == 0 ]] || echo "==> $name: failoverbench exited with $rc" >&2
+	return $rc
+}
+
+rc=0
+run moonmq --moonmq "$MOONMQ" || rc=1
+if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
+	kafka_classpath >/dev/null
+	cp=$KAFKA_CACHE/classpath.txt
+	java=${JAVA_HOME:+$JAVA_HOME/bin/}java
+	run kafka-default --system kafka --java "$java" --kafka-classpath "$cp" || rc=1
+	run kafka-fast --system kafka --java "$java" --kafka-classpath "$cp" \
+		--kafka-extra broker.session.timeout.ms=2500,broker.heartbeat.interval.ms=500 || rc=1
+fi
+echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
+
+python3 - "$RESULTS_DIR" <<'PY' | tee "$RESULTS_DIR/comparison.txt"
+import json, os, sys
+d = sys.argv[1]
+rs = {}
+for n in ("moonmq", "kafka-default", "kafka-fast"):
+    p = os.path.join(d, n + ".json")
+    if os.path.exists(p):
+        rs[n] = json.load(open(p))
+print()
+print("%-14s %6s %10s %10s %8s %6s" % ("system", "kills", "median ms", "max ms", "no ack", "lost"))
+for n, r in rs.items():
+    print("%-14s %6d %10.0f %10.0f %8d %6d" % (n, r["kills"], r["median_ms"], r["max_ms"], r["kills_without_ack"], r["lost_duplicated_or_moved"]))
+m = rs.get("moonmq")
+for n in ("kafka-default", "kafka-fast"):
+    if m and n in rs and rs[n]["median_ms"] > 0:
+        ratio = m["median_ms"] / rs[n]["median_ms"]
+        target = " (target <= 0.2x: %s)" % ("met" if ratio <= 0.2 else "MISSED") if n == "kafka-default" else ""
+        print("moonmq/%s median: %.3fx%s" % (n, ratio, target))
+PY
+echo "==> results in $RESULTS_DIR" >&2
+exit $rc

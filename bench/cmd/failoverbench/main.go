@@ -1,121 +1,60 @@
-// Command failoverbench measures failover time of a three-replica MoonMQ
-// group in failover mode: the time from a SIGKILL of the serving leader to the
-// first acks=all produce acknowledged by the new leader. It starts three
-// `moonmq serve --config` processes on loopback, produces one record at a
-// time with a franz-go client seeded with all three client addresses, kills
-// the current leader N times (restarting the killed replica and waiting until
-// it is back in the ISR before the next kill), and at the end reads the topic
-// back from the final leader and checks that every acknowledged value is
-// present exactly once. See docs/BENCHMARKS.md, "Failover time".
+// Command failoverbench measures failover time of a three-node group: the
+// time from a SIGKILL of the node that leads the partition to the first
+// acks=all produce acknowledged by another node. It starts three MoonMQ
+// replicas in failover mode (`moonmq serve --config`), or with --system
+// kafka three Apache Kafka KRaft nodes, on loopback; produces one record at
+// a time with a franz-go client seeded with all three addresses; kills the
+// current leader N times (restarting the killed node and waiting until it
+// is back in the ISR before the next kill); and at the end reads the topic
+// back and checks that every acknowledged value is present exactly once.
+// See docs/BENCHMARKS.md, "Failover time".
 //
 //	go run ./cmd/failoverbench --kills 20            # builds moonmq from ../
 //	go run ./cmd/failoverbench --moonmq /path/moonmq
+//	go run ./cmd/failoverbench --system kafka --kafka-classpath FILE
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const token = "tok"
+// topic is the one-partition topic every kill is measured on.
+const topic = "failover"
 
-type replica struct {
-	id                     int32
-	port, mport, replicate int
-	dataDir, config, logf  string
-	cmd                    *exec.Cmd
+// system is the group under test: three nodes on loopback, ids 1 to 3,
+// replicating the topic.
+type system interface {
+	name() string
+	seeds() []string
+	// leaderNow is the node that leads the topic and serves, skipping
+	// not; 0 when there is none (yet).
+	leaderNow(not int32) int32
+	kill9(id int32)
+	restart(id int32) error
+	// rejoined reports whether id is back, following, and the ISR holds
+	// all three nodes again.
+	rejoined(id int32) bool
+	// elections is a counter of leader elections, where the system has
+	// one.
+	elections() (uint64, bool)
+	stopAll()
 }
 
-func (r *replica) clientAddr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
-
-type raftStatus struct {
-	Serving bool    `json:"serving"`
-	HasISR  bool    `json:"has_isr"`
-	ISR     []int32 `json:"isr"`
-	Term    uint64  `json:"raft_term"`
-}
-
-type status struct {
-	Role     string          `json:"role"`
-	Leader   int32           `json:"leader"`
-	Raft     *raftStatus     `json:"raft"`
-	Follower json.RawMessage `json:"follower"`
-}
-
-var httpc = &http.Client{Timeout: time.Second}
-
-func (r *replica) status() *status {
-	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/replication/status", r.replicate), nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := httpc.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var st status
-	if json.NewDecoder(resp.Body).Decode(&st) != nil {
-		return nil
-	}
-	return &st
-}
-
-// start runs the replica's process and waits for its "moonmq serving" line.
-func (r *replica) start(bin string) error {
-	lf, err := os.OpenFile(r.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	r.cmd = exec.Command(bin, "serve", "--config", r.config)
-	stderr, err := r.cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	r.cmd.Stdout = lf
-	if err := r.cmd.Start(); err != nil {
-		return err
-	}
-	ready := make(chan struct{})
-	go func() {
-		defer lf.Close()
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			fmt.Fprintln(lf, sc.Text())
-			if strings.Contains(sc.Text(), "moonmq serving") {
-				once.Do(func() { close(ready) })
-			}
-		}
-	}()
-	select {
-	case <-ready:
-		return nil
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("replica %d did not start within 30s (log %s)", r.id, r.logf)
-	}
-}
-
-func (r *replica) kill9() {
-	if r.cmd != nil && r.cmd.ProcessState == nil {
-		r.cmd.Process.Signal(syscall.SIGKILL)
-		r.cmd.Wait()
-	}
-}
+var sys system
 
 func freePort() int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -126,32 +65,24 @@ func freePort() int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-var all []*replica
-
 func fatalf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "failoverbench: "+format+"\n", a...)
-	for _, r := range all {
-		r.kill9()
+	if sys != nil {
+		sys.stopAll()
 	}
 	os.Exit(1)
 }
 
-// serving returns the replica that is the serving leader with an ISR,
-// skipping the one with id not, or nil after within.
-func serving(not int32, within time.Duration) *replica {
+// leader waits up to within for a leader other than not; 0 if none came.
+func leader(not int32, within time.Duration) int32 {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		for _, r := range all {
-			if r.id == not {
-				continue
-			}
-			if st := r.status(); st != nil && st.Role == "leader" && st.Raft != nil && st.Raft.Serving && st.Raft.HasISR {
-				return r
-			}
+		if id := sys.leaderNow(not); id != 0 {
+			return id
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
+	return 0
 }
 
 // acked is what the producer has had acknowledged.
@@ -182,8 +113,14 @@ func (a *ackLog) OnProduceBatchWritten(meta kgo.BrokerMetadata, _ string, _ int3
 func (a *ackLog) count() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n }
 
 func main() {
+	system := flag.String("system", "moonmq", "the group to measure: moonmq or kafka")
 	bin := flag.String("moonmq", "", "moonmq binary (default: build github.com/moonmq/moonmq/cmd/moonmq)")
+	java := flag.String("java", "java", "java binary (--system kafka)")
+	kafkaCP := flag.String("kafka-classpath", "", "file holding Apache Kafka's classpath, as bench/kafka.sh resolves it (--system kafka)")
+	kafkaExtra := flag.String("kafka-extra", "", "comma-separated server.properties lines added to Kafka's defaults, e.g. broker.session.timeout.ms=2500,broker.heartbeat.interval.ms=500")
 	kills := flag.Int("kills", 20, "number of leader kills")
+	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
+	label := flag.String("name", "", "label of this run in the JSON result (default: --system)")
 	backoff := flag.Duration("backoff", 20*time.Millisecond, "producer retry backoff")
 	workDir := flag.String("workdir", "", "directory for data and logs (default: a temporary one, removed on success)")
 	isrLag := flag.Int("isr-lag-seconds", 1, "Replication.IsrLagSeconds")
@@ -199,70 +136,42 @@ func main() {
 		}
 		dir = d
 	}
-	if *bin == "" {
-		*bin = filepath.Join(dir, "moonmq")
-		fmt.Printf("building moonmq into %s\n", *bin)
-		out, err := exec.Command("go", "build", "-o", *bin, "github.com/moonmq/moonmq/cmd/moonmq").CombinedOutput()
-		if err != nil {
-			fatalf("build moonmq: %v\n%s", err, out)
-		}
-	}
-
-	all = make([]*replica, 3)
-	for i := range all {
-		r := &replica{id: int32(i + 1), port: freePort(), mport: freePort(), replicate: freePort()}
-		r.dataDir = filepath.Join(dir, fmt.Sprintf("r%d", r.id))
-		r.logf = filepath.Join(dir, fmt.Sprintf("r%d.log", r.id))
-		if err := os.MkdirAll(r.dataDir, 0o755); err != nil {
-			fatalf("%v", err)
-		}
-		all[i] = r
-	}
-	for _, r := range all {
-		var peers []string
-		for _, o := range all {
-			if o != r {
-				peers = append(peers, fmt.Sprintf(`{"Id": %d, "Address": "127.0.0.1:%d", "ClientAddress": "127.0.0.1:%d"}`, o.id, o.replicate, o.port))
+	var err error
+	switch *system {
+	case "moonmq":
+		if *bin == "" {
+			*bin = filepath.Join(dir, "moonmq")
+			fmt.Printf("building moonmq into %s\n", *bin)
+			out, err := exec.Command("go", "build", "-o", *bin, "github.com/moonmq/moonmq/cmd/moonmq").CombinedOutput()
+			if err != nil {
+				fatalf("build moonmq: %v\n%s", err, out)
 			}
 		}
-		role := "follower"
-		if r.id == 1 {
-			role = "leader"
+		var g *moonmqGroup
+		if g, err = newMoonMQGroup(*bin, dir, *isrLag, *ackTimeout); err == nil {
+			sys = g
 		}
-		cfg := fmt.Sprintf(`{"Server": {"Host": "127.0.0.1", "Port": %d, "MetricsPort": %d, "DataDir": %q,
-  "Replication": {"Enabled": true, "ReplicaId": %d, "Role": %q, "ReplicateHost": "127.0.0.1",
-    "ReplicatePort": %d, "ClientAddress": "127.0.0.1:%d", "Token": %q, "AckTimeout": %d, "IsrLagSeconds": %d,
-    "Peers": [%s], "Failover": {"Enabled": true}}}}`,
-			r.port, r.mport, r.dataDir, r.id, role, r.replicate, r.port, token, *ackTimeout, *isrLag, strings.Join(peers, ", "))
-		r.config = filepath.Join(dir, fmt.Sprintf("r%d.json", r.id))
-		if err := os.WriteFile(r.config, []byte(cfg), 0o644); err != nil {
-			fatalf("%v", err)
+	case "kafka":
+		var extra []string
+		for _, kv := range strings.Split(*kafkaExtra, ",") {
+			if kv = strings.TrimSpace(kv); kv != "" {
+				extra = append(extra, kv)
+			}
 		}
-	}
-	for _, r := range all {
-		if err := r.start(*bin); err != nil {
-			fatalf("%v", err)
+		var g *kafkaGroup
+		if g, err = newKafkaGroup(*java, *kafkaCP, dir, extra); err == nil {
+			sys = g
 		}
+	default:
+		fatalf("--system must be moonmq or kafka, got %q", *system)
 	}
-	defer func() {
-		for _, r := range all {
-			r.kill9()
-		}
-	}()
-	leader := serving(0, 30*time.Second)
-	if leader == nil {
-		fatalf("no serving leader within 30s")
+	if err != nil {
+		fatalf("starting %s: %v", *system, err)
 	}
-	fmt.Printf("replica %d serves; work dir %s\n", leader.id, dir)
-	startTerm := uint64(0)
-	if st := leader.status(); st != nil && st.Raft != nil {
-		startTerm = st.Raft.Term
-	}
+	defer sys.stopAll()
 
-	const topic = "failover"
 	acks := &ackLog{values: map[string]int64{}, byOff: map[int64]string{}, lastAck: map[int32]time.Time{}}
-	seeds := []string{all[0].clientAddr(), all[1].clientAddr(), all[2].clientAddr()}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(sys.seeds()...),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.MetadataMinAge(50*time.Millisecond),
@@ -274,12 +183,28 @@ func main() {
 	}
 	defer cl.Close()
 	ctx := context.Background()
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	_, err = kadm.NewClient(cl).CreateTopic(cctx, 1, 3, nil, topic)
-	cancel()
-	if err != nil {
-		fatalf("create topic: %v", err)
+	// Until the group has a leader (MoonMQ) or a controller (Kafka) that
+	// takes it.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := kadm.NewClient(cl).CreateTopic(cctx, 1, 3, nil, topic)
+		cancel()
+		if err == nil {
+			err = resp.Err
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			fatalf("create topic: %v", err)
+		}
 	}
+	first := leader(0, 60*time.Second)
+	if first == 0 {
+		fatalf("no leader of %s within 60s", topic)
+	}
+	fmt.Printf("%s: node %d leads %s; work dir %s\n", sys.name(), first, topic, dir)
+	startTerm, _ := sys.elections()
 
 	var dupAck string
 	stop := make(chan struct{})
@@ -327,8 +252,8 @@ func main() {
 	failures := 0
 	start := time.Now()
 	for k := 1; k <= *kills; k++ {
-		leader = serving(0, 30*time.Second)
-		if leader == nil {
+		killed := leader(0, 30*time.Second)
+		if killed == 0 {
 			fatalf("kill %d: no serving leader", k)
 		}
 		// Produce flows through the current leader before the kill.
@@ -337,25 +262,18 @@ func main() {
 		}
 		acks.mu.Lock()
 		acks.firstAck, acks.firstNode = time.Time{}, 0
-		acks.watchNot = leader.id
+		acks.watchNot = killed
 		killedAt := time.Now()
 		acks.watchFrom = killedAt
 		acks.mu.Unlock()
-		leader.kill9()
+		sys.kill9(killed)
 
 		var took, servedAfter time.Duration
 		var newNode int32
 		deadline := killedAt.Add(60 * time.Second)
 		for {
-			if servedAfter == 0 {
-				for _, r := range all {
-					if r == leader {
-						continue
-					}
-					if st := r.status(); st != nil && st.Role == "leader" && st.Raft != nil && st.Raft.Serving {
-						servedAfter = time.Since(killedAt)
-					}
-				}
+			if servedAfter == 0 && sys.leaderNow(killed) != 0 {
+				servedAfter = time.Since(killedAt)
 			}
 			acks.mu.Lock()
 			fa, fn := acks.firstAck, acks.firstNode
@@ -371,31 +289,24 @@ func main() {
 		}
 		if newNode == 0 {
 			failures++
-			fmt.Printf("kill %2d: killed replica %d; NO acknowledgement within 60s\n", k, leader.id)
+			fmt.Printf("kill %2d: killed node %d; NO acknowledgement within 60s\n", k, killed)
 		} else {
 			times = append(times, took)
 			if servedAfter > 0 {
 				serves = append(serves, servedAfter)
 			}
-			fmt.Printf("kill %2d: killed replica %d; replica %d serving after %v, acknowledged after %v (acked so far %d)\n",
-				k, leader.id, newNode, servedAfter.Round(time.Millisecond), took.Round(time.Millisecond), acks.count())
+			fmt.Printf("kill %2d: killed node %d; node %d leading after %v, acknowledged after %v (acked so far %d)\n",
+				k, killed, newNode, servedAfter.Round(time.Millisecond), took.Round(time.Millisecond), acks.count())
 		}
 
-		// Restart the killed replica and wait until it follows and is back in the ISR.
-		if err := leader.start(*bin); err != nil {
+		// Restart the killed node and wait until it follows and is back in the ISR.
+		if err := sys.restart(killed); err != nil {
 			fatalf("kill %d: restart: %v", k, err)
 		}
-		rejoinBy := time.Now().Add(60 * time.Second)
-		for {
-			cur := serving(leader.id, 10*time.Second)
-			st := leader.status()
-			if cur != nil && st != nil && st.Role == "follower" && st.Leader == cur.id && len(st.Follower) > 0 {
-				if cs := cur.status(); cs != nil && cs.Raft != nil && slices.Contains(cs.Raft.ISR, leader.id) && len(cs.Raft.ISR) == 3 {
-					break
-				}
-			}
+		rejoinBy := time.Now().Add(120 * time.Second)
+		for !sys.rejoined(killed) {
 			if time.Now().After(rejoinBy) {
-				fatalf("kill %d: replica %d did not rejoin the ISR within 60s", k, leader.id)
+				fatalf("kill %d: node %d did not rejoin the ISR within 120s", k, killed)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -408,8 +319,7 @@ func main() {
 	elapsed := time.Since(start)
 
 	// Read everything back from the final leader.
-	final := serving(0, 30*time.Second)
-	if final == nil {
+	if leader(0, 30*time.Second) == 0 {
 		fatalf("no serving leader at the end")
 	}
 	acks.mu.Lock()
@@ -419,7 +329,7 @@ func main() {
 	for _, off := range values {
 		maxOff = max(maxOff, off)
 	}
-	cons, err := kgo.NewClient(kgo.SeedBrokers(final.clientAddr()), kgo.ConsumeTopics(topic),
+	cons, err := kgo.NewClient(kgo.SeedBrokers(sys.seeds()...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		fatalf("consumer: %v", err)
@@ -457,18 +367,20 @@ func main() {
 	if len(times) > 0 {
 		med := median(times)
 		fmt.Printf("  min %v  median %v  max %v\n", times[0].Round(time.Millisecond), med.Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
-		fmt.Printf("  targets: median < 1.5s: %v; max < 3s: %v\n", med < 1500*time.Millisecond, times[len(times)-1] < 3*time.Second)
+		if *system == "moonmq" {
+			fmt.Printf("  targets: median < 1.5s: %v; max < 3s: %v\n", med < 1500*time.Millisecond, times[len(times)-1] < 3*time.Second)
+		}
 	}
 	if len(serves) > 0 {
 		fmt.Printf("  of which until the new leader reports serving (status polled): median %v  max %v\n",
 			median(serves).Round(time.Millisecond), serves[len(serves)-1].Round(time.Millisecond))
 	}
 	fmt.Printf("  kills without an ack within 60s: %d\n", failures)
-	if st := final.status(); st != nil && st.Raft != nil {
+	if term, ok := sys.elections(); ok {
 		// One election per kill; anything more is an election nobody
 		// asked for (a missed heartbeat) or a leadership hand-off.
 		fmt.Printf("  Raft terms: %d at the first kill, %d at the end: %d elections for %d kills\n",
-			startTerm, st.Raft.Term, st.Raft.Term-startTerm, *kills)
+			startTerm, term, term-startTerm, *kills)
 	}
 	fmt.Printf("acknowledged records: %d (read back up to offset %d of %d)\n", len(values), last, maxOff)
 	fmt.Printf("  lost: %d  duplicated: %d  at another offset: %d\n", lost, dup, moved)
@@ -476,8 +388,14 @@ func main() {
 		fmt.Printf("  offset acknowledged twice: %s\n", dupAck)
 	}
 	fmt.Printf("total run time %v\n", elapsed.Round(time.Second))
-	for _, r := range all {
-		r.kill9()
+	sys.stopAll()
+	if *jsonOut != "" {
+		if *label == "" {
+			*label = *system
+		}
+		if err := writeResult(*jsonOut, *label, times, failures, len(values), lost+dup+moved); err != nil {
+			fatalf("%v", err)
+		}
 	}
 	if lost > 0 || dup > 0 || moved > 0 || failures > 0 || dupAck != "" {
 		fmt.Printf("FAIL (logs in %s)\n", dir)
@@ -486,6 +404,34 @@ func main() {
 	if !keep {
 		os.RemoveAll(dir)
 	}
+}
+
+// result is a run's outcome as failover.sh compares it.
+type result struct {
+	Name     string    `json:"name"`
+	Kills    int       `json:"kills"`
+	TimesMs  []float64 `json:"times_ms"` // sorted
+	MedianMs float64   `json:"median_ms"`
+	MaxMs    float64   `json:"max_ms"`
+	NoAck    int       `json:"kills_without_ack"`
+	Acked    int       `json:"acknowledged"`
+	Wrong    int       `json:"lost_duplicated_or_moved"`
+}
+
+func writeResult(path, name string, times []time.Duration, noAck, acked, wrong int) error {
+	r := result{Name: name, Kills: len(times) + noAck, NoAck: noAck, Acked: acked, Wrong: wrong}
+	for _, d := range times {
+		r.TimesMs = append(r.TimesMs, float64(d)/float64(time.Millisecond))
+	}
+	if len(times) > 0 {
+		r.MedianMs = float64(median(times)) / float64(time.Millisecond)
+		r.MaxMs = r.TimesMs[len(r.TimesMs)-1]
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // median of sorted, non-empty d.
