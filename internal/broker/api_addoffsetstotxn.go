@@ -13,7 +13,7 @@ func init() {
 	register(apiDef[*kmsg.AddOffsetsToTxnRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 3},
 		serve: func(b *Broker, _ *conn, r *kmsg.AddOffsetsToTxnRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return nil, func(ctx context.Context) kmsg.Response { return b.handleAddOffsetsToTxn(ctx, r) }
+			return nil, func(ctx context.Context) kmsg.Response { return b.txns.AddOffsets(ctx, r) }
 		},
 		authorize: func(z *authz, r *kmsg.AddOffsetsToTxnRequest, _ runFunc) (kmsg.Response, waitFunc, bool) {
 			if !z.allowed(opWrite, resTxnID, r.TransactionalID) {

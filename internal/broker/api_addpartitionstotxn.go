@@ -14,7 +14,7 @@ func init() {
 	register(apiDef[*kmsg.AddPartitionsToTxnRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 3},
 		serve: func(b *Broker, _ *conn, r *kmsg.AddPartitionsToTxnRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return nil, func(ctx context.Context) kmsg.Response { return b.handleAddPartitionsToTxn(ctx, r) }
+			return nil, func(ctx context.Context) kmsg.Response { return b.txns.AddPartitions(ctx, r) }
 		},
 		authorize:  (*authz).addPartitionsToTxn,
 		onFollower: notCoordinatorOnFollower[*kmsg.AddPartitionsToTxnRequest],

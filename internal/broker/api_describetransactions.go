@@ -11,7 +11,7 @@ func init() {
 	register(apiDef[*kmsg.DescribeTransactionsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 0},
 		serve: func(b *Broker, _ *conn, r *kmsg.DescribeTransactionsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleDescribeTransactions(r), nil
+			return b.txns.DescribeTransactions(r), nil
 		},
 		authorize:  (*authz).describeTransactions,
 		onFollower: notCoordinatorOnFollower[*kmsg.DescribeTransactionsRequest],

@@ -14,7 +14,7 @@ func init() {
 	register(apiDef[*kmsg.EndTxnRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 5},
 		serve: func(b *Broker, _ *conn, r *kmsg.EndTxnRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return nil, func(ctx context.Context) kmsg.Response { return b.handleEndTxn(ctx, r) }
+			return nil, func(ctx context.Context) kmsg.Response { return b.txns.EndTxn(ctx, r) }
 		},
 		authorize: func(z *authz, r *kmsg.EndTxnRequest, _ runFunc) (kmsg.Response, waitFunc, bool) {
 			return whole(r, z.allowed(opWrite, resTxnID, r.TransactionalID), errTxnIDAuthorizationFailed)

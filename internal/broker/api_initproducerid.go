@@ -17,7 +17,7 @@ func init() {
 		versions: protocol.VersionRange{Min: 0, Max: 4},
 		serve: func(b *Broker, _ *conn, r *kmsg.InitProducerIDRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
 			if r.TransactionalID != nil {
-				return nil, func(ctx context.Context) kmsg.Response { return b.handleInitProducerIDTxn(ctx, r) }
+				return nil, func(ctx context.Context) kmsg.Response { return b.txns.InitProducerID(ctx, r) }
 			}
 			return nil, func(context.Context) kmsg.Response { return b.handleInitProducerID(r) }
 		},

@@ -13,7 +13,7 @@ func init() {
 	register(apiDef[*kmsg.ListTransactionsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 1},
 		serve: func(b *Broker, _ *conn, r *kmsg.ListTransactionsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleListTransactions(r), nil
+			return b.txns.ListTransactions(r), nil
 		},
 		authorize: func(z *authz, r *kmsg.ListTransactionsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			resp, wait := run(r)

@@ -38,6 +38,7 @@ import (
 	"github.com/moonmq/moonmq/internal/groupcoord"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/txncoord"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -81,7 +82,7 @@ type Broker struct {
 	// groups is the group coordinator: membership, committed offsets
 	// and their topic (groups.go wires it).
 	groups *groupcoord.Coordinator
-	txns   *txnCoordinator
+	txns   *txncoord.Coordinator
 
 	// sec is who may connect and what they may do (security.go).
 	sec *security
@@ -184,10 +185,10 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		return nil, err
 	}
 	b.flush = newFlusher(b)
-	b.txns = newTxnCoordinator(b)
 	b.groups = b.newGroupCoordinator()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.ctx, b.cancel = ctx, cancel
+	b.txns = newTxnCoordinator(b)
 	// The flusher runs first: recovering transactions writes markers and
 	// waits for them to be durable.
 	b.wg.Add(1)
@@ -208,10 +209,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	// leader's, transactions included.
 	following := b.following()
 	if !following {
-		if err := b.txns.load(ctx); err != nil {
-			return fail(err)
-		}
-		if err := b.txns.sweepOrphans(ctx); err != nil {
+		if err := b.txns.Load(ctx); err != nil {
 			return fail(err)
 		}
 	}
@@ -464,7 +462,7 @@ func (b *Broker) lookup(name string) *topic {
 // internalTopic reports whether clients may not write or delete the topic
 // directly: the broker owns its contents.
 func internalTopic(name string) bool {
-	return name == offsetsTopic || name == producerIDsTopic || name == txnStateTopic || name == usersTopic || name == aclsTopic
+	return name == offsetsTopic || name == producerIDsTopic || name == txncoord.StateTopic || name == usersTopic || name == aclsTopic
 }
 
 // lookupOrCreate returns the topic, auto-creating it when allowed.
@@ -513,7 +511,7 @@ func (b *Broker) startLeaderLoops(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(3)
 	go func() { defer wg.Done(); b.retentionLoop(ctx) }()
 	go func() { defer wg.Done(); b.groups.RunLeader(ctx) }()
-	go func() { defer wg.Done(); b.txns.run(ctx) }()
+	go func() { defer wg.Done(); b.txns.Run(ctx) }()
 }
 
 // retentionLoop enforces topic retention and compaction until ctx ends.

@@ -63,8 +63,7 @@ var (
 	errNonEmptyGroup           = kerr.NonEmptyGroup.Code
 
 	// Transactions.
-	errOperationNotAttempted   = kerr.OperationNotAttempted.Code
-	errTransactionalIDNotFound = kerr.TransactionalIDNotFound.Code
+	errOperationNotAttempted = kerr.OperationNotAttempted.Code
 
 	// Authorization.
 	errTopicAuthorizationFailed   = kerr.TopicAuthorizationFailed.Code

@@ -74,20 +74,12 @@ func (b *Broker) internalPartition(name string, configs map[string]string) (*par
 	return t.partitions[0], nil
 }
 
-// appendOwn appends a batch the broker wrote itself (internal-topic records,
-// transaction markers), keeps the partition's producer and transaction state
+// appendOwn appends a batch the broker wrote itself (producer-id blocks,
+// users and ACLs; the coordinators append through ownWriter), keeps the partition's producer and transaction state
 // in step with it, and schedules it for the next group commit. It returns
 // the offset after the batch: what waitOwn must reach.
 func (b *Broker) appendOwn(p *partition.Partition, batch []byte) (int64, error) {
 	return b.appendInternal(p, batch, partition.FlushNow)
-}
-
-// appendOwnLazy is appendOwn for a write nobody waits for and whose loss
-// recovery repairs (a transaction's Complete* record): it is synced with
-// the next write that is waited for, or by the flusher's idle tick, rather
-// than in a pass of its own that the next produce would queue behind.
-func (b *Broker) appendOwnLazy(p *partition.Partition, batch []byte) (int64, error) {
-	return b.appendInternal(p, batch, partition.FlushLazily)
 }
 
 func (b *Broker) appendInternal(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {

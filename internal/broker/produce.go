@@ -212,7 +212,7 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 	}
 	var waits []produceWait
 	for k, tps := range adds {
-		if p, end, code := b.txns.addImplicitAll(k.pid, k.epoch, tps); code == 0 && p != nil {
+		if p, end, code := b.txns.AddImplicitAll(k.pid, k.epoch, tps); code == 0 && p != nil {
 			waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
 		}
 	}
@@ -257,7 +257,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			if version >= 12 {
 				// Transactions v2: the first produce to a partition
 				// adds it to the transaction.
-				if code := b.txns.addImplicit(b.ctx, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: t.name, Partition: p.Index}); code != 0 {
+				if code := b.txns.AddImplicit(b.ctx, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: t.name, Partition: p.Index}); code != 0 {
 					return res, code, "could not add the partition to the producer's transaction"
 				}
 			}
@@ -268,7 +268,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 		res.records += int64(h.RecordsCount)
 	}
 	txnCheck := func(h recordbatch.Header) int16 {
-		return b.txns.checkProduce(h.ProducerID, h.ProducerEpoch, t.name, p.Index)
+		return b.txns.CheckProduce(h.ProducerID, h.ProducerEpoch, t.name, p.Index)
 	}
 	a, err := p.AppendClient(batches, headers, txnCheck)
 	var refused *partition.Refusal

@@ -17,6 +17,7 @@ import (
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
+	"github.com/moonmq/moonmq/internal/txncoord"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -476,7 +477,7 @@ func (b *Broker) rebuildLeaderState(ctx context.Context) error {
 	// Users and ACLs apply themselves as their high watermarks move
 	// (statelog.go); waiting for them here means no request is judged
 	// with credentials or ACLs older than the group committed.
-	for _, name := range []string{offsetsTopic, producerIDsTopic, txnStateTopic, usersTopic, aclsTopic} {
+	for _, name := range []string{offsetsTopic, producerIDsTopic, txncoord.StateTopic, usersTopic, aclsTopic} {
 		t := b.lookup(name)
 		if t == nil {
 			continue
@@ -513,7 +514,7 @@ func (b *Broker) leaderReloads() []leaderReload {
 	return []leaderReload{
 		{"committed offsets", b.groups.Reload}, // groupcoord
 		{"producer ids", b.resetProducerIDs},   // idempotence.go
-		{"transactions", b.txns.reload},        // txncoord.go
+		{"transactions", b.txns.Reload},        // internal/txncoord
 		{"group registry", func(context.Context) error { b.groups.RegisterGroups(); return nil }},
 	}
 }

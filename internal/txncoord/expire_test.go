@@ -1,4 +1,4 @@
-package broker
+package txncoord
 
 import (
 	"context"
@@ -11,22 +11,23 @@ import (
 	"github.com/moonmq/moonmq/internal/txn"
 )
 
-// TestExpireTransactionalIDsConcurrentPasses runs passes at once over the
-// same idle ids: each locks a batch of entries before its durable write,
-// so passes that took them in different orders would deadlock. Every id
-// must be expired exactly once.
-func TestExpireTransactionalIDsConcurrentPasses(t *testing.T) {
-	b := openTestBroker(t)
+// TestExpireIDsConcurrentPasses runs passes at once over the same idle
+// ids: each locks a batch of entries before its durable write, so passes
+// that took them in different orders would deadlock. Every id must be
+// expired exactly once.
+func TestExpireIDsConcurrentPasses(t *testing.T) {
+	h := newTestHost(t)
+	c := h.coordinator(context.Background())
 	const ids = 200
 	for i := range ids {
 		id := fmt.Sprintf("tx-%03d", i)
-		b.txns.install(b.txns.entry(id, true), &txn.Metadata{ID: id, ProducerID: int64(i),
+		c.install(c.entry(id, true), &txn.Metadata{ID: id, ProducerID: int64(i),
 			State: kmsg.TransactionStateCompleteCommit, Partitions: map[txn.TP]struct{}{}, UpdateMs: 1})
 	}
 	const passes = 8
 	done := make(chan int, passes)
 	for range passes {
-		go func() { done <- b.ExpireTransactionalIDs(context.Background(), time.Now()) }()
+		go func() { done <- c.ExpireIDs(context.Background(), time.Now()) }()
 	}
 	total := 0
 	for range passes {
@@ -40,10 +41,13 @@ func TestExpireTransactionalIDsConcurrentPasses(t *testing.T) {
 	if total != ids {
 		t.Fatalf("expired %d ids in all, want %d (each exactly once)", total, ids)
 	}
-	b.txns.mu.Lock()
-	left := len(b.txns.byID)
-	b.txns.mu.Unlock()
+	c.mu.Lock()
+	left := len(c.byID)
+	c.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d ids left", left)
+	}
+	if n := h.expired.Load(); n != ids {
+		t.Fatalf("host counted %d expired ids, want %d", n, ids)
 	}
 }

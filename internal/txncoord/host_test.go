@@ -1,0 +1,136 @@
+package txncoord
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/partition"
+	"github.com/moonmq/moonmq/internal/storage"
+)
+
+// testHost is a broker reduced to what the coordinator asks of it: local
+// partitions that a running flusher makes durable, each written and
+// waited on as the broker's own writes are; and a group coordinator that
+// only records how transactions ended.
+type testHost struct {
+	t     *testing.T
+	dir   string
+	flush *partition.Flusher
+
+	mu    sync.Mutex
+	parts map[string][]*partition.Partition
+
+	nextPID atomic.Int64
+	expired atomic.Int64
+	ended   sync.Map // producer id -> commit
+}
+
+func newTestHost(t *testing.T) *testHost {
+	h := &testHost{t: t, dir: t.TempDir(), parts: map[string][]*partition.Partition{},
+		flush: partition.NewFlusher(partition.FlusherConfig{Fatal: func(err error) { t.Errorf("fsync: %v", err) }})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.flush.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		for _, p := range h.Partitions() {
+			_ = p.Close()
+		}
+	})
+	return h
+}
+
+// coordinator returns a coordinator over h, as the broker builds one.
+func (h *testHost) coordinator(ctx context.Context) *Coordinator {
+	return New(Config{Writer: testWriter{h}, Host: h, Offsets: h, OffsetsTopic: testOffsetsTopic,
+		Log: slog.New(slog.DiscardHandler), Ctx: ctx, IDExpirationMs: 1, IDExpirationCheckMs: 3600000, ExpiredIDs: &h.expired})
+}
+
+// topic returns a topic's partitions, making it with n partitions if
+// there is none.
+func (h *testHost) topic(name string, n int) []*partition.Partition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ps := h.parts[name]; ps != nil {
+		return ps
+	}
+	for i := range n {
+		l, err := storage.Open(filepath.Join(h.dir, name, strconv.Itoa(i)),
+			storage.Options{RetentionMs: -1, RetentionBytes: -1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		p, err := partition.New(partition.Config{Topic: name, Index: int32(i), Log: l, Flusher: h.flush,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.parts[name] = append(h.parts[name], p)
+	}
+	return h.parts[name]
+}
+
+func (h *testHost) Partition(topic string, index int32) *partition.Partition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ps := h.parts[topic]
+	if index < 0 || int(index) >= len(ps) {
+		return nil
+	}
+	return ps[index]
+}
+
+func (h *testHost) Partitions() []*partition.Partition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names := make([]string, 0, len(h.parts))
+	for n := range h.parts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []*partition.Partition
+	for _, n := range names {
+		out = append(out, h.parts[n]...)
+	}
+	return out
+}
+
+func (h *testHost) Internal(topic string) bool     { return strings.HasPrefix(topic, "__") }
+func (h *testHost) NextProducerID() (int64, error) { return h.nextPID.Add(1) - 1, nil }
+func (h *testHost) Leading() bool                  { return true }
+
+const testOffsetsTopic = "__consumer_offsets"
+
+func (h *testHost) EnsureTopic() error { h.topic(testOffsetsTopic, 1); return nil }
+func (h *testHost) WriteTxnOffsets(context.Context, int64, int16, *kmsg.TxnOffsetCommitRequest) int16 {
+	return 0
+}
+func (h *testHost) EndTxn(pid int64, commit bool) { h.ended.Store(pid, commit) }
+
+// testWriter is the coordinator.Writer over a testHost's partitions.
+type testWriter struct{ h *testHost }
+
+func (w testWriter) Partition(name string, _ map[string]string) (*partition.Partition, error) {
+	return w.h.topic(name, 1)[0], nil
+}
+
+func (testWriter) Append(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {
+	return p.AppendOwn(batch, flush)
+}
+
+func (testWriter) Wait(ctx context.Context, p *partition.Partition, end int64) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return p.WaitCommitted(ctx, end)
+}

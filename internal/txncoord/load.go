@@ -1,0 +1,177 @@
+package txncoord
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
+)
+
+// Load rebuilds the coordinator from StateTopic, as a broker that starts
+// leading does: it finishes the transactions whose decision was made but
+// not completed, then aborts those that partitions hold open but the
+// coordinator does not know (their producer's record was lost).
+func (c *Coordinator) Load(ctx context.Context) error {
+	if err := c.load(ctx); err != nil {
+		return err
+	}
+	return c.sweepOrphans()
+}
+
+// Reload is Load for a replica that starts a new term as leader: what it
+// knew of an earlier term is forgotten first, since the topic is the
+// whole truth.
+func (c *Coordinator) Reload(ctx context.Context) error {
+	c.reset()
+	return c.Load(ctx)
+}
+
+// reset forgets every transactional id.
+func (c *Coordinator) reset() {
+	c.mu.Lock()
+	c.byID = map[string]*entry{}
+	c.byPID = map[int64]*entry{}
+	c.mu.Unlock()
+}
+
+// load reads StateTopic into memory and finishes transactions whose
+// decision was made but not completed.
+func (c *Coordinator) load(ctx context.Context) error {
+	p := c.host.Partition(StateTopic, 0)
+	if p == nil {
+		return nil
+	}
+	err := p.Scan(p.Log().StartOffset(), p.HighWatermark(), func(h recordbatch.Header, batch []byte) error {
+		recs, err := recordbatch.Records(batch, 64<<20)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			id, m, err := txn.Decode(r.Key, r.Value)
+			if err != nil {
+				c.log.Warn("skipping undecodable transaction state record", "offset", r.Offset, "err", err)
+				continue
+			}
+			e := c.entry(id, true)
+			if m == nil {
+				c.mu.Lock()
+				if old := e.meta.Load(); old != nil {
+					delete(c.byPID, old.ProducerID)
+				}
+				delete(c.byID, id)
+				c.mu.Unlock()
+				continue
+			}
+			c.install(e, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild transactions from %s: %w", StateTopic, err)
+	}
+	c.mu.Lock()
+	entries := make([]*entry, 0, len(c.byID))
+	for _, e := range c.byID {
+		entries = append(entries, e)
+	}
+	c.mu.Unlock()
+	for _, e := range entries {
+		e.mu.Lock()
+		err := c.recoverFromMarkers(ctx, e)
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	for _, e := range entries {
+		if m := e.meta.Load(); m.Preparing() {
+			c.log.Info("completing a transaction decided before the restart", "transactional_id", m.ID, "commit", m.Committing())
+			e.mu.Lock()
+			err := c.finish(e)
+			e.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if len(entries) > 0 {
+		c.log.Info("rebuilt transaction state", "transactional_ids", len(entries))
+	}
+	return nil
+}
+
+// recoverFromMarkers finds the decision of an Ongoing transaction whose
+// EndTxn wrote its decision and markers in one round (see end) and was cut
+// short with a marker durable but the decision record lost: a marker of
+// the producer at the next epoch can only come from that decision. The
+// decision is then written again and completed, so every partition gets
+// the same outcome. The caller holds e.mu.
+func (c *Coordinator) recoverFromMarkers(ctx context.Context, e *entry) error {
+	m := e.meta.Load()
+	if m == nil || m.State != kmsg.TransactionStateOngoing || m.Epoch >= math.MaxInt16-2 {
+		return nil
+	}
+	found, commit := false, false
+	for tp := range m.Partitions {
+		p := c.host.Partition(tp.Topic, tp.Partition)
+		if p == nil {
+			continue
+		}
+		mk, ok := p.LastMarker(m.ProducerID)
+		if ok && mk.Epoch == m.Epoch+1 {
+			found, commit = true, mk.Commit
+			break
+		}
+	}
+	if !found {
+		return nil
+	}
+	action, prepared, code := m.End(commit, time.Now().UnixMilli())
+	if action == txn.EndFail {
+		return fmt.Errorf("recovering transaction %q from its markers: %d", m.ID, code)
+	}
+	prepared.Epoch++
+	c.log.Info("completing a transaction whose decision survived only in its markers", "transactional_id", m.ID, "commit", commit)
+	if err := c.transition(ctx, e, prepared); err != nil {
+		return err
+	}
+	return c.finish(e)
+}
+
+// sweepOrphans aborts transactions that partitions hold open but the
+// coordinator does not know as ongoing on them (a lost implicit add, or a
+// coordinator record lost with unsynced data): without this a partition's
+// LSO would never move again.
+func (c *Coordinator) sweepOrphans() error {
+	for _, p := range c.host.Partitions() {
+		open := p.OpenTransactions()
+		for pid := range open {
+			e := c.byProducer(pid)
+			tp := txn.TP{Topic: p.Topic, Partition: p.Index}
+			if e != nil {
+				if m := e.meta.Load(); m.State == kmsg.TransactionStateOngoing || m.Preparing() {
+					if _, ok := m.Partitions[tp]; ok {
+						continue
+					}
+				}
+			}
+			c.log.Warn("aborting an orphaned open transaction", "topic", p.Topic, "partition", p.Index, "producer_id", pid)
+			// The marker carries the producer's own epoch: it must
+			// close the orphan without fencing a live producer.
+			epoch, _ := p.ProducerEpoch(pid)
+			if e != nil {
+				epoch = max(epoch, e.meta.Load().Epoch)
+			}
+			orphan := &txn.Metadata{ProducerID: pid, Epoch: epoch, Partitions: map[txn.TP]struct{}{tp: {}}}
+			if err := c.writeMarkers(orphan, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
