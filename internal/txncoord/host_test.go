@@ -21,7 +21,7 @@ import (
 // testHost is a broker reduced to what the coordinator asks of it: local
 // partitions that a running flusher makes durable, each written and
 // waited on as the broker's own writes are; and a group coordinator that
-// only records how transactions ended.
+// only records as whom offsets were committed and how transactions ended.
 type testHost struct {
 	t     *testing.T
 	dir   string
@@ -32,7 +32,8 @@ type testHost struct {
 
 	nextPID atomic.Int64
 	expired atomic.Int64
-	ended   sync.Map // producer id -> commit
+	ended   sync.Map                 // producer id -> commit
+	wroteAs atomic.Pointer[[2]int64] // the last TxnOffsetCommit's producer id and epoch
 }
 
 func newTestHost(t *testing.T) *testHost {
@@ -113,7 +114,8 @@ func (h *testHost) Leading() bool                  { return true }
 const testOffsetsTopic = "__consumer_offsets"
 
 func (h *testHost) EnsureTopic() error { h.topic(testOffsetsTopic, 1); return nil }
-func (h *testHost) WriteTxnOffsets(context.Context, int64, int16, *kmsg.TxnOffsetCommitRequest) int16 {
+func (h *testHost) WriteTxnOffsets(_ context.Context, pid int64, epoch int16, _ *kmsg.TxnOffsetCommitRequest) int16 {
+	h.wroteAs.Store(&[2]int64{pid, int64(epoch)})
 	return 0
 }
 func (h *testHost) EndTxn(pid int64, commit bool) { h.ended.Store(pid, commit) }

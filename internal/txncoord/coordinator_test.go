@@ -1,0 +1,149 @@
+package txncoord
+
+import (
+	"context"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/partition"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
+)
+
+func initTxn(t *testing.T, c *Coordinator, id string) (int64, int16) {
+	t.Helper()
+	r := kmsg.NewPtrInitProducerIDRequest()
+	r.Version, r.TransactionalID, r.TransactionTimeoutMillis = 4, &id, 60000
+	resp := c.InitProducerID(context.Background(), r)
+	if resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: code %d", resp.ErrorCode)
+	}
+	return resp.ProducerID, resp.ProducerEpoch
+}
+
+// produceTxn appends a transactional batch of the producer to p, as a
+// client's produce would once the coordinator allowed it.
+func produceTxn(t *testing.T, c *Coordinator, p *partition.Partition, pid int64, epoch int16) {
+	t.Helper()
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: pid, ProducerEpoch: epoch, Transactional: true},
+		[]recordbatch.Record{{Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := recordbatch.ParseHeader(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(h recordbatch.Header) int16 {
+		return c.CheckProduce(h.ProducerID, h.ProducerEpoch, p.Topic, p.Index)
+	}
+	if _, err := p.AppendClient([][]byte{batch}, []recordbatch.Header{h}, check); err != nil {
+		t.Fatalf("transactional produce: %v", err)
+	}
+}
+
+// TestCommitWritesMarkersAndReloads: a transaction's offset commits are
+// written as its producer; committed, it leaves a commit marker on each of
+// its partitions, the offsets topic's included (whose pending commits the
+// group coordinator then applies), and a coordinator reloaded from the
+// state topic knows it as committed.
+func TestCommitWritesMarkersAndReloads(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHost(t)
+	data := h.topic("orders", 2)
+	c := h.coordinator(ctx)
+	pid, epoch := initTxn(t, c, "tx")
+
+	if code := c.CheckProduce(pid, epoch, "orders", 1); code != txn.ErrInvalidTxnState {
+		t.Fatalf("produce before the partition joined: code %d, want INVALID_TXN_STATE", code)
+	}
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.Version, add.TransactionalID, add.ProducerID, add.ProducerEpoch = 3, "tx", pid, epoch
+	add.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "orders", Partitions: []int32{1}}}
+	if code := c.AddPartitions(ctx, add).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("AddPartitionsToTxn: code %d", code)
+	}
+	produceTxn(t, c, data[1], pid, epoch)
+	offs := kmsg.NewPtrAddOffsetsToTxnRequest()
+	offs.Version, offs.TransactionalID, offs.ProducerID, offs.ProducerEpoch, offs.Group = 3, "tx", pid, epoch, "g"
+	if code := c.AddOffsets(ctx, offs).ErrorCode; code != 0 {
+		t.Fatalf("AddOffsetsToTxn: code %d", code)
+	}
+
+	commit := kmsg.NewPtrTxnOffsetCommitRequest()
+	commit.Version, commit.TransactionalID, commit.ProducerID, commit.ProducerEpoch, commit.Group = 3, "tx", pid, epoch, "g"
+	commit.Topics = []kmsg.TxnOffsetCommitRequestTopic{{Topic: "orders", Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 1, Offset: 1}}}}
+	if code := c.TxnOffsetCommit(ctx, commit).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("TxnOffsetCommit: code %d", code)
+	}
+	if got := h.wroteAs.Load(); got == nil || *got != [2]int64{pid, int64(epoch)} {
+		t.Fatalf("offset commits written as %v, want producer %d epoch %d", got, pid, epoch)
+	}
+
+	end := kmsg.NewPtrEndTxnRequest()
+	end.Version, end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = 4, "tx", pid, epoch, true
+	if code := c.EndTxn(ctx, end).ErrorCode; code != 0 {
+		t.Fatalf("EndTxn: code %d", code)
+	}
+	for _, p := range []*partition.Partition{data[1], h.Partition(testOffsetsTopic, 0)} {
+		if mk, ok := p.LastMarker(pid); !ok || !mk.Commit {
+			t.Fatalf("%s/%d: marker %+v (%v), want a commit marker", p.Topic, p.Index, mk, ok)
+		}
+	}
+	if _, ok := data[0].LastMarker(pid); ok {
+		t.Fatal("a marker on a partition the transaction never had")
+	}
+	if commit, ok := h.ended.Load(pid); !ok || commit != true {
+		t.Fatalf("group coordinator told of the offsets' end: %v (%v), want commit", commit, ok)
+	}
+
+	// Synced yet or not (it is written lazily), the Complete* record is
+	// what a reload ends with: a Prepare* state is completed again.
+	if err := c.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := h.coordinator(ctx)
+	if err := reloaded.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Coordinator{c, reloaded} {
+		d := kmsg.NewPtrDescribeTransactionsRequest()
+		d.TransactionalIDs = []string{"tx"}
+		st := c.DescribeTransactions(d).TransactionStates[0]
+		if st.ErrorCode != 0 || st.ProducerID != pid || st.State != txn.StateName(kmsg.TransactionStateCompleteCommit) {
+			t.Fatalf("after reload: %+v, want producer %d CompleteCommit", st, pid)
+		}
+	}
+}
+
+// TestLoadAbortsOrphans: a transaction a partition holds open but the
+// state topic does not know (its record was lost) is aborted on load, with
+// the producer's own epoch, so the partition's LSO moves again.
+func TestLoadAbortsOrphans(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHost(t)
+	p := h.topic("orders", 1)[0]
+	allow := func(recordbatch.Header) int16 { return 0 }
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: 42, ProducerEpoch: 3, Transactional: true},
+		[]recordbatch.Record{{Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd, _ := recordbatch.ParseHeader(batch)
+	if _, err := p.AppendClient([][]byte{batch}, []recordbatch.Header{hd}, allow); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := p.OpenTransactions()[42]; !open {
+		t.Fatal("the batch opened no transaction")
+	}
+	if err := h.coordinator(ctx).Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := p.OpenTransactions()[42]; open {
+		t.Fatal("the orphaned transaction is still open")
+	}
+	if mk, ok := p.LastMarker(42); !ok || mk.Commit || mk.Epoch != 3 {
+		t.Fatalf("marker %+v (%v), want an abort at the producer's epoch 3", mk, ok)
+	}
+}
