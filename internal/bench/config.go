@@ -155,7 +155,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 		if err != nil || pid <= 0 {
 			return nil, fmt.Errorf("bench: --broker-pids: %q is not a process id", f)
 		}
-		if _, err := procCPU(pid); err != nil {
+		if _, err := ProcCPU(pid); err != nil {
 			return nil, fmt.Errorf("bench: --broker-pids: cannot read process %d: %v", pid, err)
 		}
 		cfg.BrokerPIDs = append(cfg.BrokerPIDs, pid)

@@ -38,8 +38,8 @@ const usageSampleInterval = 100 * time.Millisecond
 // user-visible clock tick at 100 Hz on every architecture it runs on.
 const userHZ = 100
 
-// procCPU returns pid's user plus system CPU time.
-func procCPU(pid int) (time.Duration, error) {
+// ProcCPU returns pid's user plus system CPU time (Linux).
+func ProcCPU(pid int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -66,8 +66,8 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
-// procRSS returns pid's resident set size in bytes.
-func procRSS(pid int) (int64, error) {
+// ProcRSS returns pid's resident set size in bytes (Linux).
+func ProcRSS(pid int) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
 	if err != nil {
 		return 0, err
@@ -115,11 +115,11 @@ func startUsage(pids []int) (*usageMeter, error) {
 
 func (m *usageMeter) read() (cpu time.Duration, rss int64, err error) {
 	for _, pid := range m.pids {
-		c, err := procCPU(pid)
+		c, err := ProcCPU(pid)
 		if err != nil {
 			return 0, 0, err
 		}
-		r, err := procRSS(pid)
+		r, err := ProcRSS(pid)
 		if err != nil {
 			return 0, 0, err
 		}
