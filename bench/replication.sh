@@ -16,6 +16,9 @@
 #   REPLICAS=3           MoonMQ group size and NATS stream replicas (3 or 5)
 #   RESULTS_DIR=DIR      where reports go (default bench/results/repl-<timestamp>)
 #   MOONMQ=PATH          use this moonmq binary instead of building ./cmd/moonmq
+#   MOONMQ_SERVER=PATH   run the replicas with this binary (the load generator
+#                        stays MOONMQ): to compare two builds of MoonMQ
+#   SKIP_PEERS=1         leave Apache Kafka and NATS JetStream out
 #   PROFILE=1            after the measured MoonMQ group cases, run one more
 #                        (p=1 pipelined, 10 s) and save a CPU profile of every
 #                        replica in RESULTS_DIR/profile/ (not in the numbers)
@@ -66,7 +69,7 @@ fi
 } >"$RESULTS_DIR/run-info.txt"
 cat "$RESULTS_DIR/run-info.txt" >&2
 
-common=(--moonmq "$MOONMQ" --acks=-1 --duration "$DURATION" --partitions "$PARTITIONS"
+common=(--moonmq "$MOONMQ" --server "${MOONMQ_SERVER:-$MOONMQ}" --acks=-1 --duration "$DURATION" --partitions "$PARTITIONS"
 	--modes "$MODES" --record-size "$RECORD_SIZE"
 	--server-extra "${MOONMQ_SERVER_EXTRA:-}" --bench-args "${BENCH_ARGS:-}")
 
@@ -96,7 +99,7 @@ profile=()
 [[ ${PROFILE:-0} == 1 ]] && profile=(--profile-dir "$RESULTS_DIR/profile" --profile-seconds 8)
 run_moonmq "$rn" "$REPLICAS" --replication-extra "${MOONMQ_REPLICATION_EXTRA:-}" "${profile[@]+"${profile[@]}"}"
 
-if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
+if [[ ${SKIP_KAFKA:-0} != 1 && ${SKIP_PEERS:-0} != 1 ]]; then
 	log "$kn: apache kafka, $REPLICAS KRaft nodes (its defaults: no fsync per message)"
 	if kafka_start "$REPLICAS" "$work/$kn"; then
 		rc=0
@@ -114,14 +117,16 @@ if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
 	rm -rf "${work:?}/$kn"
 fi
 
-log "$nn: natsbench, $REPLICAS clustered nats-server processes, JetStream file storage"
-nats_args=()
-[[ ${NATS_SYNC_ALWAYS:-0} == 1 ]] && nats_args+=(--sync-always)
-rc=0
-"$bin/natsbench" --replicas "$REPLICAS" --name "$nn" --json "$RESULTS_DIR/$nn.json" --duration "$DURATION" \
-	--partitions "$PARTITIONS" --modes "$MODES" --record-size "$RECORD_SIZE" "${nats_args[@]+"${nats_args[@]}"}" |
-	tee "$RESULTS_DIR/$nn.txt" || rc=$?
-[[ $rc == 0 ]] || log "$nn: natsbench exited with $rc"
+if [[ ${SKIP_PEERS:-0} != 1 ]]; then
+	log "$nn: natsbench, $REPLICAS clustered nats-server processes, JetStream file storage"
+	nats_args=()
+	[[ ${NATS_SYNC_ALWAYS:-0} == 1 ]] && nats_args+=(--sync-always)
+	rc=0
+	"$bin/natsbench" --replicas "$REPLICAS" --name "$nn" --json "$RESULTS_DIR/$nn.json" --duration "$DURATION" \
+		--partitions "$PARTITIONS" --modes "$MODES" --record-size "$RECORD_SIZE" "${nats_args[@]+"${nats_args[@]}"}" |
+		tee "$RESULTS_DIR/$nn.txt" || rc=$?
+	[[ $rc == 0 ]] || log "$nn: natsbench exited with $rc"
+fi
 
 reports=()
 for f in "$rn" "$r1" "$kn" "$nn"; do

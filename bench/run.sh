@@ -29,6 +29,9 @@
 #   RESULTS_DIR=DIR      where reports go (default bench/results/<timestamp>)
 #   SKIP_MOONMQ=1        only run the peers
 #   SKIP_KAFKA=1         leave Apache Kafka out (it needs java and mvn)
+#   SKIP_PEERS=1         leave kfake and NATS JetStream out
+#   MOONMQ_SERVER=PATH   serve with this moonmq binary (the load generator is
+#                        still this tree's): to compare two builds of MoonMQ
 #   NATS_SYNC_ALWAYS=1   make JetStream fsync every message (default: it does not)
 #   MOONMQ_SERVER_EXTRA  extra JSON members for the "Server" config object,
 #                        e.g. '"Acks":"all"'
@@ -189,7 +192,7 @@ if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
 	printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d%s}}\n' \
 		"$port" "$work/moonmq-data" "$mport" "${MOONMQ_SERVER_EXTRA:+,$MOONMQ_SERVER_EXTRA}" >"$work/moonmq.json"
 	log "moonmq serve on 127.0.0.1:$port"
-	"$bin/moonmq" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
+	"${MOONMQ_SERVER:-$bin/moonmq}" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
 	pids+=($!)
 	if wait_port "$port" "$!"; then
 		phases moonmq "127.0.0.1:$port" "${pids[-1]}"
@@ -211,7 +214,7 @@ if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
 	rm -rf "$work/kafka"
 fi
 
-if phase produce; then
+if phase produce && [[ ${SKIP_PEERS:-0} != 1 ]]; then
 	port=$(free_port)
 	log "kfakepeer on 127.0.0.1:$port"
 	"$bin/kfakepeer" --port "$port" >"$RESULTS_DIR/kfake-serve.log" 2>&1 &

@@ -51,6 +51,7 @@ const token = "bench-token"
 
 type config struct {
 	moonmq       string
+	server       string
 	replicas     int
 	name         string
 	jsonPath     string
@@ -90,7 +91,8 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("replbench", flag.ContinueOnError)
 	cfg := &config{}
 	var acks, partitions, modes, benchArgs string
-	fs.StringVar(&cfg.moonmq, "moonmq", "", "moonmq binary (required)")
+	fs.StringVar(&cfg.moonmq, "moonmq", "", "moonmq binary (required): the load generator, and the replicas unless --server")
+	fs.StringVar(&cfg.server, "server", "", "moonmq binary the replicas run (default: --moonmq)")
 	fs.IntVar(&cfg.replicas, "replicas", 3, "1 = single node; 3 or 5 = replication group in failover mode")
 	fs.StringVar(&cfg.name, "name", "", "label of the target in reports (default moonmq-r<replicas>)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the merged report here")
@@ -112,6 +114,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.server == "" {
+		cfg.server = cfg.moonmq
 	}
 	if cfg.moonmq == "" {
 		return nil, errors.New("--moonmq is required")
@@ -421,7 +426,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		}
 	}()
 	for _, r := range rs {
-		if err := r.start(cfg.moonmq); err != nil {
+		if err := r.start(cfg.server); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# How cost grows, MoonMQ against Apache Kafka (one KRaft node, bench/kafka.sh),
+# one after the other on this machine:
+#   footprint   resident memory idle and holding 1,000 and 10,000 partitions
+#   partitions  acks=all pipelined produce with 8 producers into 1, 100,
+#               1,000 and 10,000 partitions: records/s, broker memory, CPU
+#   record size acks=all pipelined produce of 100 B, 1 KiB and 100 KiB
+#               records into 8 partitions: records/s and MB/s
+# and draws each curve as an SVG in docs/ (PLOTS_DIR). See docs/BENCHMARKS.md.
+#
+#   bash bench/scale.sh                # ~20 minutes
+#   DURATION=3s PARTITIONS=1,100 SIZES=100,1024 bash bench/scale.sh
+#
+# Environment:
+#   DURATION=8s              produce time per case
+#   PARTITIONS=1,100,1000,10000
+#   FOOTPRINT=1000,10000     partition counts held for the footprint
+#   SIZES=100,1024,102400    record sizes
+#   RESULTS_DIR=DIR          default bench/results/scale-<timestamp>
+#   PLOTS_DIR=DIR            where the SVGs go (default docs/)
+#   SKIP_KAFKA=1             MoonMQ only
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+DURATION=${DURATION:-8s}
+PARTITIONS=${PARTITIONS:-1,100,1000,10000}
+FOOTPRINT=${FOOTPRINT:-1000,10000}
+SIZES=${SIZES:-100,1024,102400}
+RESULTS_DIR=${RESULTS_DIR:-$here/results/scale-$(date +%Y%m%d-%H%M%S)}
+PLOTS_DIR=${PLOTS_DIR:-$root/docs}
+mkdir -p "$RESULTS_DIR" "$PLOTS_DIR"
+RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/moonmq-scale.XXXXXX")
+server=""
+cleanup() {
+	[[ -n $server ]] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null
+	kafka_stop
+	rm -rf "$work"
+}
+source "$here/kafka.sh"
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+log() { printf '==> %s\n' "$*" >&2; }
+
+bin=$work/bin
+mkdir -p "$bin"
+log "building into $bin"
+(cd "$here" && go build -o "$bin/" ./cmd/footprint ./cmd/plot)
+(cd "$root" && go build -o "$bin/moonmq" ./cmd/moonmq)
+{
+	echo "tree: $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
+	echo "duration=$DURATION partitions=$PARTITIONS footprint=$FOOTPRINT sizes=$SIZES"
+} | tee "$RESULTS_DIR/run-info.txt" >&2
+
+# measure NAME ADDR PIDS: every measurement of one target.
+measure() {
+	local name=$1 addr=$2 pids=$3 s rc=0
+	log "$name: footprint"
+	"$bin/footprint" --brokers "$addr" --pids "$pids" --partitions "$FOOTPRINT" --name "$name" \
+		--json "$RESULTS_DIR/$name-footprint.json" | tee "$RESULTS_DIR/$name-footprint.txt" || rc=$?
+	log "$name: partitions $PARTITIONS, 8 producers"
+	"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions.json" \
+		--acks=-1 --modes pipelined --partitions "$PARTITIONS" --producers 8 --duration "$DURATION" --no-consume \
+		| tee "$RESULTS_DIR/$name-partitions.txt" || rc=$?
+	for s in ${SIZES//,/ }; do
+		log "$name: $s-byte records"
+		"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-size-$s.json" \
+			--acks=-1 --modes pipelined --partitions 8 --record-size "$s" --duration "$DURATION" --no-consume \
+			| tee "$RESULTS_DIR/$name-size-$s.txt" || rc=$?
+	done
+	return $rc
+}
+
+port=$(kafka_free_port)
+mport=$(kafka_free_port)
+mkdir -p "$work/moonmq-data"
+printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d}}\n' "$port" "$work/moonmq-data" "$mport" >"$work/moonmq.json"
+log "moonmq serve on 127.0.0.1:$port"
+"$bin/moonmq" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+measure moonmq "127.0.0.1:$port" "$server" || log "moonmq: a measurement failed"
+kill -TERM "$server" && wait "$server" 2>/dev/null || true
+server=""
+
+if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
+	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
+	if kafka_start 1 "$work/kafka"; then
+		measure kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" || log "kafka: a measurement failed"
+	fi
+	kafka_stop
+	cp "$work"/kafka/kafka-1/server.log "$RESULTS_DIR/kafka-serve.log" 2>/dev/null || true
+fi
+echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
+
+# series KIND NAME: the report files of NAME for a curve.
+series() {
+	local kind=$1 name=$2 s files=()
+	if [[ $kind == partitions ]]; then
+		files=("$RESULTS_DIR/$name-partitions.json")
+	else
+		for s in ${SIZES//,/ }; do files+=("$RESULTS_DIR/$name-size-$s.json"); done
+	fi
+	local have=()
+	for f in "${files[@]}"; do [[ -f $f ]] && have+=("$f"); done
+	((${#have[@]})) && echo "$name=$(IFS=,; echo "${have[*]}")"
+}
+plot() { # OUT TITLE X Y YLABEL KIND
+	local args=() n s
+	for n in moonmq kafka; do s=$(series "$6" "$n") && args+=("$s"); done
+	((${#args[@]})) || return 0
+	"$bin/plot" --out "$PLOTS_DIR/$1" --title "$2" --x "$3" --y "$4" --ylabel "$5" "${args[@]}"
+	log "wrote $PLOTS_DIR/$1"
+}
+plot scale-partitions-throughput.svg "acks=all produce, 8 producers, 1 KiB records" partitions records_per_sec "records/s" partitions
+plot scale-partitions-memory.svg "Broker resident memory while producing, 8 producers" partitions rss_peak_mb "peak RSS (MB)" partitions
+plot scale-partitions-cpu.svg "Broker CPU per million acknowledged records, 8 producers" partitions cpu_seconds_per_million "CPU s / M records" partitions
+plot scale-size-throughput.svg "acks=all produce into 8 partitions, by record size" record_size mb_per_sec "MB/s" size
+plot scale-size-records.svg "acks=all produce into 8 partitions, by record size" record_size records_per_sec "records/s" size
+log "results in $RESULTS_DIR"
