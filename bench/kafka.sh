@@ -45,8 +45,9 @@ kafka_classpath() {
 	cat "$cp"
 }
 
-# kafka_free_port prints a loopback TCP port nothing accepts on.
-kafka_free_port() {
+# free_port prints a loopback TCP port nothing accepts on (the scripts that
+# source this file use it too).
+free_port() {
 	local p
 	for _ in $(seq 100); do
 		p=$((20000 + RANDOM % 40000))
@@ -79,8 +80,8 @@ kafka_start() {
 	local -a cports=()
 	kafka_ports=()
 	for ((i = 1; i <= nodes; i++)); do
-		kafka_ports+=("$(kafka_free_port)")
-		cports+=("$(kafka_free_port)")
+		kafka_ports+=("$(free_port)")
+		cports+=("$(free_port)")
 		voters+="${voters:+,}$i@127.0.0.1:${cports[-1]}"
 	done
 	# Every partition on every node, acknowledged by a majority: the

@@ -16,26 +16,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-func TestCommandAgainstKfake(t *testing.T) {
+// runAgainstKfake runs `moonmq bench` with args against a fresh one-broker
+// kfake and returns its JSON report and its table.
+func runAgainstKfake(t *testing.T, args ...string) (bench.Report, string, string) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-
-	out := filepath.Join(t.TempDir(), "kfake.json")
+	out := filepath.Join(t.TempDir(), "report.json")
 	var stdout, stderr bytes.Buffer
-	err = bench.Command(t.Context(), []string{
-		"--brokers", strings.Join(c.ListenAddrs(), ","),
-		"--name", "kfake",
-		"--records", "300",
-		"--record-size", "200",
-		"--acks", "1,-1",
-		"--partitions", "1,3",
-		"--progress-interval", "50ms",
-		"--json", out,
-	}, &stdout, &stderr)
-	if err != nil {
+	args = append([]string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--name", "kfake", "--json", out}, args...)
+	if err := bench.Command(t.Context(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
 	}
 	b, err := os.ReadFile(out)
@@ -46,6 +39,16 @@ func TestCommandAgainstKfake(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	return rep, stdout.String(), stderr.String()
+}
+
+func TestCommandAgainstKfake(t *testing.T) {
+	rep, stdout, stderr := runAgainstKfake(t,
+		"--records", "300",
+		"--record-size", "200",
+		"--acks", "1,-1",
+		"--partitions", "1,3",
+		"--progress-interval", "50ms")
 	if rep.Target != "kfake" || rep.Version != bench.ReportVersion || len(rep.Results) != 8 {
 		t.Fatalf("report: target %q version %d, %d results", rep.Target, rep.Version, len(rep.Results))
 	}
@@ -63,12 +66,12 @@ func TestCommandAgainstKfake(t *testing.T) {
 		if want := int64(300 + r.Partitions); !r.Consume.Complete || r.Consume.Records != want {
 			t.Errorf("%s: consumed %d records (complete %v), want %d", r.Case, r.Consume.Records, r.Consume.Complete, want)
 		}
-		if !strings.Contains(stdout.String(), r.Case) {
+		if !strings.Contains(stdout, r.Case) {
 			t.Errorf("table lacks %q", r.Case)
 		}
 	}
-	if !strings.Contains(stderr.String(), "\r[acks=-1 p=3 pipelined]") {
-		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
+	if !strings.Contains(stderr, "\r[acks=-1 p=3 pipelined]") {
+		t.Errorf("no progress lines on stderr:\n%s", stderr)
 	}
 }
 
@@ -76,33 +79,10 @@ func TestCommandAgainstKfake(t *testing.T) {
 // process as the broker (kfake runs in it): every acknowledged record
 // reaches the consumer and gets a latency, and the usage is reported.
 func TestEndToEndAgainstKfake(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-
-	out := filepath.Join(t.TempDir(), "e2e.json")
-	var stdout, stderr bytes.Buffer
-	err = bench.Command(t.Context(), []string{
-		"--brokers", strings.Join(c.ListenAddrs(), ","),
-		"--name", "kfake",
+	rep, stdout, _ := runAgainstKfake(t,
 		"--modes", "end-to-end", "--rate", "2000", "--duration", "1s",
 		"--acks", "-1", "--partitions", "1,3",
-		"--broker-pids", strconv.Itoa(os.Getpid()),
-		"--json", out,
-	}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+		"--broker-pids", strconv.Itoa(os.Getpid()))
 	if len(rep.Results) != 2 {
 		t.Fatalf("%d results, want 2", len(rep.Results))
 	}
@@ -118,7 +98,7 @@ func TestEndToEndAgainstKfake(t *testing.T) {
 			t.Errorf("%s: broker usage %+v", r.Case, r.Broker)
 		}
 	}
-	if !strings.Contains(stdout.String(), "end-to-end p50") {
-		t.Errorf("table lacks the end-to-end latency:\n%s", stdout.String())
+	if !strings.Contains(stdout, "end-to-end p50") {
+		t.Errorf("table lacks the end-to-end latency:\n%s", stdout)
 	}
 }

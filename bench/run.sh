@@ -76,20 +76,6 @@ trap 'exit 130' INT TERM
 log() { printf '==> %s\n' "$*" >&2; }
 phase() { [[ ,$PHASES, == *,$1,* ]]; }
 
-# free_port prints a TCP port on 127.0.0.1 that nothing accepts on.
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	echo "no free port found" >&2
-	return 1
-}
-
 # wait_port PORT PID: wait until PORT accepts connections while PID lives.
 wait_port() {
 	for _ in $(seq 300); do

@@ -74,8 +74,8 @@ measure() {
 	return $rc
 }
 
-port=$(kafka_free_port)
-mport=$(kafka_free_port)
+port=$(free_port)
+mport=$(free_port)
 mkdir -p "$work/moonmq-data"
 printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d}}\n' "$port" "$work/moonmq-data" "$mport" >"$work/moonmq.json"
 log "moonmq serve on 127.0.0.1:$port"
