@@ -19,7 +19,13 @@
 #   RESULTS_DIR=DIR          default bench/results/scale-<timestamp>
 #   PLOTS_DIR=DIR            where the SVGs go (default docs/)
 #   SKIP_KAFKA=1             MoonMQ only
+#   NOFILE=100000            the open-files limit the brokers run with
 set -euo pipefail
+
+# 10,000 partitions hold tens of thousands of open segment and index files
+# in either broker (Kafka's documentation asks for a limit of 100,000):
+# raise the soft limit, as far as the hard one allows for a non-root user.
+ulimit -n "${NOFILE:-100000}" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -52,7 +58,7 @@ log "building into $bin"
 {
 	echo "tree: $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
 	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "duration=$DURATION partitions=$PARTITIONS footprint=$FOOTPRINT sizes=$SIZES"
+	echo "duration=$DURATION partitions=$PARTITIONS footprint=$FOOTPRINT sizes=$SIZES open-files limit=$(ulimit -n)"
 } | tee "$RESULTS_DIR/run-info.txt" >&2
 
 # measure NAME ADDR PIDS: every measurement of one target.
