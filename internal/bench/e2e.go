@@ -145,12 +145,7 @@ func endToEnd(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, to
 	<-consumeDone
 
 	out := &res.Produce
-	out.Records, out.Errors = acked.Load(), failed.Load()
-	out.Bytes = out.Records * int64(cfg.RecordSize)
-	out.Seconds = elapsed.Seconds()
-	out.RecordsPerSec = rate(float64(out.Records), out.Seconds)
-	out.MBPerSec = rate(float64(out.Bytes)/1e6, out.Seconds)
-	out.P50Ms, out.P99Ms, out.P999Ms, out.MaxMs = ms(ack.Quantile(50)), ms(ack.Quantile(99)), ms(ack.Quantile(99.9)), ms(ack.Max())
+	out.fill(acked.Load(), failed.Load(), cfg.RecordSize, elapsed, ack)
 	c := &res.Consume
 	c.Records = received.Load()
 	c.Bytes = c.Records * int64(cfg.RecordSize)

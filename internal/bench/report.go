@@ -65,6 +65,19 @@ type ProduceResult struct {
 	MaxMs         float64 `json:"max_ms"`
 }
 
+// fill sets the producer-side figures of a phase that had records
+// acknowledged and errors failed, each recordSize bytes, in elapsed, with
+// their latencies in hist.
+func (out *ProduceResult) fill(records, errors int64, recordSize int, elapsed time.Duration, hist *Histogram) {
+	out.Records, out.Errors = records, errors
+	out.Bytes = records * int64(recordSize)
+	out.Seconds = elapsed.Seconds()
+	out.RecordsPerSec = rate(float64(out.Records), out.Seconds)
+	out.MBPerSec = rate(float64(out.Bytes)/1e6, out.Seconds)
+	out.P50Ms, out.P99Ms, out.P999Ms = ms(hist.Quantile(50)), ms(hist.Quantile(99)), ms(hist.Quantile(99.9))
+	out.MaxMs = ms(hist.Max())
+}
+
 // ConsumeResult holds the consumer-side measurements of a case.
 type ConsumeResult struct {
 	Records       int64   `json:"records"`

@@ -152,19 +152,13 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 		res.Error = fmt.Sprintf("measuring the broker processes: %v", err)
 		return res
 	}
+	// One produce phase, whichever the mode, measured by the one meter.
+	var written int64
 	if cs.Mode == ModeEndToEnd {
-		err := endToEnd(ctx, cfg, pool, cs, res.Topic, &res, stderr)
-		if meter != nil {
-			if u, uerr := meter.stop(res.Produce.Records); uerr == nil {
-				res.Broker = &u
-			}
-		}
-		if err != nil {
-			res.Error = err.Error()
-		}
-		return res
+		err = endToEnd(ctx, cfg, pool, cs, res.Topic, &res, stderr)
+	} else {
+		written, err = produce(ctx, cfg, pool, cs, res.Topic, &res.Produce, stderr)
 	}
-	written, err := produce(ctx, cfg, pool, cs, res.Topic, &res.Produce, stderr)
 	if meter != nil {
 		u, uerr := meter.stop(res.Produce.Records)
 		if uerr != nil && err == nil {
@@ -177,6 +171,9 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 	if err != nil {
 		res.Error = err.Error()
 		return res
+	}
+	if cs.Mode == ModeEndToEnd {
+		return res // its consumer ran beside the producer
 	}
 	if cfg.NoConsume {
 		return res
@@ -315,16 +312,7 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 	elapsed := time.Since(start)
 	prog.Stop()
 
-	out.Records = acked.Load()
-	out.Errors = failed.Load()
-	out.Bytes = out.Records * int64(cfg.RecordSize)
-	out.Seconds = elapsed.Seconds()
-	out.RecordsPerSec = rate(float64(out.Records), out.Seconds)
-	out.MBPerSec = rate(float64(out.Bytes)/1e6, out.Seconds)
-	out.P50Ms = ms(hist.Quantile(50))
-	out.P99Ms = ms(hist.Quantile(99))
-	out.P999Ms = ms(hist.Quantile(99.9))
-	out.MaxMs = ms(hist.Max())
+	out.fill(acked.Load(), failed.Load(), cfg.RecordSize, elapsed, hist)
 	fmt.Fprintf(stderr, "\r[%s] produced %d records in %.2fs: %s rec/s %.1f MB/s p50 %.3f ms p99 %.3f ms%s\n",
 		cs.label(), out.Records, out.Seconds, humanRate(out.RecordsPerSec), out.MBPerSec, out.P50Ms, out.P99Ms, clearTail)
 	if err := ctx.Err(); err != nil {

@@ -125,7 +125,6 @@ func (s *leaderScript) state() string {
 			verb = "expand"
 		}
 		fmt.Fprintf(&b, "\npropose %s replica=%d isr=%v epoch=%d", verb, c.Replica, c.ISR, c.Epoch)
-		c := c
 		s.proposed = &c
 	}
 	return b.String()
