@@ -69,6 +69,8 @@ type Broker struct {
 
 	flush *partition.Flusher
 	stats *Stats
+	// mem bounds the memory client connections make the broker hold.
+	mem *memory
 
 	// repl is the replication group this broker is part of, nil on a
 	// single node.
@@ -151,6 +153,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	for _, o := range opts {
 		o(b)
 	}
+	b.mem = newMemory(cfg.QueuedMaxRequestBytes)
+	b.mem.register(b.stats.reg)
 	if b.fatal == nil {
 		b.fatal = func(err error) {
 			b.log.Error("stopping the broker: unrecoverable storage error", "err", err)

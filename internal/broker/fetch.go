@@ -111,6 +111,10 @@ func (b *Broker) longPoll(ctx context.Context, targets []fetchTarget, maxBytes, 
 // below its last stable offset) into its response, sharing maxBytes across
 // partitions in request order, and returns the bytes gathered.
 func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool) int {
+	// Answers in flight share one budget: when it is spent, a fetch
+	// gets its first batch only, so memory stays bounded however many
+	// consumers ask at once.
+	maxBytes = b.mem.fetchRoom(maxBytes)
 	total := 0
 	for _, t := range targets {
 		p, out := t.p, t.out

@@ -151,6 +151,9 @@ type pending struct {
 	// exchange after SaslHandshake v0) instead of resp.
 	raw   []byte
 	isRaw bool
+	// held is the answer's record bytes counted against the broker's
+	// answer budget (memory.holdAnswer), given back once written.
+	held int64
 }
 
 // conn is one client connection. Its reader goroutine (serveConn) decodes
@@ -165,6 +168,9 @@ type conn struct {
 	queue  chan *pending
 	client string
 	waits  sync.WaitGroup
+	// held is what this connection's answers hold of the answer budget;
+	// whatever is left when the connection ends is given back then.
+	held atomic.Int64
 
 	// The login state belongs to the reader goroutine. user is set once,
 	// before any request that could read it is dispatched.
@@ -218,6 +224,7 @@ func (s *Server) serveConn(c net.Conn) {
 	// Waiting handlers belong to the connection: it does not finish
 	// (and Server.Close does not return) until they have.
 	cn.waits.Wait()
+	s.b.mem.responses.Release(cn.held.Swap(0))
 	if reason != nil {
 		cn.log.Warn("closed client connection", "reason", reason.Error(), "client_id", cn.client, "principal", cn.aclPrincipal())
 	} else {
@@ -229,7 +236,6 @@ func (s *Server) serveConn(c net.Conn) {
 func (cn *conn) readLoop() error {
 	br := bufio.NewReaderSize(cn.c, 64<<10)
 	b := cn.s.b
-	var reuse []byte // a produce frame's memory for the next frame
 	for {
 		if !cn.waitMuted() {
 			return nil
@@ -263,73 +269,115 @@ func (cn *conn) readLoop() error {
 		if preLogin {
 			limit = min(limit, preAuthMaxFrame)
 		}
-		frame, err := protocol.ReadFrameInto(br, limit, reuse)
-		reuse = nil
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || cn.ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return errors.New("connection closed in the middle of a frame")
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				b.stats.badFrames.Add(1)
-				return fmt.Errorf("a request's bytes did not arrive within %d ms of its size (Server.RequestReadTimeoutMs)", b.cfg.RequestReadTimeoutMs)
-			}
-			b.stats.badFrames.Add(1)
-			if preLogin && errors.Is(err, protocol.ErrFrameTooLarge) {
-				return fmt.Errorf("%w before SASL login (until a client logs in, frames are capped at %d bytes)", err, preAuthMaxFrame)
-			}
-			return err
-		}
-		req, err := protocol.ParseRequest(frame, versions)
-		if errors.Is(err, protocol.ErrApiVersionsTooNew) {
-			b.stats.request(req.Key, 35)
-			p := &pending{hdr: req.Header, resp: protocol.ApiVersionsTooNew(versions), done: make(chan struct{})}
-			close(p.done)
-			if !cn.enqueue(p) {
-				return nil
-			}
-			continue
-		}
-		if err != nil {
-			b.stats.badFrames.Add(1)
-			return err
-		}
-		if req.ClientID != nil && cn.client == "" {
-			cn.client = *req.ClientID
-		}
-		// Asked again: the first user may have been created while the
-		// reader waited for this frame.
-		if !allowedBeforeLogin(req.Key) && cn.mustLogIn() {
-			return fmt.Errorf("%s request before SASL login: users are configured, so a client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it logs in (configure the client's SASL mechanism, username and password)", kmsg.NameForKey(req.Key))
-		}
-		if saslKey(req.Key) {
-			if err := cn.handleSASL(req); err != nil {
+		n, err := protocol.ReadFrameSize(br, limit)
+		if err == nil {
+			var frame []byte
+			frame, err = cn.readBody(br, n)
+			if err == nil {
+				var reuse bool
+				reuse, err = cn.serveFrame(frame)
+				if reuse {
+					b.mem.frames.Put(frame)
+				}
+				b.mem.requests.Release(int64(n))
+				if err == nil {
+					continue
+				}
+				if errors.Is(err, errConnDone) {
+					return nil
+				}
 				return err
 			}
-			continue
 		}
-		p := &pending{hdr: req.Header, done: make(chan struct{})}
-		if !cn.enqueue(p) {
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || cn.ctx.Err() != nil {
 			return nil
 		}
-		cn.dispatch(req, p)
-		if req.Key == int16(kmsg.Produce) && cap(frame) <= maxReusedFrame {
-			// The handler has copied the records to the log and
-			// keeps no slice of them (its wait uses only offsets
-			// and lengths), so the next frame may reuse this memory:
-			// a fresh megabyte per produce costs its zeroing, page
-			// faults and, once the runtime returns it, TLB
-			// shootdowns (docs/BENCHMARKS.md).
-			reuse = frame
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return errors.New("connection closed in the middle of a frame")
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			b.stats.badFrames.Add(1)
+			return fmt.Errorf("a request's bytes did not arrive within %d ms of its size (Server.RequestReadTimeoutMs)", b.cfg.RequestReadTimeoutMs)
+		}
+		b.stats.badFrames.Add(1)
+		if preLogin && errors.Is(err, protocol.ErrFrameTooLarge) {
+			return fmt.Errorf("%w before SASL login (until a client logs in, frames are capped at %d bytes)", err, preAuthMaxFrame)
+		}
+		return err
 	}
 }
 
-// maxReusedFrame bounds the produce frame a connection keeps for its next
-// request.
-const maxReusedFrame = 8 << 20
+// errConnDone ends a connection without a reason to log: it is closing.
+var errConnDone = errors.New("connection closing")
+
+// readBody takes a frame's n bytes from the request budget, waiting while
+// it is spent (the connection is not read meanwhile), and reads the body.
+// On success the caller gives the n bytes back once the frame is handled;
+// on error readBody has given them back.
+func (cn *conn) readBody(br *bufio.Reader, n int) ([]byte, error) {
+	b := cn.s.b
+	if _, err := b.mem.requests.Acquire(cn.ctx, int64(n)); err != nil {
+		return nil, errConnDone
+	}
+	// The wait for memory is the broker's, not the client's: the body's
+	// time starts now.
+	_ = cn.c.SetReadDeadline(time.Now().Add(time.Duration(b.cfg.RequestReadTimeoutMs) * time.Millisecond))
+	frame, err := protocol.ReadFrameBody(br, n, b.mem.frameBuffer(n))
+	if err != nil {
+		b.mem.requests.Release(int64(n))
+		return nil, err
+	}
+	return frame, nil
+}
+
+// serveFrame parses and dispatches one frame. It reports whether the
+// frame's memory may be lent to the next reader (the handler keeps no
+// slice of it), and why the connection must close: errConnDone for a
+// closing connection, any other error to be logged.
+func (cn *conn) serveFrame(frame []byte) (reuse bool, err error) {
+	b := cn.s.b
+	req, err := protocol.ParseRequest(frame, versions)
+	if errors.Is(err, protocol.ErrApiVersionsTooNew) {
+		b.stats.request(req.Key, 35)
+		p := &pending{hdr: req.Header, resp: protocol.ApiVersionsTooNew(versions), done: make(chan struct{})}
+		close(p.done)
+		if !cn.enqueue(p) {
+			return false, errConnDone
+		}
+		return false, nil
+	}
+	if err != nil {
+		b.stats.badFrames.Add(1)
+		return false, err
+	}
+	if req.ClientID != nil && cn.client == "" {
+		cn.client = *req.ClientID
+	}
+	// Asked again: the first user may have been created while the
+	// reader waited for this frame.
+	if !allowedBeforeLogin(req.Key) && cn.mustLogIn() {
+		return false, fmt.Errorf("%s request before SASL login: users are configured, so a client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it logs in (configure the client's SASL mechanism, username and password)", kmsg.NameForKey(req.Key))
+	}
+	if saslKey(req.Key) {
+		return false, cn.handleSASL(req)
+	}
+	p := &pending{hdr: req.Header, done: make(chan struct{})}
+	if !cn.enqueue(p) {
+		return false, errConnDone
+	}
+	cn.dispatch(req, p)
+	if req.Key == int16(kmsg.Produce) {
+		// The handler has copied the records to the log and
+		// keeps no slice of them (its wait uses only offsets
+		// and lengths), so the next frame read, on any
+		// connection, may reuse this memory:
+		// a fresh megabyte per produce costs its zeroing, page
+		// faults and, once the runtime returns it, TLB
+		// shootdowns (docs/BENCHMARKS.md).
+		return true, nil
+	}
+	return false, nil
+}
 
 // host is the client's IP, for DescribeGroups.
 func (cn *conn) host() string {
@@ -356,6 +404,8 @@ func (cn *conn) dispatch(req protocol.Request, p *pending) {
 	resp, wait := cn.s.b.handle(cn, req)
 	finish := func(resp kmsg.Response) {
 		cn.throttle(req.Body, resp)
+		p.held = cn.s.b.mem.holdAnswer(resp)
+		cn.held.Add(p.held)
 		p.resp = resp
 		cn.s.b.stats.finished(req.Key, resp, time.Since(start))
 		close(p.done)
@@ -412,13 +462,25 @@ func (cn *conn) writeLoop() {
 			cn.drain()
 			return
 		}
-		if n := recordBytes(p.resp) + 64<<10; cap(buf) < n {
+		out := buf[:0]
+		if p.held > 0 {
 			// Sized once: growing by appends would copy a multi-MB
-			// fetch answer several times over.
-			buf = make([]byte, 0, n)
+			// fetch answer several times over. The memory is the
+			// pool's, shared by every connection, so an idle consumer
+			// does not keep its last answer's buffer.
+			out = cn.s.b.mem.frames.Get(int(p.held) + 64<<10)[:0]
 		}
-		buf = protocol.AppendResponse(buf[:0], p.hdr, p.resp)
-		if _, err := bw.Write(buf); err != nil {
+		out = protocol.AppendResponse(out, p.hdr, p.resp)
+		_, err := bw.Write(out)
+		p.resp = nil
+		if p.held > 0 {
+			cn.s.b.mem.frames.Put(out)
+			cn.s.b.mem.responses.Release(p.held)
+			cn.held.Add(-p.held)
+		} else if cap(out) <= 64<<10 {
+			buf = out
+		}
+		if err != nil {
 			cn.drain()
 			return
 		}
@@ -427,9 +489,6 @@ func (cn *conn) writeLoop() {
 				cn.drain()
 				return
 			}
-		}
-		if cap(buf) > 16<<20 {
-			buf = nil
 		}
 	}
 	bw.Flush()

@@ -54,6 +54,13 @@ type Server struct {
 	// MaxRequestBytes is the largest frame a client may send (Kafka's
 	// socket.request.max.bytes). Default 100 MiB.
 	MaxRequestBytes int
+	// QueuedMaxRequestBytes bounds the bytes of client requests being read
+	// and handled across all connections (Kafka's
+	// queued.max.request.bytes); when they are spent, connections stop
+	// being read until memory is free. The bytes of fetch answers in flight
+	// are bounded by the same amount. Default: a sixteenth of the machine's
+	// memory (or cgroup limit), between MaxRequestBytes and 1 GiB.
+	QueuedMaxRequestBytes int64
 	// ConnectionsMaxIdleMs closes a client connection that sends nothing
 	// for this long (Kafka's connections.max.idle.ms). Default 600000; -1
 	// never closes idle connections.
@@ -316,6 +323,9 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if s.MaxMessageBytes == 0 {
 		s.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if s.QueuedMaxRequestBytes == 0 {
+		s.QueuedMaxRequestBytes = min(max(memoryLimit()/16, int64(s.MaxRequestBytes)), 1<<30)
+	}
 	if s.ConnectionsMaxIdleMs == 0 {
 		s.ConnectionsMaxIdleMs = DefaultConnectionsMaxIdleMs
 	}
@@ -406,6 +416,9 @@ func (s *Server) Validate() error {
 	}
 	if s.MaxRequestBytes < 1024 || s.MaxRequestBytes > 1<<30 {
 		bad("MaxRequestBytes", "%d is out of range 1024-%d", s.MaxRequestBytes, 1<<30)
+	}
+	if s.QueuedMaxRequestBytes < int64(s.MaxRequestBytes) {
+		bad("QueuedMaxRequestBytes", "%d is below MaxRequestBytes (%d): the largest request must fit", s.QueuedMaxRequestBytes, s.MaxRequestBytes)
 	}
 	if s.ConnectionsMaxIdleMs < -1 {
 		bad("ConnectionsMaxIdleMs", "%d must be positive, or -1 to never close idle connections", s.ConnectionsMaxIdleMs)

@@ -9,7 +9,6 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,21 +57,42 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 // ReadFrameInto is ReadFrame reading into buf's memory when the frame fits
 // in its capacity; the result aliases buf then.
 func ReadFrameInto(r io.Reader, max int, buf []byte) ([]byte, error) {
+	n, err := ReadFrameSize(r, max)
+	if err != nil {
+		return nil, err
+	}
+	return ReadFrameBody(r, n, buf)
+}
+
+// ReadFrameSize reads a frame's 4-byte size and checks it: not negative,
+// not over max, not shorter than a request header. The caller then reads
+// the body with ReadFrameBody, so it can decide where the bytes go (and
+// whether they may be read yet) knowing how many are coming.
+func ReadFrameSize(r io.Reader, max int) (int, error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
-		return nil, err
+		return 0, err
 	}
 	n := int32(binary.BigEndian.Uint32(sz[:]))
 	if n < 0 {
-		return nil, fmt.Errorf("%w: %d", ErrNegativeLength, n)
+		return 0, fmt.Errorf("%w: %d", ErrNegativeLength, n)
 	}
 	if int64(n) > int64(max) {
-		return nil, fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
+		return 0, fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
 	}
 	if n < 8 {
-		return nil, fmt.Errorf("%w: frame of %d bytes is shorter than a request header", ErrMalformed, n)
+		return 0, fmt.Errorf("%w: frame of %d bytes is shorter than a request header", ErrMalformed, n)
 	}
-	if int(n) <= cap(buf) {
+	return int(n), nil
+}
+
+// ReadFrameBody reads a frame body of n bytes (from ReadFrameSize) into
+// buf's memory when it fits, else into new memory. A body larger than
+// eagerFrameBytes gets memory as its bytes arrive, so a client that
+// announces 100 MiB and sends nothing costs little, and the buffer never
+// grows past n.
+func ReadFrameBody(r io.Reader, n int, buf []byte) ([]byte, error) {
+	if n <= cap(buf) {
 		buf = buf[:n]
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return nil, err
@@ -86,18 +106,23 @@ func ReadFrameInto(r io.Reader, max int, buf []byte) ([]byte, error) {
 		}
 		return buf, nil
 	}
-	// A large frame's buffer grows with what actually arrives: a client
-	// that announces 100 MiB and sends nothing costs little.
-	var b bytes.Buffer
-	b.Grow(eagerFrameBytes)
-	got, err := io.CopyN(&b, r, int64(n))
-	if err != nil {
-		if err == io.EOF && got > 0 {
-			err = io.ErrUnexpectedEOF
+	buf = make([]byte, 0, eagerFrameBytes)
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(2*cap(buf), n))
+			copy(grown, buf)
+			buf = grown
 		}
-		return nil, err
+		m, err := io.ReadFull(r, buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			if err == io.EOF && len(buf) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
-	return b.Bytes(), nil
+	return buf, nil
 }
 
 // eagerFrameBytes is the largest frame whose whole buffer is allocated

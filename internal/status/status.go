@@ -25,12 +25,26 @@ type Stats struct {
 	Fsyncs          int64  `json:"fsyncs"`
 	FsyncAvgMicros  int64  `json:"fsync_avg_us"`
 	// Expired counts what retention and expiry removed since start.
-	Expired    Expired     `json:"expired"`
+	Expired Expired `json:"expired"`
+	// Memory is what client connections make the broker hold.
+	Memory     Memory      `json:"memory"`
 	Topics     int         `json:"topics"`
 	Partitions []Partition `json:"partitions"`
 	// Replication is the replication status document (replicas only;
 	// absent on a single node).
 	Replication *Replication `json:"replication,omitempty"`
+}
+
+// Memory is the client-request memory: request bytes being read or
+// handled against their bound, connections paused for it, fetch answers
+// in flight and the shared frame buffers kept for reuse.
+type Memory struct {
+	QueuedRequestBytes    int64 `json:"queued_request_bytes"`
+	QueuedMaxRequestBytes int64 `json:"queued_max_request_bytes"`
+	ReadersWaiting        int64 `json:"readers_waiting"`
+	RequestMemoryWaits    int64 `json:"request_memory_waits"`
+	FetchAnswerBytes      int64 `json:"fetch_answer_bytes"`
+	FramePoolIdleBytes    int64 `json:"frame_pool_idle_bytes"`
 }
 
 // Expired counts what offsets retention and producer and

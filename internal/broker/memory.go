@@ -1,0 +1,88 @@
+package broker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/reqmem"
+	"github.com/moonmq/moonmq/internal/status"
+)
+
+// memory bounds what client connections make the broker hold: request
+// bytes being read and handled, fetch answers built and not yet written,
+// and the frame buffers kept for reuse (shared by all connections, so
+// their total does not grow with the connection count).
+type memory struct {
+	requests  *reqmem.Budget
+	responses *reqmem.Budget
+	frames    *reqmem.Pool
+}
+
+// fallbackQueuedBytes applies when a config was built without defaults
+// (tests): large enough never to be the bottleneck there.
+const fallbackQueuedBytes = 1 << 30
+
+func newMemory(queued int64) *memory {
+	if queued <= 0 {
+		queued = fallbackQueuedBytes
+	}
+	return &memory{
+		requests:  reqmem.NewBudget(queued),
+		responses: reqmem.NewBudget(queued),
+		// An eighth of the budget is plenty to keep every busy
+		// producer's frame buffer warm.
+		frames: reqmem.NewPool(queued / 8),
+	}
+}
+
+// frameBuffer returns memory for a frame body of n bytes: pooled up to
+// the pool's largest class; nil above it, so that ReadFrameBody grows the
+// buffer as bytes arrive instead of allocating what a client only claims.
+func (m *memory) frameBuffer(n int) []byte {
+	if n > reqmem.MaxPooled {
+		return nil
+	}
+	return m.frames.Get(n)
+}
+
+// fetchRoom is how many record bytes a fetch may gather now: what the
+// answers in flight leave of their budget, at least one byte so that the
+// first batch still goes out (KIP-74) and no consumer stalls forever.
+func (m *memory) fetchRoom(maxBytes int) int {
+	free := m.responses.Total() - m.responses.Used()
+	return int(max(min(int64(maxBytes), free), 1))
+}
+
+// holdAnswer counts a finished answer's record bytes against the answer
+// budget until the writer has sent them (releaseAnswer); only fetch
+// answers carry enough to matter.
+func (m *memory) holdAnswer(resp kmsg.Response) int64 {
+	n := int64(recordBytes(resp))
+	if n > 0 {
+		m.responses.Force(n)
+	}
+	return n
+}
+
+func (m *memory) register(reg *prometheus.Registry) {
+	g := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
+	}
+	reg.MustRegister(
+		g("moonmq_queued_request_bytes", "Bytes of client requests being read or handled (bounded by Server.QueuedMaxRequestBytes).", m.requests.Used),
+		g("moonmq_queued_request_bytes_limit", "Server.QueuedMaxRequestBytes.", m.requests.Total),
+		g("moonmq_request_readers_waiting", "Connections whose reading is paused until request memory is free.", m.requests.Waiting),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "moonmq_request_memory_waits_total",
+			Help: "Requests whose reading waited for request memory."}, func() float64 { return float64(m.requests.Waits()) }),
+		g("moonmq_fetch_answer_bytes_in_flight", "Record bytes of fetch answers built and not yet written.", m.responses.Used),
+		g("moonmq_frame_pool_idle_bytes", "Bytes of frame buffers kept for reuse, for all connections.", m.frames.Idle),
+	)
+}
+
+func (m *memory) snapshot() status.Memory {
+	return status.Memory{
+		QueuedRequestBytes: m.requests.Used(), QueuedMaxRequestBytes: m.requests.Total(),
+		ReadersWaiting: m.requests.Waiting(), RequestMemoryWaits: m.requests.Waits(),
+		FetchAnswerBytes: m.responses.Used(), FramePoolIdleBytes: m.frames.Idle(),
+	}
+}

@@ -1,0 +1,133 @@
+package reqmem
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestBudgetNeverExceedsTotal: many goroutines taking and giving back
+// random amounts never hold more than the total at once, and every one
+// gets its turn.
+func TestBudgetNeverExceedsTotal(t *testing.T) {
+	b := NewBudget(1000)
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				n := int64((g*37+i*101)%900 + 1)
+				got, err := b.Acquire(context.Background(), n)
+				if err != nil || got != n {
+					t.Errorf("Acquire(%d) = %d, %v", n, got, err)
+					return
+				}
+				h := held.Add(n)
+				for p := peak.Load(); h > p && !peak.CompareAndSwap(p, h); p = peak.Load() {
+				}
+				held.Add(-n)
+				b.Release(n)
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 1000 {
+		t.Fatalf("held %d bytes at once, budget 1000", p)
+	}
+	if u := b.Used(); u != 0 {
+		t.Fatalf("used %d after everything was released", u)
+	}
+}
+
+// TestBudgetOrderAndCancel: a waiter that gives up leaves its place, and
+// the one behind it is served; a request larger than the total takes the
+// whole budget instead of waiting forever.
+func TestBudgetOrderAndCancel(t *testing.T) {
+	b := NewBudget(100)
+	if got, _ := b.Acquire(context.Background(), 500); got != 100 {
+		t.Fatalf("oversized Acquire took %d, want the whole budget", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { _, err := b.Acquire(ctx, 60); first <- err }()
+	waitFor(t, func() bool { return b.Waiting() == 1 })
+	second := make(chan int64, 1)
+	go func() { n, _ := b.Acquire(context.Background(), 30); second <- n }()
+	waitFor(t, func() bool { return b.Waiting() == 2 })
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("a cancelled Acquire returned no error")
+	}
+	select {
+	case <-second:
+		t.Fatal("served while the budget was spent")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.Release(100)
+	if n := <-second; n != 30 {
+		t.Fatalf("second waiter got %d", n)
+	}
+	if u := b.Used(); u != 30 {
+		t.Fatalf("used %d, want 30 (the cancelled waiter took nothing)", u)
+	}
+	if b.Waits() != 2 {
+		t.Fatalf("waits = %d, want 2", b.Waits())
+	}
+}
+
+// TestBudgetForce: forced bytes make later Acquires wait.
+func TestBudgetForce(t *testing.T) {
+	b := NewBudget(10)
+	b.Force(15)
+	got := make(chan struct{})
+	go func() { b.Acquire(context.Background(), 1); close(got) }()
+	waitFor(t, func() bool { return b.Waiting() == 1 })
+	b.Release(15)
+	<-got
+}
+
+func TestPoolBoundsIdleMemory(t *testing.T) {
+	p := NewPool(3 << 20)
+	var bufs [][]byte
+	for i := 0; i < 8; i++ {
+		b := p.Get(1 << 20)
+		if len(b) != 1<<20 || cap(b) != 1<<20 {
+			t.Fatalf("Get(1 MiB): len %d cap %d", len(b), cap(b))
+		}
+		bufs = append(bufs, b)
+	}
+	for _, b := range bufs {
+		p.Put(b)
+	}
+	if idle := p.Idle(); idle != 3<<20 {
+		t.Fatalf("idle %d, want the 3 MiB bound", idle)
+	}
+	b := p.Get(700 << 10)
+	if cap(b) != 1<<20 || p.Hits() != 1 {
+		t.Fatalf("Get(700 KiB) did not reuse a 1 MiB buffer: cap %d hits %d", cap(b), p.Hits())
+	}
+	// Not ours: a buffer of an odd capacity, one too large.
+	p.Put(make([]byte, 100<<10))
+	p.Put(make([]byte, 16<<20))
+	if idle := p.Idle(); idle != 2<<20 {
+		t.Fatalf("idle %d after foreign Puts, want 2 MiB", idle)
+	}
+	if b := p.Get(MaxPooled + 1); len(b) != MaxPooled+1 {
+		t.Fatal("Get beyond the largest class")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
