@@ -602,8 +602,7 @@ func raftStatus(s raftgroup.Status) *status.Raft {
 }
 
 func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
-	if !r.tokenOK(req) {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	if !r.authorized(w, req) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
