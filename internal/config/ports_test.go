@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -81,5 +82,30 @@ func TestReplicationListenerNeedsAuthBeyondLoopback(t *testing.T) {
 	// A disabled block is not checked.
 	if _, err := Parse([]byte(`{"Server": {"Host": "0.0.0.0", "AdvertisedAddress": "h:9092", "Replication": {"Enabled": false}}}`)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestSecurityDocExample: the production example of docs/SECURITY.md is a
+// configuration the broker accepts, with both ports protected.
+func TestSecurityDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/SECURITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## Production: the operator ports")
+	if !ok {
+		t.Fatal(`docs/SECURITY.md has no "Production: the operator ports" section`)
+	}
+	_, rest, _ = strings.Cut(rest, "```json\n")
+	example, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("no JSON example in the section")
+	}
+	s, err := Parse([]byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Metrics.HasLogin() || s.Metrics.TLS == nil || s.Replication.Token == "" || s.Replication.TLS == nil || !s.Replication.TLS.RequireClientCert {
+		t.Fatalf("the example leaves a port open: %+v %+v", s.Metrics, s.Replication)
 	}
 }
