@@ -175,8 +175,17 @@ func TestKubernetesStatefulSet(t *testing.T) {
 		t.Errorf("the command %q does not read the configuration from the mounted Secret (%q)", cmd, mounted)
 	}
 
-	// The probes name endpoints the metrics port serves.
-	srv := httptest.NewServer(metrics.Handler(metrics.Source{Stats: func() any { return nil }, Registry: prometheus.NewRegistry(), Ready: func() bool { return true }}))
+	// The probes name endpoints the metrics port serves, and that its
+	// login leaves open (a probe sends no token).
+	cfg, err := config.Parse([]byte(secret.StringData[sts.Metadata.Name+"-0.json"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Metrics.HasLogin() {
+		t.Error("the example's metrics port listens on every interface without Metrics.Token")
+	}
+	acc := metrics.Access{Token: cfg.Metrics.Token, Username: cfg.Metrics.Username, Password: cfg.Metrics.Password, ProtectMetrics: cfg.Metrics.ProtectMetrics}
+	srv := httptest.NewServer(metrics.Handler(metrics.Source{Stats: func() any { return nil }, Registry: prometheus.NewRegistry(), Ready: func() bool { return true }}, acc))
 	defer srv.Close()
 	for _, p := range []probe{c.LivenessProbe, c.ReadinessProbe} {
 		if p.HTTPGet.Port != "metrics" {

@@ -6,12 +6,14 @@
 package app
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"sync"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/broker"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/metrics"
@@ -41,6 +43,17 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 			"env", vfs.LoseUnsyncedEnv, "value", os.Getenv(vfs.LoseUnsyncedEnv))
 		opts = append([]broker.Option{broker.WithFS(lossy)}, opts...)
 	}
+	// Before the data directory is opened: a wrong file stops the start
+	// naming its key.
+	var macc metrics.Access
+	var mtls *tls.Config
+	if m := cfg.Metrics; m != nil {
+		macc = metrics.Access{Pprof: m.Pprof, Token: m.Token, Username: m.Username, Password: m.Password, ProtectMetrics: m.ProtectMetrics}
+		var err error
+		if mtls, err = auth.LoadListenerTLS((*auth.TLSFiles)(m.TLS), "Metrics.TLS"); err != nil {
+			return nil, err
+		}
+	}
 	b, err := broker.New(cfg, opts...)
 	if err != nil {
 		return nil, err
@@ -67,11 +80,14 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 			b.Close()
 			return nil, fmt.Errorf("listen for metrics on %s: %w (change Server.MetricsPort, or 0 to disable)", cfg.MetricsListenAddr(), err)
 		}
+		if mtls != nil {
+			mln = tls.NewListener(mln, mtls)
+		}
 		in.metrics = metrics.Serve(mln, metrics.Source{
 			Stats:    func() any { return b.Snapshot() },
 			Registry: b.Registry(),
 			Ready:    b.Ready,
-		}, log)
+		}, macc, log)
 	}
 	host, port := b.Advertised()
 	log.Info("moonmq serving",

@@ -5,7 +5,9 @@
 // the authorizer's decision (super users, DENY over ALLOW, what a resource
 // no ACL names gets), as Kafka's StandardAuthorizer; the per-address
 // connection limits; the byte-rate quotas and the throttle they ask for;
-// and the TLS configurations built from the config's files.
+// the TLS configurations built from the config's files; and the check of
+// the secrets the HTTP ports take (the replication and metrics ports'
+// bearer tokens, the metrics port's password), always in constant time.
 //
 // It has no sockets, no storage and no Kafka request plumbing. The broker
 // hands it the bytes a client sent, the address and principal of a

@@ -19,8 +19,9 @@ type TLSFiles struct {
 	MinVersion        string
 }
 
-// LoadListenerTLS builds the client port's TLS configuration; nil files
-// mean plaintext. A client certificate is verified when ClientCAFile is
+// LoadListenerTLS builds a listener's TLS configuration, the client
+// port's (Server.TLS) or the metrics port's (Metrics.TLS); nil files mean
+// plaintext. A client certificate is verified when ClientCAFile is
 // set, and required with RequireClientCert. Errors name the config key
 // (key is the block's, such as "TLS") whose file is wrong.
 func LoadListenerTLS(f *TLSFiles, key string) (*tls.Config, error) {

@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/protocol"
 )
 
@@ -71,13 +71,16 @@ func (r *replica) linkAuthenticated() bool {
 	return r.cfg.Token != "" || r.tls != nil && r.tls.Server.ClientAuth == tls.RequireAndVerifyClientCert
 }
 
-// tokenOK checks a request's bearer token in constant time.
-func (r *replica) tokenOK(req *http.Request) bool {
-	if r.cfg.Token == "" {
+// authorized checks a request to the replication port for its bearer
+// token (auth.BearerOK, as log shipping and Raft check theirs) and
+// answers 401 when it lacks it.
+func (r *replica) authorized(w http.ResponseWriter, req *http.Request) bool {
+	if auth.BearerOK(req, r.cfg.Token) {
 		return true
 	}
-	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(r.cfg.Token)) == 1
+	w.Header().Set("WWW-Authenticate", `Bearer realm="replication"`)
+	http.Error(w, "unauthorized", http.StatusUnauthorized)
+	return false
 }
 
 // errNoLeader is a forward with no serving leader to go to (or that may
@@ -197,8 +200,7 @@ func (r *replica) fwdClient() *http.Client {
 // serveForward runs a request a follower forwarded, as the client that
 // sent it, and answers the response body.
 func (r *replica) serveForward(w http.ResponseWriter, hr *http.Request) {
-	if !r.tokenOK(hr) {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	if !r.authorized(w, hr) {
 		return
 	}
 	if hr.Method != http.MethodPost {

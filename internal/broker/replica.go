@@ -444,6 +444,12 @@ func (r *replica) endpoint(id int32) (string, int32, bool) {
 // start listens on the replication port and, on a follower, starts
 // finding the leader and copying its logs.
 func (r *replica) start(ctx context.Context) (err error) {
+	// Validate refuses this already; a configuration built without Parse
+	// (the tests', an embedder's) must not open the port to everyone
+	// either.
+	if err := r.cfg.CheckListenerAuth(); err != nil {
+		return err
+	}
 	// Before anything runs: a wrong file stops the start naming its key.
 	if r.tls, err = auth.LoadPeerTLS((*auth.TLSFiles)(r.cfg.TLS), "Replication.TLS"); err != nil {
 		return err
@@ -602,8 +608,7 @@ func raftStatus(s raftgroup.Status) *status.Raft {
 }
 
 func (r *replica) serveStatus(w http.ResponseWriter, req *http.Request) {
-	if !r.tokenOK(req) {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	if !r.authorized(w, req) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -29,7 +29,7 @@ const PathStatus = "/replication/status"
 const PathStats = "/stats"
 
 // StatusUsage is the usage text of `moonmq status`.
-const StatusUsage = `usage: moonmq status [--config FILE] [--addr HOST:PORT] [--token T] [--cacert FILE [--cert FILE --key FILE]] [--metrics HOST:PORT] [--json] [--timeout D]
+const StatusUsage = `usage: moonmq status [--config FILE] [--addr HOST:PORT] [--token T] [--cacert FILE [--cert FILE --key FILE]] [--metrics HOST:PORT] [--metrics-token T] [--metrics-cacert FILE] [--json] [--timeout D]
 
 Prints a broker's replication status (GET /replication/status on its
 replication port): role, leader, epoch, ISR, Raft term and commit index,
@@ -39,7 +39,9 @@ per-follower lag on a leader, log-shipping state on a follower. With
 Without a config, --cacert asks a TLS replication port (https), and
 --cert/--key give the client certificate a port with RequireClientCert
 wants. On a broker without replication it prints the metrics port's
-/stats instead.
+/stats instead. The metrics port's login and TLS (Metrics.Token or
+Metrics.Username/Password, Metrics.TLS) come from the config too;
+--metrics-token and --metrics-cacert give them without one.
 `
 
 // Status runs `moonmq status` and returns the process exit code: 0 when
@@ -55,6 +57,8 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cacert := fs.String("cacert", "", "PEM CA that signed the replication port's certificate; asks it over TLS (default: Replication.TLS.ClientCAFile of --config)")
 	certFile := fs.String("cert", "", "PEM client certificate, for a replication port with RequireClientCert (default: Replication.TLS.CertFile of --config when it requires one)")
 	keyFile := fs.String("key", "", "PEM private key of --cert")
+	metricsToken := fs.String("metrics-token", "", "the metrics port's bearer token (default: Metrics.Token, or Metrics.Username/Password, of --config)")
+	metricsCA := fs.String("metrics-cacert", "", "PEM CA that signed the metrics port's certificate; asks it over TLS (default: the system's CAs when --config has Metrics.TLS)")
 	raw := fs.Bool("json", false, "print the status object as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the broker")
 	if err := fs.Parse(args); err != nil {
@@ -67,10 +71,14 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moonmq status: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	tokenSet := false
-	fs.Visit(func(f *flag.Flag) { tokenSet = tokenSet || f.Name == "token" })
+	tokenSet, metricsTokenSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		tokenSet = tokenSet || f.Name == "token"
+		metricsTokenSet = metricsTokenSet || f.Name == "metrics-token"
+	})
 
-	t := statusTarget{addr: *addr, token: *token, metrics: *metrics, scheme: "http"}
+	t := statusTarget{addr: *addr, token: *token, metrics: *metrics, scheme: "http", metricsScheme: "http"}
+	t.metricsLogin.token = *metricsToken
 	cfg := config.Default()
 	if *path != "" {
 		var err error
@@ -111,25 +119,40 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if t.metrics == "" && cfg.MetricsPort != 0 {
 		t.metrics = dialAddr(cfg.MetricsHost, cfg.MetricsPort)
 	}
+	mtc := tlsFiles{ca: *metricsCA, caFrom: "--metrics-cacert"}
+	metricsTLS, err := mtc.load()
+	if err != nil {
+		fmt.Fprintln(stderr, "moonmq status:", err)
+		return 2
+	}
+	if m := cfg.Metrics; m != nil {
+		if !metricsTokenSet {
+			t.metricsLogin = login{token: m.Token, user: m.Username, pass: m.Password}
+		}
+		if m.TLS != nil && metricsTLS == nil {
+			// Its ClientCAFile is for client certificates, not the
+			// server's: the system's CAs verify it.
+			metricsTLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	if metricsTLS != nil {
+		t.metricsScheme = "https"
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := &http.Client{}
-	if clientTLS != nil {
-		// Used for https URLs only: the metrics port stays plain HTTP.
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = clientTLS
-		c.Transport = tr
-	}
+	c := clientFor(clientTLS)
+	// The metrics port has TLS of its own.
+	t.metricsClient = clientFor(metricsTLS)
 	if t.addr == "" {
 		why := "the default configuration has none; pass --config FILE, or --addr HOST:PORT --token T, to ask a replication group"
 		if *path != "" {
 			why = "no enabled Replication block in " + *path
 		}
-		return singleNode(ctx, c, t, why, *raw, stdout, stderr)
+		return singleNode(ctx, t, why, *raw, stdout, stderr)
 	}
 
-	body, err := get(ctx, c, t.scheme, t.addr, PathStatus, t.token, replicationPort)
+	body, err := get(ctx, c, t.scheme, t.addr, PathStatus, login{token: t.token}, replicationPort)
 	if err != nil {
 		fmt.Fprintln(stderr, "moonmq status:", err)
 		return 1
@@ -147,7 +170,7 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if d.Role == "leader" && t.metrics != "" {
 		// Best effort: without the leader's log ends the followers'
 		// positions still print, only the lag is missing.
-		if sb, err := get(ctx, c, "http", t.metrics, PathStats, "", metricsPort); err == nil {
+		if sb, err := get(ctx, t.metricsClient, t.metricsScheme, t.metrics, PathStats, t.metricsLogin, metricsPort); err == nil {
 			var s status.Stats
 			if json.Unmarshal(sb, &s) == nil {
 				v.Logs = logRanges(s)
@@ -159,19 +182,66 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// port names a broker port in error messages, and where its address
-// comes from.
-type port struct{ name, from string }
+// port names a broker port in error messages, and says where its address
+// comes from and what to pass when its login or TLS does not fit.
+type port struct {
+	name, from string
+	// login is what to pass when it refuses the login.
+	login string
+	// tlsOn is what to pass when it serves TLS and was asked in plain
+	// HTTP, tlsOff the reverse; ca names where the CA came from, cert
+	// what to pass for a client certificate.
+	tlsOn, tlsOff, ca, cert string
+}
 
 var (
-	replicationPort = port{"replication port", "--addr, or Replication.ReplicatePort in --config"}
-	metricsPort     = port{"metrics port", "--metrics, or Server.MetricsPort in --config"}
+	replicationPort = port{name: "replication port", from: "--addr, or Replication.ReplicatePort in --config",
+		login:  "pass --token or --config (the broker's Replication.Token)",
+		tlsOn:  "pass --cacert FILE (the CA of its certificate, the broker's Replication.TLS.ClientCAFile), or --config with the broker's Replication.TLS",
+		tlsOff: "leave out --cacert/--cert, or check Replication.TLS in the config",
+		ca:     "--cacert, or Replication.TLS.ClientCAFile of --config",
+		cert:   "(Replication.TLS.RequireClientCert): pass --cert FILE --key FILE"}
+	metricsPort = port{name: "metrics port", from: "--metrics, or Server.MetricsPort in --config",
+		login:  "pass --metrics-token or --config (the broker's Metrics.Token or Metrics.Username/Password)",
+		tlsOn:  "pass --config with the broker's Metrics.TLS, or --metrics-cacert FILE (the CA of its certificate)",
+		tlsOff: "leave out --metrics-cacert, or check Metrics.TLS in the config",
+		ca:     "--metrics-cacert, or the system's CAs",
+		cert:   "(Metrics.TLS.RequireClientCert), which moonmq status cannot send: ask with curl --cert"}
 )
 
 type statusTarget struct {
 	addr, token, metrics string
 	// scheme of the replication port: https when it is asked over TLS.
 	scheme string
+	// The metrics port's scheme, login and client (its TLS is not the
+	// replication port's).
+	metricsScheme string
+	metricsLogin  login
+	metricsClient *http.Client
+}
+
+// login is what a request carries to a port that asks for one: a bearer
+// token, or basic credentials.
+type login struct{ token, user, pass string }
+
+func (l login) set(req *http.Request) {
+	switch {
+	case l.token != "":
+		req.Header.Set("Authorization", "Bearer "+l.token)
+	case l.user != "":
+		req.SetBasicAuth(l.user, l.pass)
+	}
+}
+
+// clientFor is an HTTP client that uses tc for https URLs.
+func clientFor(tc *tls.Config) *http.Client {
+	c := &http.Client{}
+	if tc != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		c.Transport = tr
+	}
+	return c
 }
 
 // tlsFiles are the PEM files for asking a TLS replication port, with where
@@ -213,12 +283,12 @@ func (f tlsFiles) load() (*tls.Config, error) {
 
 // singleNode reports a broker that runs without replication: what its
 // metrics port says, or what to do when there is nothing to ask.
-func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string, raw bool, stdout, stderr io.Writer) int {
+func singleNode(ctx context.Context, t statusTarget, why string, raw bool, stdout, stderr io.Writer) int {
 	if t.metrics == "" {
 		fmt.Fprintf(stderr, "moonmq status: replication is off (%s), and the metrics port is off (Server.MetricsPort 0): nothing to ask; pass --metrics HOST:PORT, or see partitions with `moonmq topic describe`\n", why)
 		return 1
 	}
-	body, err := get(ctx, c, "http", t.metrics, PathStats, "", metricsPort)
+	body, err := get(ctx, t.metricsClient, t.metricsScheme, t.metrics, PathStats, t.metricsLogin, metricsPort)
 	if err != nil {
 		fmt.Fprintf(stderr, "moonmq status: replication is off (%s); asking the metrics port instead: %v\n", why, err)
 		return 1
@@ -246,14 +316,12 @@ func singleNode(ctx context.Context, c *http.Client, t statusTarget, why string,
 
 // get fetches scheme://addr+path and turns every failure into a sentence
 // that says what to do.
-func get(ctx context.Context, c *http.Client, scheme, addr, path, token string, what port) ([]byte, error) {
+func get(ctx context.Context, c *http.Client, scheme, addr, path string, l login, what port) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("bad address %q: %w (want HOST:PORT)", addr, err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	l.set(req)
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, explainDial(err, addr, what)
@@ -267,12 +335,12 @@ func get(ctx context.Context, c *http.Client, scheme, addr, path, token string, 
 	case http.StatusOK:
 		return body, nil
 	case http.StatusUnauthorized:
-		return nil, fmt.Errorf("%s%s: wrong or missing token: pass --token or --config (the broker's Replication.Token)", addr, path)
+		return nil, fmt.Errorf("%s%s: wrong or missing token: %s", addr, path, what.login)
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("%s has no %s: is it the %s? (%s)", addr, path, what.name, what.from)
 	case http.StatusBadRequest:
 		if bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
-			return nil, fmt.Errorf("the %s at %s serves TLS: pass --cacert FILE (the CA of its certificate, the broker's Replication.TLS.ClientCAFile), or --config with the broker's Replication.TLS", what.name, addr)
+			return nil, fmt.Errorf("the %s at %s serves TLS: %s", what.name, addr, what.tlsOn)
 		}
 	}
 	return nil, fmt.Errorf("%s%s answered %s: %s", addr, path, resp.Status, bytes.TrimSpace(body))
@@ -285,13 +353,13 @@ func explainDial(err error, addr string, what port) error {
 	)
 	switch {
 	case errors.As(err, &verr):
-		return fmt.Errorf("the certificate of %s is not trusted: %v (--cacert, or Replication.TLS.ClientCAFile of --config, must be the CA that signed it, and the address must be a name or IP it carries)", addr, verr.Err)
+		return fmt.Errorf("the certificate of %s is not trusted: %v (%s must be the CA that signed it, and the address must be a name or IP it carries)", addr, verr.Err, what.ca)
 	// The server's alert reaches a TCP client as a "remote error" with
 	// no exported type to match.
 	case strings.Contains(err.Error(), "remote error: tls: certificate required"), strings.Contains(err.Error(), "remote error: tls: bad certificate"):
-		return fmt.Errorf("%s refused the TLS handshake: it requires a client certificate signed by its CA (Replication.TLS.RequireClientCert): pass --cert FILE --key FILE (%v)", addr, err)
+		return fmt.Errorf("%s refused the TLS handshake: it requires a client certificate signed by its CA %s (%v)", addr, what.cert, err)
 	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
-		return fmt.Errorf("the %s at %s serves plain HTTP, not TLS: leave out --cacert/--cert, or check Replication.TLS in the config (%s)", what.name, addr, what.from)
+		return fmt.Errorf("the %s at %s serves plain HTTP, not TLS: %s (%s)", what.name, addr, what.tlsOff, what.from)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("nothing listens on %s: is the broker running? (or check its %s: %s)", addr, what.name, what.from)
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

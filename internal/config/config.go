@@ -41,6 +41,9 @@ type Server struct {
 	MetricsPort int
 	// MetricsHost is the address the metrics listener binds to (default Host).
 	MetricsHost string
+	// Metrics says who may read the metrics port and whether it serves
+	// profiles; nil leaves it open, without profiles.
+	Metrics *Metrics
 	// Acks is the broker-side floor for produce acknowledgements: "all",
 	// "leader" or "none". With "all" every produce waits for durability
 	// whatever acks the client asked for.
@@ -519,6 +522,9 @@ func (r *Replication) validate(s *Server) []error {
 	if r.IsrLagSeconds < 0 {
 		bad("IsrLagSeconds", "%v must not be negative", r.IsrLagSeconds)
 	}
+	if err := r.CheckListenerAuth(); err != nil {
+		errs = append(errs, err)
+	}
 	if t := r.TLS; t != nil {
 		t.validate("TLS", "the replication port", bad)
 		// The client side must verify the peers' certificates: without
@@ -561,6 +567,37 @@ func (r *Replication) validate(s *Server) []error {
 		}
 	}
 	return errs
+}
+
+// CheckListenerAuth refuses a replication listener that anyone beyond
+// this machine could use: one bound to an address other than loopback
+// with neither a Token nor mutual TLS. Such a port serves every
+// partition's records, the manifest and the Raft group to whoever reaches
+// it, and takes forwarded requests. It is part of Validate, and the broker
+// checks it again when replication starts, for configurations built
+// without Parse. The error names the key to set.
+func (r *Replication) CheckListenerAuth() error {
+	if r.Token != "" || r.TLS != nil && r.TLS.RequireClientCert || LoopbackHost(r.ReplicateHost) {
+		return nil
+	}
+	where := fmt.Sprintf("%q", r.ReplicateHost)
+	if ip := net.ParseIP(r.ReplicateHost); r.ReplicateHost == "" || ip != nil && ip.IsUnspecified() {
+		where += " (every interface)"
+	}
+	return fmt.Errorf("key %q: must be set when the replication port listens on %s, which is not loopback (ReplicateHost, default Host): without it anyone who reaches ReplicatePort %d can read every partition and take part in the group. Give every replica the same Replication.Token, or require client certificates (Replication.TLS with RequireClientCert), or bind ReplicateHost to 127.0.0.1",
+		"Replication.Token", where, r.ReplicatePort)
+}
+
+// LoopbackHost reports whether a listener bound to host is reachable only
+// from this machine: host is "localhost" or an address in 127.0.0.0/8 or
+// ::1. An empty host and the wildcards bind every interface.
+func LoopbackHost(host string) bool {
+	h := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // AcksFloor is the broker-side minimum acknowledgement level.

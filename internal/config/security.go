@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/moonmq/moonmq/internal/auth"
@@ -50,8 +51,9 @@ func (c ScramCredential) Credential() (auth.Credential, error) {
 	return out, out.Validate()
 }
 
-// TLS is the TLS configuration of the client port (Server.TLS) or of the
-// replication port (Replication.TLS). Files are PEM.
+// TLS is the TLS configuration of the client port (Server.TLS), of the
+// metrics port (Metrics.TLS) or of the replication port (Replication.TLS).
+// Files are PEM.
 //
 // On the replication port every replica is both a server and a client of
 // its peers, so the one block serves both sides: CertFile/KeyFile are the
@@ -96,6 +98,62 @@ func (t *TLS) validate(key, what string, bad func(key, format string, args ...an
 	}
 }
 
+// Metrics is the Metrics block: what the metrics port serves and to whom.
+// /health/* is always open, for probes; /metrics is open unless
+// ProtectMetrics; everything else (the status page, /stats, profiles)
+// needs the Token or the password once either is set.
+type Metrics struct {
+	// Pprof serves /debug/pprof: CPU profiles and execution traces on
+	// demand, which cost the broker CPU while they run and show its code
+	// and memory. Default false.
+	Pprof bool
+	// Token is a bearer token ("Authorization: Bearer <Token>") that
+	// opens the protected endpoints; "" for none.
+	Token string
+	// Username and Password are HTTP basic credentials that open them
+	// as the Token does: what a browser can send for the status page.
+	Username string
+	Password string
+	// ProtectMetrics puts /metrics behind the Token or the password too;
+	// by default it stays open for scrapers.
+	ProtectMetrics bool
+	// TLS serves the metrics port over HTTPS; nil is plain HTTP. Its keys
+	// are Server.TLS's.
+	TLS *TLS
+}
+
+// HasLogin reports whether the block sets a Token or a password.
+func (m *Metrics) HasLogin() bool {
+	return m != nil && (m.Token != "" || m.Username != "")
+}
+
+// validateMetrics checks the Metrics block, and warns when the metrics
+// port listens beyond this machine without a login.
+func (s *Server) validateMetrics(bad func(key, format string, args ...any)) {
+	m := s.Metrics
+	if m != nil {
+		switch {
+		case m.Username != "" && m.Password == "":
+			bad("Metrics.Password", "must be set with Metrics.Username")
+		case m.Username == "" && m.Password != "":
+			bad("Metrics.Username", "must be set with Metrics.Password")
+		}
+		if strings.Contains(m.Username, ":") {
+			bad("Metrics.Username", "%q must not contain a colon: HTTP basic credentials cannot carry it", m.Username)
+		}
+		if m.ProtectMetrics && !m.HasLogin() {
+			bad("Metrics.ProtectMetrics", "needs Metrics.Token or Metrics.Username/Password: it puts /metrics behind them")
+		}
+		if m.TLS != nil {
+			m.TLS.validate("Metrics.TLS", "the metrics port", bad)
+		}
+	}
+	if s.MetricsPort != 0 && !m.HasLogin() && !LoopbackHost(s.MetricsHost) {
+		slog.Warn("the metrics port listens beyond this machine without a login: anyone who reaches it can read /stats (every topic) and the status page; set Metrics.Token (or Metrics.Username/Password), or bind MetricsHost to 127.0.0.1",
+			"key", "Metrics.Token", "MetricsHost", s.MetricsHost, "pprof", m != nil && m.Pprof)
+	}
+}
+
 // Quotas are KIP-13 byte-rate quotas: a principal over its rate gets
 // answers with a throttle time and its connection is paused for that long.
 type Quotas struct {
@@ -116,8 +174,8 @@ type Quota struct {
 	ConsumerByteRate int64
 }
 
-// validateSecurity checks the users, TLS, authorization and connection
-// limit keys.
+// validateSecurity checks the users, TLS, metrics port, authorization and
+// connection limit keys.
 func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 	seenUser := map[string]bool{}
 	for i, u := range s.Users {
@@ -150,6 +208,7 @@ func (s *Server) validateSecurity(bad func(key, format string, args ...any)) {
 	if t := s.TLS; t != nil {
 		t.validate("TLS", "the client port", bad)
 	}
+	s.validateMetrics(bad)
 	for i, p := range s.SuperUsers {
 		if name, ok := strings.CutPrefix(p, "User:"); !ok || name == "" {
 			bad(fmt.Sprintf("SuperUsers[%d]", i), "%q must be a principal such as \"User:admin\"", p)

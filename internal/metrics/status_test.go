@@ -50,7 +50,7 @@ func serveFake(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := Serve(ln, fakeBroker(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := Serve(ln, fakeBroker(), Access{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { s.Close() })
 	return "http://" + s.Addr().String()
 }
@@ -96,7 +96,7 @@ func TestStatusEndpoints(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// Without Serve there is no history, but the endpoint answers.
-	srv := Handler(fakeBroker())
+	srv := Handler(fakeBroker(), Access{})
 	rec := &recorder{header: http.Header{}}
 	req, _ := http.NewRequest("GET", "/stats/history", nil)
 	srv.ServeHTTP(rec, req)

@@ -188,8 +188,9 @@ func freePort() (int, error) {
 // benchmarks; otherwise it is failoverbench's failover-mode block with the
 // AckTimeout and IsrLagSeconds defaults left alone (they only matter when a
 // follower falls behind, and a benchmark should see the production
-// defaults).
-func writeConfigs(dir string, n int, serverExtra, replExtra string) ([]*replica, error) {
+// defaults). With pprof the metrics port serves the profiles that
+// --profile-dir fetches (the broker serves none by default).
+func writeConfigs(dir string, n int, serverExtra, replExtra string, pprof bool) ([]*replica, error) {
 	rs := make([]*replica, n)
 	for i := range rs {
 		r := &replica{id: i + 1}
@@ -212,6 +213,9 @@ func writeConfigs(dir string, n int, serverExtra, replExtra string) ([]*replica,
 			return ""
 		}
 		return ", " + s
+	}
+	if pprof {
+		serverExtra = strings.TrimPrefix(serverExtra+`, "Metrics": {"Pprof": true}`, ", ")
 	}
 	for _, r := range rs {
 		var cfg string
@@ -416,7 +420,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		dir = d
 		defer os.RemoveAll(dir)
 	}
-	rs, err := writeConfigs(dir, cfg.replicas, cfg.serverExtra, cfg.replExtra)
+	rs, err := writeConfigs(dir, cfg.replicas, cfg.serverExtra, cfg.replExtra, cfg.profileDir != "")
 	if err != nil {
 		return err
 	}

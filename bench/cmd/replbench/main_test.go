@@ -7,10 +7,16 @@ import (
 )
 
 // The configs replbench writes must be ones `moonmq serve` accepts: a plain
-// single node, and a failover group whose every member names the others.
+// single node, and a failover group whose every member names the others;
+// with profiles asked for, every replica serves pprof.
 func TestWriteConfigs(t *testing.T) {
-	for _, n := range []int{1, 3, 5} {
-		rs, err := writeConfigs(t.TempDir(), n, `"Acks": "all"`, "")
+	for _, c := range []struct {
+		n           int
+		serverExtra string
+		pprof       bool
+	}{{1, `"Acks": "all"`, false}, {3, `"Acks": "all"`, false}, {5, "", false}, {1, "", true}, {3, `"Acks": "all"`, true}} {
+		n := c.n
+		rs, err := writeConfigs(t.TempDir(), n, c.serverExtra, "", c.pprof)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -21,6 +27,9 @@ func TestWriteConfigs(t *testing.T) {
 			s, err := moonmqconfig.Load(r.configPath)
 			if err != nil {
 				t.Fatalf("n=%d replica %d: %v", n, r.id, err)
+			}
+			if got := s.Metrics != nil && s.Metrics.Pprof; got != c.pprof {
+				t.Errorf("n=%d replica %d: pprof %v, want %v", n, r.id, got, c.pprof)
 			}
 			rep := s.Replication
 			switch {

@@ -3,7 +3,6 @@ package raftgroup
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -66,13 +66,10 @@ func NewHandler(token string, receive func(*pb.Message) bool) http.Handler {
 // authorize rejects requests without the bearer token with 401.
 func authorize(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="replication"`)
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
-				return
-			}
+		if !auth.BearerOK(r, token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="replication"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

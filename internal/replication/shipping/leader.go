@@ -2,7 +2,6 @@ package shipping
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,10 +9,10 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/storage"
@@ -102,13 +101,10 @@ type handler struct {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.token != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="replication"`)
-			writeError(w, http.StatusUnauthorized, errorBody{Error: "UNAUTHORIZED"})
-			return
-		}
+	if !auth.BearerOK(r, h.token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="replication"`)
+		writeError(w, http.StatusUnauthorized, errorBody{Error: "UNAUTHORIZED"})
+		return
 	}
 	var method string
 	var serve func(http.ResponseWriter, *http.Request, int32)
