@@ -394,34 +394,7 @@ func (l *Log) cleanSegment(ss snapSeg, keys map[string]int64, horizon int64, max
 
 // writeCleanedIndexes writes and fsyncs the .cleaned index files of ns.
 func writeCleanedIndexes(fs vfs.FS, dir string, ns *segment) error {
-	idx := make([]byte, 0, len(ns.index)*indexEntrySize)
-	for _, e := range ns.index {
-		idx = append(idx, encodeIndex(e)...)
-	}
-	tidx := make([]byte, 0, len(ns.tindex)*timeEntrySize)
-	for _, e := range ns.tindex {
-		tidx = append(tidx, encodeTime(e)...)
-	}
-	for _, f := range []struct {
-		suffix string
-		data   []byte
-	}{{indexSuffix, idx}, {timeIndexSuffix, tidx}} {
-		h, err := fs.Create(segName(dir, ns.base, f.suffix+cleanedSuffix))
-		if err != nil {
-			return err
-		}
-		_, err = h.Write(f.data)
-		if err == nil {
-			err = h.Sync()
-		}
-		if cerr := h.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeIndexFiles(fs, dir, ns.base, cleanedSuffix, ns.index, ns.tindex)
 }
 
 func removeCleaned(fs vfs.FS, dir string, base int64) {

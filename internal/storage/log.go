@@ -154,16 +154,15 @@ func (l *Log) Reconfigure(segmentBytes, retentionMs, retentionBytes int64) {
 	l.retentionBytes.Store(retentionBytes)
 }
 
+// createSegment creates an empty active segment at base. Its indexes are
+// in memory only until it rolls.
 func (l *Log) createSegment(base int64) (*segment, error) {
 	s := &segment{base: base, next: base, maxTs: -1}
 	var err error
 	if s.log, err = l.fs.Create(segName(l.dir, base, logSuffix)); err != nil {
 		return nil, err
 	}
-	if err = s.writeIndexFiles(l.fs, l.dir); err == nil {
-		err = l.fs.SyncDir(l.dir)
-	}
-	if err != nil {
+	if err = l.fs.SyncDir(l.dir); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
@@ -250,16 +249,6 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 	if _, err := s.log.Write(batch); err != nil {
 		return l.undoWrite(s, pos, err)
 	}
-	if ie != nil {
-		if _, err := s.idx.Write(encodeIndex(*ie)); err != nil {
-			return l.undoWrite(s, pos, err)
-		}
-	}
-	if te != nil {
-		if _, err := s.tidx.Write(encodeTime(*te)); err != nil {
-			return l.undoWrite(s, pos, err)
-		}
-	}
 	l.mu.Lock()
 	s.apply(pos, h, ie, te)
 	l.end.Store(s.next)
@@ -272,12 +261,6 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 func (l *Log) undoWrite(s *segment, pos int64, cause error) error {
 	if err := s.log.Truncate(pos); err != nil {
 		l.fail(fmt.Errorf("storage: cannot undo a failed write: %w (after %w)", err, cause))
-		return cause
-	}
-	// The index files may hold an entry the memory does not; rewriting
-	// them keeps the two consistent.
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		l.fail(fmt.Errorf("storage: cannot rewrite indexes after a failed write: %w", err))
 	}
 	return cause
 }
@@ -295,29 +278,31 @@ func (l *Log) failLocked(err error) {
 }
 
 // roll seals the active segment and starts a new one at the log end. The
-// sealed segment and its indexes are fsynced before the new segment exists,
-// so after any crash every segment but the last is complete.
+// sealed segment and its index files (written here, from memory) are
+// fsynced, and their names too, before the new segment exists, so after
+// any crash every segment but the last is complete. A failure before the
+// new segment exists leaves the old one active, with nothing on disk that
+// recovery would trust (an active segment's index files are never read),
+// so only a failed fsync of the log file fails the log.
 func (l *Log) roll() error {
 	old := l.active()
-	fin := old.finishEntry()
-	if _, err := old.tidx.Write(encodeTime(fin)); err != nil {
-		return l.undoWrite(old, old.size, err)
+	if err := old.log.Sync(); err != nil {
+		l.fail(err)
+		return err
 	}
-	for _, f := range []vfs.File{old.log, old.idx, old.tidx} {
-		if err := f.Sync(); err != nil {
-			l.fail(err)
-			return err
-		}
+	tindex := append(slices.Clip(old.tindex), old.finishEntry())
+	if err := writeIndexFiles(l.fs, l.dir, old.base, "", old.index, tindex); err != nil {
+		return err
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return err
 	}
 	ns, err := l.createSegment(old.next)
 	if err != nil {
 		return err
 	}
-	old.idx.Close()
-	old.tidx.Close()
 	l.mu.Lock()
-	old.tindex = append(old.tindex, fin)
-	old.idx, old.tidx = nil, nil
+	old.tindex = tindex
 	l.segs = append(l.segs, ns)
 	if old.next > l.durable.Load() {
 		l.durable.Store(old.next)

@@ -295,21 +295,14 @@ func (l *Log) loadRolled(s *segment) (scanResult, error) {
 		return res, nil
 	}
 	s.tindex = append(s.tindex, s.finishEntry())
-	err = s.writeIndexFiles(l.fs, l.dir)
-	for _, f := range []vfs.File{s.idx, s.tidx} {
-		if err == nil {
-			err = f.Sync()
-		}
-	}
-	s.idx.Close()
-	s.tidx.Close()
-	s.idx, s.tidx = nil, nil
-	return res, err
+	return res, writeIndexFiles(l.fs, l.dir, s.base, "", s.index, s.tindex)
 }
 
 // recoverActive validates the last segment, truncates any torn or corrupt
-// tail, rebuilds its indexes and fsyncs it so that everything left is
-// durable. prevEpoch is the epoch of the last batch before the segment
+// tail, rebuilds its indexes in memory and fsyncs it so that everything
+// left is durable. It never reads the segment's index files, which a crash
+// during a roll or an older version may have left, and removes them.
+// prevEpoch is the epoch of the last batch before the segment
 // (math.MinInt32 when not known).
 func (l *Log) recoverActive(prevEpoch int32) error {
 	s := l.active()
@@ -338,16 +331,15 @@ func (l *Log) recoverActive(prevEpoch int32) error {
 			return err
 		}
 	}
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		return err
-	}
+	removeIndexFiles(l.fs, l.dir, s.base)
 	return s.log.Sync()
 }
 
 // cutDamaged truncates the log at the first bad batch of rolled segment i,
 // which res describes: later segments are removed newest first (so that a
 // crash part way leaves a prefix of the log), then the segment is cut and
-// becomes the active one, its indexes rebuilt, all of it fsynced.
+// becomes the active one, its indexes rebuilt in memory (its index files
+// go), all of it fsynced.
 func (l *Log) cutDamaged(i int, res scanResult) error {
 	s := l.segs[i]
 	later := l.segs[i+1:]
@@ -399,9 +391,7 @@ func (l *Log) cutDamaged(i int, res scanResult) error {
 		return err
 	}
 	l.gapsBelow = r.gapEnd
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		return err
-	}
+	removeIndexFiles(l.fs, l.dir, s.base)
 	if err := s.log.Sync(); err != nil {
 		return err
 	}

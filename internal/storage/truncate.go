@@ -71,6 +71,9 @@ func (l *Log) Truncate(offset int64) error {
 		}
 	}
 	if len(doomed) > 0 {
+		// s is the active segment now, and its index files describe what
+		// is about to be cut.
+		removeIndexFiles(l.fs, l.dir, s.base)
 		// Durable before the cut: the cut segment followed by the later
 		// segments again after a crash would be a hole in the log.
 		if err := l.fs.SyncDir(l.dir); err != nil {
@@ -101,7 +104,7 @@ func (l *Log) Truncate(offset int64) error {
 }
 
 // cutSegment truncates s (now the last segment) at pos and rebuilds its
-// indexes. The caller holds rpmu and mu.
+// indexes in memory. The caller holds rpmu and mu.
 func (l *Log) cutSegment(s *segment, pos int64) error {
 	if err := s.log.Truncate(pos); err != nil {
 		return err
@@ -113,9 +116,6 @@ func (l *Log) cutSegment(s *segment, pos int64) error {
 		return err
 	}
 	l.gapsBelow = res.gapEnd
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		return err
-	}
 	l.end.Store(s.next)
 	if s.next < l.durable.Load() {
 		l.durable.Store(s.next)
