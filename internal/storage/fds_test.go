@@ -3,7 +3,9 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -210,4 +212,24 @@ func TestRollIndexWriteFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testPoolEnv names an environment variable that makes the tests' logs open
+// their rolled segments through a descriptor pool of that size, so that the
+// whole suite (crashes, damage, compaction) can be run against pooled files:
+//
+//	MOONMQ_STORAGE_TEST_POOL=1 go test ./internal/storage/
+const testPoolEnv = "MOONMQ_STORAGE_TEST_POOL"
+
+var testPoolLimit = func() int {
+	n, _ := strconv.Atoi(os.Getenv(testPoolEnv))
+	return n
+}()
+
+// testPool returns a pool over fs when testPoolEnv asks for one, else nil.
+func testPool(fs vfs.FS) *vfs.Pool {
+	if testPoolLimit <= 0 {
+		return nil
+	}
+	return vfs.NewPool(fs, testPoolLimit)
 }

@@ -78,6 +78,15 @@ type Options struct {
 	// failing with ErrCorrupt. The broker sets it on every start: a clean
 	// stop says nothing about what happened to the files afterwards.
 	VerifyAll bool
+	// Pool, if set, holds the log files of rolled segments, which are read
+	// only now and then: their descriptors are opened when a read needs
+	// them and closed when the pool needs room for others, so that
+	// thousands of logs do not hold a descriptor per segment. The active
+	// segment's file stays open (pinned) while it is active. The pool must
+	// open files of FS (FS defaults to the pool's). One pool is meant to
+	// be shared by every log of a process. nil keeps every segment's file
+	// open.
+	Pool *vfs.Pool
 }
 
 // Log is one partition's log. Its methods are safe for concurrent use: any
@@ -85,6 +94,7 @@ type Options struct {
 type Log struct {
 	dir    string
 	fs     vfs.FS
+	pool   *vfs.Pool // nil: every segment's file stays open
 	logger *slog.Logger
 	index  int
 
@@ -159,14 +169,60 @@ func (l *Log) Reconfigure(segmentBytes, retentionMs, retentionBytes int64) {
 func (l *Log) createSegment(base int64) (*segment, error) {
 	s := &segment{base: base, next: base, maxTs: -1}
 	var err error
-	if s.log, err = l.fs.Create(segName(l.dir, base, logSuffix)); err != nil {
+	name := segName(l.dir, base, logSuffix)
+	if s.log, err = l.fs.Create(name); err != nil {
 		return nil, err
 	}
+	s.log = l.adopt(name, s.log)
 	if err = l.fs.SyncDir(l.dir); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
 	return s, nil
+}
+
+// openLogFile opens the log file of the segment at base, found at Open. A
+// rolled segment's file goes into the pool (when there is one), opened
+// there as it is first used; the active one's is opened now, pinned.
+func (l *Log) openLogFile(base int64, active bool) (vfs.File, error) {
+	name := segName(l.dir, base, logSuffix)
+	if l.pool != nil && !active {
+		return l.pool.Open(name), nil
+	}
+	f, err := l.fs.OpenRW(name)
+	if err != nil {
+		return nil, err
+	}
+	return l.adopt(name, f), nil
+}
+
+// adopt hands the open file of an active segment to the pool, pinned: the
+// segment keeps one file handle for its whole life, while whoever read
+// it before it rolled (Sync, which runs beside Append; Compact's snapshot)
+// may still use it after, when the pool may close and reopen its
+// descriptor.
+func (l *Log) adopt(name string, f vfs.File) vfs.File {
+	if l.pool == nil {
+		return f
+	}
+	return l.pool.Adopt(name, f)
+}
+
+// pinFile keeps f's descriptor open, outside the pool's limit, while its
+// segment is the active one (or its name is about to be taken over); a
+// file not from a pool is always open.
+func pinFile(f vfs.File) error {
+	if p, ok := f.(*vfs.PoolFile); ok {
+		return p.Pin()
+	}
+	return nil
+}
+
+// unpinFile lets the pool close f's descriptor when it needs room.
+func unpinFile(f vfs.File) {
+	if p, ok := f.(*vfs.PoolFile); ok {
+		p.Unpin()
+	}
 }
 
 func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
@@ -308,6 +364,7 @@ func (l *Log) roll() error {
 		l.durable.Store(old.next)
 	}
 	l.mu.Unlock()
+	unpinFile(old.log)
 	return nil
 }
 

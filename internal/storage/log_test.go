@@ -35,6 +35,9 @@ func openLog(t testing.TB, fs vfs.FS, opts Options) *Log {
 	t.Helper()
 	opts.FS = fs
 	opts.Logger = quiet
+	if opts.Pool == nil {
+		opts.Pool = testPool(fs)
+	}
 	if opts.RetentionBytes == 0 {
 		opts.RetentionBytes = -1
 	}

@@ -53,6 +53,9 @@ type RecoveryReport struct {
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
+		if opts.Pool != nil {
+			opts.FS = opts.Pool.FS()
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -60,7 +63,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.IndexIntervalBytes <= 0 {
 		opts.IndexIntervalBytes = defaultIndexBytes
 	}
-	l := &Log{dir: dir, fs: opts.FS, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
+	l := &Log{dir: dir, fs: opts.FS, pool: opts.Pool, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
 	l.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
 	if err := l.open(opts.VerifyAll); err != nil {
 		for _, s := range l.segs {
@@ -116,7 +119,7 @@ func (l *Log) open(verifyAll bool) error {
 	}
 
 	for i, base := range bases {
-		f, err := l.fs.OpenRW(segName(l.dir, base, logSuffix))
+		f, err := l.openLogFile(base, i == len(bases)-1)
 		if err != nil {
 			return err
 		}
@@ -343,6 +346,9 @@ func (l *Log) recoverActive(prevEpoch int32) error {
 func (l *Log) cutDamaged(i int, res scanResult) error {
 	s := l.segs[i]
 	later := l.segs[i+1:]
+	if err := pinFile(s.log); err != nil {
+		return err
+	}
 	// The file's size: an index rebuild may have lowered s.size already.
 	size, err := s.log.Size()
 	if err != nil {

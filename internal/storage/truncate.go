@@ -48,6 +48,11 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	gaps := min(l.gapsBelow, newEnd)
 	if i < len(l.segs)-1 {
+		// Before anything is cut: the segment is about to be written to
+		// again, and failing here (out of descriptors) changes nothing.
+		if err := pinFile(s.log); err != nil {
+			return err
+		}
 		// A rolled segment becomes the active one, and compaction may
 		// have left gaps in it. Finding out would take a scan of the
 		// whole segment; the rebuild after the cut does that scan, and
@@ -55,6 +60,9 @@ func (l *Log) Truncate(offset int64) error {
 		gaps = newEnd
 	}
 	if err := l.persistBeforeCut(newEnd, true, gaps); err != nil {
+		if i < len(l.segs)-1 {
+			unpinFile(s.log) // still a rolled segment
+		}
 		return err
 	}
 	// Remove later segments newest first, so a crash part way leaves a
