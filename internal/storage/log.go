@@ -5,7 +5,10 @@
 // offset, the recovery point and the leader epoch history, together with
 // crash recovery, truncation, retention and compaction.
 //
-// All file access goes through vfs.FS. The package knows nothing about the
+// All file access goes through vfs.FS. An active segment holds one
+// descriptor (its log file: its indexes are in memory until it rolls); with
+// Options.Pool, rolled segments' files hold one only while a bounded pool
+// shared by every log lets them. The package knows nothing about the
 // network protocol, topics or replication policy; it must not import the
 // broker, protocol or config packages.
 package storage
