@@ -672,7 +672,7 @@ func TestConcurrentReadersAndAppender(t *testing.T) {
 }
 
 func BenchmarkAppend(b *testing.B) {
-	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1})
+	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1, Pool: testPool(vfs.Default)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -687,7 +687,7 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func BenchmarkRead(b *testing.B) {
-	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1})
+	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1, Pool: testPool(vfs.Default)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -417,6 +417,8 @@ func (h *PoolFile) Close() error {
 		return errPoolClosed
 	}
 	h.closed = true
+	// Whoever waits to open it can give up.
+	p.cond.Broadcast()
 	if h.elem != nil {
 		p.lru.Remove(h.elem)
 		h.elem = nil

@@ -488,8 +488,51 @@ func TestPoolPinned(t *testing.T) {
 	}
 }
 
-// DropCache goes through to the descriptor.
+// dropFile records the cache drops asked of it.
+type dropFile struct {
+	*fdFile
+	drops *[][2]int64
+}
+
+func (f dropFile) DropCache(off, n int64) error {
+	*f.drops = append(*f.drops, [2]int64{off, n})
+	return nil
+}
+
+type dropFS struct {
+	*fdFS
+	drops [][2]int64
+}
+
+func (d *dropFS) OpenRW(name string) (File, error) {
+	f, err := d.fdFS.OpenRW(name)
+	if err != nil {
+		return nil, err
+	}
+	return dropFile{f.(*fdFile), &d.drops}, nil
+}
+
+// DropCache goes through to the descriptor, which is opened for it if it
+// was evicted.
 func TestPoolDropCache(t *testing.T) {
+	d := &dropFS{fdFS: newFdFS()}
+	p := NewPool(d, 1)
+	hs, _ := files(t, d.fdFS, p, 2)
+	for _, h := range []*PoolFile{hs[0], hs[1], hs[0]} {
+		if err := DropCache(h, 10, 20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(d.drops) != 3 || d.drops[2] != [2]int64{10, 20} {
+		t.Fatalf("drops %v", d.drops)
+	}
+	if n := len(d.instancesOf("f000")); n != 2 {
+		t.Fatalf("f000 opened %d times, want 2", n)
+	}
+}
+
+// DropCache through the pool reaches the operating system's file.
+func TestPoolDropCacheOS(t *testing.T) {
 	dir := t.TempDir()
 	name := dir + "/seg"
 	if err := WriteFileAtomic(Default, name, make([]byte, 1<<16)); err != nil {
