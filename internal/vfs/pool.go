@@ -16,7 +16,11 @@ import (
 // opens its descriptor when an operation needs it and keeps it in a
 // least-recently-used list; when the list is full, the least recently used
 // descriptor that no operation is using and that holds no unsynced change
-// is closed.
+// is closed. When every descriptor is in use, an open waits for one to be
+// released; when they are all held by dirty files that nothing uses, it
+// goes over the limit instead, since only a Sync could free them. When the
+// process itself is out of descriptors (EMFILE, ENFILE), the pool closes
+// every idle one and tries once more.
 //
 // Files must keep their names while they are open through the pool: a
 // descriptor opened again after an eviction finds the file by name. Renaming
