@@ -3,10 +3,13 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/moonmq/moonmq/internal/vfs"
@@ -232,4 +235,70 @@ func testPool(fs vfs.FS) *vfs.Pool {
 		return nil
 	}
 	return vfs.NewPool(fs, testPoolLimit)
+}
+
+// Out of descriptors, reads of rolled segments and a truncation into one
+// fail with an error saying so, and change nothing: the log stays
+// writable, and once descriptors are back everything reads as written.
+func TestOutOfDescriptors(t *testing.T) {
+	mem := vfs.NewMem()
+	var out atomic.Bool
+	mem.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpOpen && out.Load() {
+			return &fs.PathError{Op: "open", Path: name, Err: syscall.EMFILE}
+		}
+		return nil
+	})
+	opts := Options{SegmentBytes: 1000, IndexIntervalBytes: 100, Pool: vfs.NewPool(mem, 1)}
+	l := openLog(t, mem, opts)
+	defer l.Close()
+	var m model
+	for l.SegmentCount() < 5 {
+		b := mkBatch(t, 2, int64(10*len(m.bases)), 100)
+		base, err := l.Append(b, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.add(b, base)
+	}
+	out.Store(true)
+	var readErr error
+	for i, base := range m.bases {
+		if _, err := l.Read(base, 1, l.EndOffset()); err != nil {
+			readErr = err
+			if i == len(m.bases)-1 {
+				t.Fatal("a read of the active segment needed a descriptor")
+			}
+		}
+	}
+	if !errors.Is(readErr, syscall.EMFILE) || !strings.Contains(readErr.Error(), "ulimit") {
+		t.Fatalf("reads of rolled segments out of descriptors: %v", readErr)
+	}
+	// A rolled segment evicted from the pool cannot become the active one.
+	cut := m.bases[1]
+	if err := l.Truncate(cut); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("truncation into an evicted segment out of descriptors: %v", err)
+	}
+	if l.EndOffset() != m.bases[len(m.bases)-1]+2 {
+		t.Fatal("the failed truncation changed the log")
+	}
+	b := mkBatch(t, 2, 5000, 10)
+	base, err := l.Append(b, 0)
+	if err != nil {
+		t.Fatalf("append out of descriptors: %v", err)
+	}
+	m.add(b, base)
+	if _, err := l.Sync(); err != nil {
+		t.Fatalf("the log failed: %v", err)
+	}
+	out.Store(false)
+	if got := readAll(t, l, 0, 1000); !bytes.Equal(got, m.bytesFrom(0)) {
+		t.Fatal("content after descriptors came back")
+	}
+	if err := l.Truncate(cut); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, l, 0, 1000); !bytes.Equal(got, m.bytesFrom(0)[:len(bytes.Join(m.batches[:1], nil))]) {
+		t.Fatal("content after the truncation")
+	}
 }
