@@ -71,6 +71,8 @@ type Broker struct {
 	stats *Stats
 	// mem bounds the memory client connections make the broker hold.
 	mem *memory
+	// segFiles holds the descriptors of every partition's rolled segments.
+	segFiles *vfs.Pool
 
 	// repl is the replication group this broker is part of, nil on a
 	// single node.
@@ -171,6 +173,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		// The epoch comes from the group's Raft log once a leader serves.
 		b.repl = newReplica(b)
 	}
+	b.newSegmentPool()
 	b.stats.reg.MustRegister(newPartitionCollector(b))
 	if b.repl != nil {
 		b.stats.reg.MustRegister(newReplicationCollector(b.repl))
@@ -341,6 +344,7 @@ func (b *Broker) storageOptions(t *topic) storage.Options {
 		// price is reading every log once per start (docs/RELIABILITY.md).
 		VerifyAll:      true,
 		FS:             b.fs,
+		Pool:           b.segFiles,
 		SegmentBytes:   t.settings.segmentBytes,
 		RetentionMs:    ret,
 		RetentionBytes: retBytes,

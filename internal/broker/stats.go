@@ -164,6 +164,7 @@ func (b *Broker) Snapshot() status.Stats {
 		Expired: status.Expired{Offsets: s.expiredOffsets.Load(), Groups: s.expiredGroups.Load(),
 			Producers: s.expiredProducers.Load(), TransactionalIDs: s.expiredTxnIDs.Load()},
 		Memory: b.mem.snapshot(),
+		SegmentFiles: b.segmentFileStats(),
 	}
 	if n := snap.Fsyncs; n > 0 {
 		snap.FsyncAvgMicros = s.fsyncNanos.Load() / n / 1000

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -86,6 +87,12 @@ type Server struct {
 	RetentionBytes int64
 	// RetentionCheckMs is how often retention is enforced. Default 30000.
 	RetentionCheckMs int64
+	// MaxOpenSegmentFiles caps the descriptors held open for the files of
+	// rolled segments, which are opened when read and closed least
+	// recently used first. Every partition's active segment holds one
+	// descriptor more, outside it. 0 (the default) picks a quarter of the
+	// process's open-file limit, at least 64 (DefaultMaxOpenSegmentFiles).
+	MaxOpenSegmentFiles int
 	// OffsetsRetentionMinutes is Kafka's offsets.retention.minutes: the
 	// committed offsets of a group that has had no member for this long
 	// are deleted (tombstoned in __consumer_offsets), and so is the group.
@@ -225,6 +232,14 @@ const (
 	DefaultAckTimeoutSeconds                = 5
 	DefaultIsrLagSeconds                    = 10
 )
+
+// DefaultMaxOpenSegmentFiles is what MaxOpenSegmentFiles 0 means for a
+// process whose open-file limit is nofile: a quarter of it, leaving the rest
+// to the active segments (one per partition), connections and state files,
+// and at least 64.
+func DefaultMaxOpenSegmentFiles(nofile uint64) int {
+	return int(max(min(nofile/4, math.MaxInt32), 64))
+}
 
 // Default returns the configuration `moonmq serve` runs with when given no
 // file.
@@ -443,6 +458,9 @@ func (s *Server) Validate() error {
 	}
 	if s.RetentionCheckMs < 10 {
 		bad("RetentionCheckMs", "%d must be at least 10", s.RetentionCheckMs)
+	}
+	if s.MaxOpenSegmentFiles < 0 {
+		bad("MaxOpenSegmentFiles", "%d must be positive, or 0 for a quarter of the open-file limit", s.MaxOpenSegmentFiles)
 	}
 	if s.OffsetsRetentionMinutes < -1 {
 		bad("OffsetsRetentionMinutes", "%d must be positive, or -1 to keep committed offsets forever", s.OffsetsRetentionMinutes)

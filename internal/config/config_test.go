@@ -73,11 +73,27 @@ func TestRefusals(t *testing.T) {
 		{`{"Server": {"ProducerIdExpirationCheckMs": 1}}`, `key "ProducerIdExpirationCheckMs"`},
 		{`{"Server": {"TransactionalIdExpirationMs": -5}}`, `key "TransactionalIdExpirationMs"`},
 		{`{"Server": {"TransactionalIdExpirationCheckMs": 0.5}}`, `key "TransactionalIdExpirationCheckMs"`},
+		{`{"Server": {"MaxOpenSegmentFiles": -1}}`, `key "MaxOpenSegmentFiles"`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.json))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want error containing %q", c.json, err, c.want)
+		}
+	}
+}
+
+func TestMaxOpenSegmentFiles(t *testing.T) {
+	if s := Default(); s.MaxOpenSegmentFiles != 0 {
+		t.Fatalf("default %d, want 0 (from the open-file limit)", s.MaxOpenSegmentFiles)
+	}
+	s, err := Parse([]byte(`{"Server": {"MaxOpenSegmentFiles": 300}}`))
+	if err != nil || s.MaxOpenSegmentFiles != 300 {
+		t.Fatalf("%d, %v", s.MaxOpenSegmentFiles, err)
+	}
+	for nofile, want := range map[uint64]int{0: 64, 256: 64, 1024: 256, 20000: 5000, 1 << 40: 1<<31 - 1} {
+		if got := DefaultMaxOpenSegmentFiles(nofile); got != want {
+			t.Errorf("open-file limit %d: %d, want %d", nofile, got, want)
 		}
 	}
 }

@@ -30,6 +30,8 @@ type Stats struct {
 	Memory     Memory      `json:"memory"`
 	Topics     int         `json:"topics"`
 	Partitions []Partition `json:"partitions"`
+	// SegmentFiles are the partitions' open segment files.
+	SegmentFiles SegmentFiles `json:"segment_files"`
 	// Replication is the replication status document (replicas only;
 	// absent on a single node).
 	Replication *Replication `json:"replication,omitempty"`
@@ -54,6 +56,16 @@ type Expired struct {
 	Groups           int64 `json:"groups"`
 	Producers        int64 `json:"producers"`
 	TransactionalIDs int64 `json:"transactional_ids"`
+}
+
+// SegmentFiles counts the segment log files the broker holds open: one per
+// partition's active segment, plus rolled segments' files, of which at most
+// Limit are open at once (Server.MaxOpenSegmentFiles).
+type SegmentFiles struct {
+	Open      int64 `json:"open"`
+	Limit     int   `json:"limit"`
+	Opens     int64 `json:"opens"`
+	Evictions int64 `json:"evictions"`
 }
 
 // Partition is one partition's entry in /stats.

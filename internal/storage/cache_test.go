@@ -116,7 +116,7 @@ func TestDropCache(t *testing.T) {
 	}
 	// A truncation into the active segment: nothing beyond what a later
 	// Sync made durable is dropped.
-	active := filepath.Base(l.segs[1].log.(dropFile).name)
+	active := filepath.Base(segName("", l.segs[1].base, logSuffix))
 	appendOne()
 	appendOne()
 	if _, err := l.Sync(); err != nil {

@@ -394,34 +394,7 @@ func (l *Log) cleanSegment(ss snapSeg, keys map[string]int64, horizon int64, max
 
 // writeCleanedIndexes writes and fsyncs the .cleaned index files of ns.
 func writeCleanedIndexes(fs vfs.FS, dir string, ns *segment) error {
-	idx := make([]byte, 0, len(ns.index)*indexEntrySize)
-	for _, e := range ns.index {
-		idx = append(idx, encodeIndex(e)...)
-	}
-	tidx := make([]byte, 0, len(ns.tindex)*timeEntrySize)
-	for _, e := range ns.tindex {
-		tidx = append(tidx, encodeTime(e)...)
-	}
-	for _, f := range []struct {
-		suffix string
-		data   []byte
-	}{{indexSuffix, idx}, {timeIndexSuffix, tidx}} {
-		h, err := fs.Create(segName(dir, ns.base, f.suffix+cleanedSuffix))
-		if err != nil {
-			return err
-		}
-		_, err = h.Write(f.data)
-		if err == nil {
-			err = h.Sync()
-		}
-		if cerr := h.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeIndexFiles(fs, dir, ns.base, cleanedSuffix, ns.index, ns.tindex)
 }
 
 func removeCleaned(fs vfs.FS, dir string, base int64) {
@@ -453,9 +426,14 @@ func removeCleaned(fs vfs.FS, dir string, base int64) {
 // in-memory segment is swapped under mu once the new log file carries the
 // segment's name.
 func (l *Log) swapCleaned(old, ns *segment, gen int64) (bool, error) {
+	pinned := false
 	discard := func() {
 		ns.log.Close()
 		removeCleaned(l.fs, l.dir, ns.base)
+		if pinned {
+			// old stays, rolled (amu is held: nothing made it active).
+			unpinFile(old.log)
+		}
 	}
 	l.amu.Lock()
 	defer l.amu.Unlock()
@@ -474,6 +452,14 @@ func (l *Log) swapCleaned(old, ns *segment, gen int64) (bool, error) {
 		discard()
 		return false, nil
 	}
+	// A pooled descriptor opened again after the rename below would find
+	// the new file under old's name, with old's positions: old's stays
+	// open until old is closed.
+	if err := pinFile(old.log); err != nil {
+		discard()
+		return false, err
+	}
+	pinned = true
 	for _, suf := range []string{indexSuffix, timeIndexSuffix} {
 		if err := l.fs.Remove(segName(l.dir, old.base, suf)); err != nil && !errors.Is(err, errNotExist) {
 			discard()
@@ -490,6 +476,9 @@ func (l *Log) swapCleaned(old, ns *segment, gen int64) (bool, error) {
 	}
 	// The segment's name now holds the new log, so memory follows at once,
 	// whatever fails later.
+	name := segName(l.dir, ns.base, logSuffix)
+	ns.log = l.adopt(name, ns.log)
+	unpinFile(ns.log)
 	l.mu.Lock()
 	l.segs[i] = ns
 	l.mu.Unlock()

@@ -277,6 +277,7 @@ func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 func openCounting(t testing.TB, fs vfs.FS, opts Options, warns *atomic.Int64) *Log {
 	t.Helper()
 	opts.FS = fs
+	opts.Pool = testPool(fs)
 	opts.Logger = slog.New(countingHandler{warns})
 	opts.RetentionBytes, opts.RetentionMs = -1, -1
 	l, err := Open("data/topic-0", opts)

@@ -484,6 +484,7 @@ func TestRolledSegmentDamage(t *testing.T) {
 				errs := &errorLog{}
 				o := opts
 				o.FS, o.Logger, o.RetentionMs, o.RetentionBytes, o.VerifyAll = fs, slog.New(errs), -1, -1, all
+				o.Pool = testPool(fs)
 				l, err := Open(testDir, o)
 				if err != nil {
 					t.Fatalf("Open failed on damaged data: %v", err)
@@ -1015,7 +1016,7 @@ func TestUnreadableSmallFiles(t *testing.T) {
 		l.Close()
 		rewrite(t, fs, filepath.Join(testDir, file), []byte("{not json"))
 		errs := &errorLog{}
-		l, err := Open(testDir, Options{FS: fs, Logger: slog.New(errs), RetentionMs: -1, RetentionBytes: -1})
+		l, err := Open(testDir, Options{FS: fs, Pool: testPool(fs), Logger: slog.New(errs), RetentionMs: -1, RetentionBytes: -1})
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}

@@ -5,7 +5,10 @@
 // offset, the recovery point and the leader epoch history, together with
 // crash recovery, truncation, retention and compaction.
 //
-// All file access goes through vfs.FS. The package knows nothing about the
+// All file access goes through vfs.FS. An active segment holds one
+// descriptor (its log file: its indexes are in memory until it rolls); with
+// Options.Pool, rolled segments' files hold one only while a bounded pool
+// shared by every log lets them. The package knows nothing about the
 // network protocol, topics or replication policy; it must not import the
 // broker, protocol or config packages.
 package storage
@@ -78,6 +81,15 @@ type Options struct {
 	// failing with ErrCorrupt. The broker sets it on every start: a clean
 	// stop says nothing about what happened to the files afterwards.
 	VerifyAll bool
+	// Pool, if set, holds the log files of rolled segments, which are read
+	// only now and then: their descriptors are opened when a read needs
+	// them and closed when the pool needs room for others, so that
+	// thousands of logs do not hold a descriptor per segment. The active
+	// segment's file stays open (pinned) while it is active. The pool must
+	// open files of FS (FS defaults to the pool's). One pool is meant to
+	// be shared by every log of a process. nil keeps every segment's file
+	// open.
+	Pool *vfs.Pool
 }
 
 // Log is one partition's log. Its methods are safe for concurrent use: any
@@ -85,6 +97,7 @@ type Options struct {
 type Log struct {
 	dir    string
 	fs     vfs.FS
+	pool   *vfs.Pool // nil: every segment's file stays open
 	logger *slog.Logger
 	index  int
 
@@ -154,20 +167,65 @@ func (l *Log) Reconfigure(segmentBytes, retentionMs, retentionBytes int64) {
 	l.retentionBytes.Store(retentionBytes)
 }
 
+// createSegment creates an empty active segment at base. Its indexes are
+// in memory only until it rolls.
 func (l *Log) createSegment(base int64) (*segment, error) {
 	s := &segment{base: base, next: base, maxTs: -1}
 	var err error
-	if s.log, err = l.fs.Create(segName(l.dir, base, logSuffix)); err != nil {
+	name := segName(l.dir, base, logSuffix)
+	if s.log, err = l.fs.Create(name); err != nil {
 		return nil, err
 	}
-	if err = s.writeIndexFiles(l.fs, l.dir); err == nil {
-		err = l.fs.SyncDir(l.dir)
-	}
-	if err != nil {
+	s.log = l.adopt(name, s.log)
+	if err = l.fs.SyncDir(l.dir); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
 	return s, nil
+}
+
+// openLogFile opens the log file of the segment at base, found at Open. A
+// rolled segment's file goes into the pool (when there is one), opened
+// there as it is first used; the active one's is opened now, pinned.
+func (l *Log) openLogFile(base int64, active bool) (vfs.File, error) {
+	name := segName(l.dir, base, logSuffix)
+	if l.pool != nil && !active {
+		return l.pool.Open(name), nil
+	}
+	f, err := l.fs.OpenRW(name)
+	if err != nil {
+		return nil, err
+	}
+	return l.adopt(name, f), nil
+}
+
+// adopt hands the open file of an active segment to the pool, pinned: the
+// segment keeps one file handle for its whole life, while whoever read
+// it before it rolled (Sync, which runs beside Append; Compact's snapshot)
+// may still use it after, when the pool may close and reopen its
+// descriptor.
+func (l *Log) adopt(name string, f vfs.File) vfs.File {
+	if l.pool == nil {
+		return f
+	}
+	return l.pool.Adopt(name, f)
+}
+
+// pinFile keeps f's descriptor open, outside the pool's limit, while its
+// segment is the active one (or its name is about to be taken over); a
+// file not from a pool is always open.
+func pinFile(f vfs.File) error {
+	if p, ok := f.(*vfs.PoolFile); ok {
+		return p.Pin()
+	}
+	return nil
+}
+
+// unpinFile lets the pool close f's descriptor when it needs room.
+func unpinFile(f vfs.File) {
+	if p, ok := f.(*vfs.PoolFile); ok {
+		p.Unpin()
+	}
 }
 
 func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
@@ -250,16 +308,6 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 	if _, err := s.log.Write(batch); err != nil {
 		return l.undoWrite(s, pos, err)
 	}
-	if ie != nil {
-		if _, err := s.idx.Write(encodeIndex(*ie)); err != nil {
-			return l.undoWrite(s, pos, err)
-		}
-	}
-	if te != nil {
-		if _, err := s.tidx.Write(encodeTime(*te)); err != nil {
-			return l.undoWrite(s, pos, err)
-		}
-	}
 	l.mu.Lock()
 	s.apply(pos, h, ie, te)
 	l.end.Store(s.next)
@@ -272,12 +320,6 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 func (l *Log) undoWrite(s *segment, pos int64, cause error) error {
 	if err := s.log.Truncate(pos); err != nil {
 		l.fail(fmt.Errorf("storage: cannot undo a failed write: %w (after %w)", err, cause))
-		return cause
-	}
-	// The index files may hold an entry the memory does not; rewriting
-	// them keeps the two consistent.
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		l.fail(fmt.Errorf("storage: cannot rewrite indexes after a failed write: %w", err))
 	}
 	return cause
 }
@@ -295,34 +337,37 @@ func (l *Log) failLocked(err error) {
 }
 
 // roll seals the active segment and starts a new one at the log end. The
-// sealed segment and its indexes are fsynced before the new segment exists,
-// so after any crash every segment but the last is complete.
+// sealed segment and its index files (written here, from memory) are
+// fsynced, and their names too, before the new segment exists, so after
+// any crash every segment but the last is complete. A failure before the
+// new segment exists leaves the old one active, with nothing on disk that
+// recovery would trust (an active segment's index files are never read),
+// so only a failed fsync of the log file fails the log.
 func (l *Log) roll() error {
 	old := l.active()
-	fin := old.finishEntry()
-	if _, err := old.tidx.Write(encodeTime(fin)); err != nil {
-		return l.undoWrite(old, old.size, err)
+	if err := old.log.Sync(); err != nil {
+		l.fail(err)
+		return err
 	}
-	for _, f := range []vfs.File{old.log, old.idx, old.tidx} {
-		if err := f.Sync(); err != nil {
-			l.fail(err)
-			return err
-		}
+	tindex := append(slices.Clip(old.tindex), old.finishEntry())
+	if err := writeIndexFiles(l.fs, l.dir, old.base, "", old.index, tindex); err != nil {
+		return err
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return err
 	}
 	ns, err := l.createSegment(old.next)
 	if err != nil {
 		return err
 	}
-	old.idx.Close()
-	old.tidx.Close()
 	l.mu.Lock()
-	old.tindex = append(old.tindex, fin)
-	old.idx, old.tidx = nil, nil
+	old.tindex = tindex
 	l.segs = append(l.segs, ns)
 	if old.next > l.durable.Load() {
 		l.durable.Store(old.next)
 	}
 	l.mu.Unlock()
+	unpinFile(old.log)
 	return nil
 }
 

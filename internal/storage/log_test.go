@@ -35,6 +35,9 @@ func openLog(t testing.TB, fs vfs.FS, opts Options) *Log {
 	t.Helper()
 	opts.FS = fs
 	opts.Logger = quiet
+	if opts.Pool == nil {
+		opts.Pool = testPool(fs)
+	}
 	if opts.RetentionBytes == 0 {
 		opts.RetentionBytes = -1
 	}
@@ -669,7 +672,7 @@ func TestConcurrentReadersAndAppender(t *testing.T) {
 }
 
 func BenchmarkAppend(b *testing.B) {
-	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1})
+	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1, Pool: testPool(vfs.Default)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -684,7 +687,7 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func BenchmarkRead(b *testing.B) {
-	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1})
+	l, err := Open(b.TempDir(), Options{Logger: quiet, RetentionMs: -1, RetentionBytes: -1, Pool: testPool(vfs.Default)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -53,6 +53,9 @@ type RecoveryReport struct {
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
+		if opts.Pool != nil {
+			opts.FS = opts.Pool.FS()
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -60,7 +63,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.IndexIntervalBytes <= 0 {
 		opts.IndexIntervalBytes = defaultIndexBytes
 	}
-	l := &Log{dir: dir, fs: opts.FS, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
+	l := &Log{dir: dir, fs: opts.FS, pool: opts.Pool, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
 	l.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
 	if err := l.open(opts.VerifyAll); err != nil {
 		for _, s := range l.segs {
@@ -116,7 +119,7 @@ func (l *Log) open(verifyAll bool) error {
 	}
 
 	for i, base := range bases {
-		f, err := l.fs.OpenRW(segName(l.dir, base, logSuffix))
+		f, err := l.openLogFile(base, i == len(bases)-1)
 		if err != nil {
 			return err
 		}
@@ -295,21 +298,14 @@ func (l *Log) loadRolled(s *segment) (scanResult, error) {
 		return res, nil
 	}
 	s.tindex = append(s.tindex, s.finishEntry())
-	err = s.writeIndexFiles(l.fs, l.dir)
-	for _, f := range []vfs.File{s.idx, s.tidx} {
-		if err == nil {
-			err = f.Sync()
-		}
-	}
-	s.idx.Close()
-	s.tidx.Close()
-	s.idx, s.tidx = nil, nil
-	return res, err
+	return res, writeIndexFiles(l.fs, l.dir, s.base, "", s.index, s.tindex)
 }
 
 // recoverActive validates the last segment, truncates any torn or corrupt
-// tail, rebuilds its indexes and fsyncs it so that everything left is
-// durable. prevEpoch is the epoch of the last batch before the segment
+// tail, rebuilds its indexes in memory and fsyncs it so that everything
+// left is durable. It never reads the segment's index files, which a crash
+// during a roll or an older version may have left, and removes them.
+// prevEpoch is the epoch of the last batch before the segment
 // (math.MinInt32 when not known).
 func (l *Log) recoverActive(prevEpoch int32) error {
 	s := l.active()
@@ -338,19 +334,21 @@ func (l *Log) recoverActive(prevEpoch int32) error {
 			return err
 		}
 	}
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		return err
-	}
+	removeIndexFiles(l.fs, l.dir, s.base)
 	return s.log.Sync()
 }
 
 // cutDamaged truncates the log at the first bad batch of rolled segment i,
 // which res describes: later segments are removed newest first (so that a
 // crash part way leaves a prefix of the log), then the segment is cut and
-// becomes the active one, its indexes rebuilt, all of it fsynced.
+// becomes the active one, its indexes rebuilt in memory (its index files
+// go), all of it fsynced.
 func (l *Log) cutDamaged(i int, res scanResult) error {
 	s := l.segs[i]
 	later := l.segs[i+1:]
+	if err := pinFile(s.log); err != nil {
+		return err
+	}
 	// The file's size: an index rebuild may have lowered s.size already.
 	size, err := s.log.Size()
 	if err != nil {
@@ -399,9 +397,7 @@ func (l *Log) cutDamaged(i int, res scanResult) error {
 		return err
 	}
 	l.gapsBelow = r.gapEnd
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		return err
-	}
+	removeIndexFiles(l.fs, l.dir, s.base)
 	if err := s.log.Sync(); err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func TestCompressedBatchesStoredVerbatim(t *testing.T) {
 
 func TestOnOSFilesystem(t *testing.T) {
 	dir := t.TempDir() + "/t-0"
-	opts := Options{SegmentBytes: 1000, IndexIntervalBytes: 100, RetentionMs: -1, RetentionBytes: -1, Logger: quiet}
+	opts := Options{SegmentBytes: 1000, IndexIntervalBytes: 100, RetentionMs: -1, RetentionBytes: -1, Logger: quiet, Pool: testPool(vfs.Default)}
 	l, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)

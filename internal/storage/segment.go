@@ -39,13 +39,18 @@ type timeEntry struct {
 }
 
 // segment is one log file and its two sparse indexes. Fields other than the
-// files are published under Log.mu; the appender (holding Log.amu) writes the
-// files beyond size without Log.mu, and readers never look past size.
+// file are published under Log.mu; the appender (holding Log.amu) writes the
+// file beyond size without Log.mu, and readers never look past size.
+//
+// The indexes live in memory. Only a rolled segment has index files: they
+// are written once, when it rolls (or is rewritten or its indexes rebuilt),
+// so an active segment holds a single descriptor. Nothing reads the index
+// files of the active segment (recovery rebuilds its indexes by scanning
+// it), so stale ones, left by a truncation or by an older version that kept
+// them up to date, are harmless, and a roll replaces them.
 type segment struct {
 	base int64
 	log  vfs.File
-	idx  vfs.File // nil once the segment is rolled: its index is final
-	tidx vfs.File
 
 	size   int64 // bytes of whole batches
 	next   int64 // one past the last offset the segment holds
@@ -106,39 +111,47 @@ func encodeTime(e timeEntry) []byte {
 	return b[:]
 }
 
-// writeIndexFiles replaces both index files with the in-memory indexes.
-func (s *segment) writeIndexFiles(fs vfs.FS, dir string) error {
-	if s.idx == nil {
-		f, err := fs.Create(segName(dir, s.base, indexSuffix))
+// writeIndexFiles replaces the index files of the segment at base (their
+// names ending in suffix after the usual one) with index and tindex, and
+// fsyncs and closes them. Their directory entries are not synced.
+func writeIndexFiles(fs vfs.FS, dir string, base int64, suffix string, index []indexEntry, tindex []timeEntry) error {
+	idx := make([]byte, 0, len(index)*indexEntrySize)
+	for _, e := range index {
+		idx = append(idx, encodeIndex(e)...)
+	}
+	tidx := make([]byte, 0, len(tindex)*timeEntrySize)
+	for _, e := range tindex {
+		tidx = append(tidx, encodeTime(e)...)
+	}
+	for _, f := range []struct {
+		suffix string
+		data   []byte
+	}{{indexSuffix, idx}, {timeIndexSuffix, tidx}} {
+		h, err := fs.Create(segName(dir, base, f.suffix+suffix))
 		if err != nil {
 			return err
 		}
-		s.idx = f
-	} else if err := s.idx.Truncate(0); err != nil {
-		return err
-	}
-	if s.tidx == nil {
-		f, err := fs.Create(segName(dir, s.base, timeIndexSuffix))
+		_, err = h.Write(f.data)
+		if err == nil {
+			err = h.Sync()
+		}
+		if cerr := h.Close(); err == nil {
+			err = cerr
+		}
 		if err != nil {
 			return err
 		}
-		s.tidx = f
-	} else if err := s.tidx.Truncate(0); err != nil {
-		return err
 	}
-	buf := make([]byte, 0, len(s.index)*indexEntrySize)
-	for _, e := range s.index {
-		buf = append(buf, encodeIndex(e)...)
+	return nil
+}
+
+// removeIndexFiles removes the index files of a segment that has become
+// the active one again. Best effort: nothing reads an active segment's
+// index files, and the next roll replaces them.
+func removeIndexFiles(fs vfs.FS, dir string, base int64) {
+	for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+		_ = fs.Remove(segName(dir, base, suf))
 	}
-	if _, err := s.idx.Write(buf); err != nil {
-		return err
-	}
-	buf = make([]byte, 0, len(s.tindex)*timeEntrySize)
-	for _, e := range s.tindex {
-		buf = append(buf, encodeTime(e)...)
-	}
-	_, err := s.tidx.Write(buf)
-	return err
 }
 
 // loadIndexes parses a rolled segment's index files and reports whether
@@ -547,14 +560,12 @@ func (s *segment) finishEntry() timeEntry {
 }
 
 func (s *segment) closeFiles() error {
-	var errs []error
-	for _, f := range []vfs.File{s.log, s.idx, s.tidx} {
-		if f != nil {
-			errs = append(errs, f.Close())
-		}
+	if s.log == nil {
+		return nil
 	}
-	s.log, s.idx, s.tidx = nil, nil, nil
-	return errors.Join(errs...)
+	err := s.log.Close()
+	s.log = nil
+	return err
 }
 
 func removeSegmentFiles(fs vfs.FS, dir string, base int64) error {

@@ -48,6 +48,11 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	gaps := min(l.gapsBelow, newEnd)
 	if i < len(l.segs)-1 {
+		// Before anything is cut: the segment is about to be written to
+		// again, and failing here (out of descriptors) changes nothing.
+		if err := pinFile(s.log); err != nil {
+			return err
+		}
 		// A rolled segment becomes the active one, and compaction may
 		// have left gaps in it. Finding out would take a scan of the
 		// whole segment; the rebuild after the cut does that scan, and
@@ -55,6 +60,9 @@ func (l *Log) Truncate(offset int64) error {
 		gaps = newEnd
 	}
 	if err := l.persistBeforeCut(newEnd, true, gaps); err != nil {
+		if i < len(l.segs)-1 {
+			unpinFile(s.log) // still a rolled segment
+		}
 		return err
 	}
 	// Remove later segments newest first, so a crash part way leaves a
@@ -71,6 +79,9 @@ func (l *Log) Truncate(offset int64) error {
 		}
 	}
 	if len(doomed) > 0 {
+		// s is the active segment now, and its index files describe what
+		// is about to be cut.
+		removeIndexFiles(l.fs, l.dir, s.base)
 		// Durable before the cut: the cut segment followed by the later
 		// segments again after a crash would be a hole in the log.
 		if err := l.fs.SyncDir(l.dir); err != nil {
@@ -101,7 +112,7 @@ func (l *Log) Truncate(offset int64) error {
 }
 
 // cutSegment truncates s (now the last segment) at pos and rebuilds its
-// indexes. The caller holds rpmu and mu.
+// indexes in memory. The caller holds rpmu and mu.
 func (l *Log) cutSegment(s *segment, pos int64) error {
 	if err := s.log.Truncate(pos); err != nil {
 		return err
@@ -113,9 +124,6 @@ func (l *Log) cutSegment(s *segment, pos int64) error {
 		return err
 	}
 	l.gapsBelow = res.gapEnd
-	if err := s.writeIndexFiles(l.fs, l.dir); err != nil {
-		return err
-	}
 	l.end.Store(s.next)
 	if s.next < l.durable.Load() {
 		l.durable.Store(s.next)

@@ -1,7 +1,8 @@
 // Package vfs owns the small filesystem abstraction that MoonMQ's storage
 // layer writes through, so that tests can substitute an in-memory
 // filesystem that simulates power loss (every byte not yet fsynced is lost)
-// and injects I/O errors.
+// and injects I/O errors, and Pool, which bounds the descriptors that many
+// rarely read files hold.
 //
 // The package knows nothing about logs, segments or Kafka; it must not
 // import other MoonMQ packages.
