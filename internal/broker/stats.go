@@ -163,7 +163,7 @@ func (b *Broker) Snapshot() status.Stats {
 		FetchedBytes: s.fetchedBytes.Load(), Fsyncs: s.fsyncCount.Load(),
 		Expired: status.Expired{Offsets: s.expiredOffsets.Load(), Groups: s.expiredGroups.Load(),
 			Producers: s.expiredProducers.Load(), TransactionalIDs: s.expiredTxnIDs.Load()},
-		Memory: b.mem.snapshot(),
+		Memory:       b.mem.snapshot(),
 		SegmentFiles: b.segmentFileStats(),
 	}
 	if n := snap.Fsyncs; n > 0 {
