@@ -94,8 +94,15 @@ func writeConfig(t *testing.T, dataDir string, port, mport int, extra string) st
 
 func startProc(t *testing.T, configPath string, port, mport int) *proc {
 	t.Helper()
-	p := &proc{addr: fmt.Sprintf("127.0.0.1:%d", port), metrics: fmt.Sprintf("127.0.0.1:%d", mport), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	p.cmd = exec.Command(binary, "serve", "--config", configPath)
+	p := &proc{addr: fmt.Sprintf("127.0.0.1:%d", port), metrics: fmt.Sprintf("127.0.0.1:%d", mport)}
+	return startCmd(t, exec.Command(binary, "serve", "--config", configPath), p)
+}
+
+// startCmd starts the broker command cmd for p (addresses set) and waits
+// until it serves.
+func startCmd(t *testing.T, cmd *exec.Cmd, p *proc) *proc {
+	t.Helper()
+	p.cmd, p.logs, p.mu = cmd, &bytes.Buffer{}, &sync.Mutex{}
 	stderr, _ := p.cmd.StderrPipe()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

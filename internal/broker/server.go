@@ -13,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -61,10 +62,15 @@ func (b *Broker) Serve(ln net.Listener) *Server {
 	return s
 }
 
+// acceptLogInterval spaces the log lines of a failing accept.
+const acceptLogInterval = 10 * time.Second
+
 // Addr is the listener's address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 func (s *Server) acceptLoop() {
+	var lastAcceptLog time.Time
+	acceptFailures := 0
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -76,7 +82,20 @@ func (s *Server) acceptLoop() {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
-			s.b.log.Error("accept failed", "err", err)
+			// Out of descriptors (or another accept error): existing
+			// connections and the data path keep going; new clients
+			// wait in the listen backlog until a descriptor is free.
+			// One line per interval, not one per retry.
+			if now := time.Now(); now.Sub(lastAcceptLog) >= acceptLogInterval {
+				hint := ""
+				if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+					hint = "out of file descriptors: raise the open-file limit (ulimit -n, systemd LimitNOFILE) or lower Server.MaxOpenSegmentFiles"
+				}
+				s.b.log.Error("accept failed; new connections wait until it succeeds", "err", err, "hint", hint, "failures_unlogged_before", acceptFailures)
+				lastAcceptLog, acceptFailures = now, 0
+			} else {
+				acceptFailures++
+			}
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
