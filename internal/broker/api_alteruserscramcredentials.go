@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -116,7 +115,7 @@ func (b *Broker) handleAlterUserScramCredentials(ctx context.Context, r *kmsg.Al
 		}
 		changes[u.Name] = append(changes[u.Name], change{mech: mech, cred: &c})
 	}
-	now := time.Now()
+	now := b.clock.Now()
 	var recs []recordbatch.Record
 	for _, user := range order {
 		if _, failed := fails[user]; failed {

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -39,7 +38,7 @@ func init() {
 
 func (b *Broker) handleCreateAcls(ctx context.Context, r *kmsg.CreateACLsRequest, who string) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.CreateACLsResponse)
-	now := time.Now()
+	now := b.clock.Now()
 	var recs []recordbatch.Record
 	var created []auth.Binding
 	resp.Results = make([]kmsg.CreateACLsResponseResult, len(r.Creations))

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -40,7 +39,7 @@ func init() {
 func (b *Broker) handleDeleteAcls(ctx context.Context, r *kmsg.DeleteACLsRequest, who string) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DeleteACLsResponse)
 	b.refreshACLs()
-	now := time.Now()
+	now := b.clock.Now()
 	var recs []recordbatch.Record
 	deleted := map[auth.Binding]bool{}
 	for _, rf := range r.Filters {

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/groupcoord"
@@ -44,9 +45,13 @@ import (
 
 // Broker is a running single-node broker.
 type Broker struct {
-	cfg    config.Server
-	log    *slog.Logger
-	fs     vfs.FS
+	cfg config.Server
+	log *slog.Logger
+	fs  vfs.FS
+	// clock is broker time, for every timestamp the broker writes and
+	// every retention and expiry decision, and the wall clock it watches
+	// for steps (clock.go).
+	clock  *clock.Clock
 	acks   config.AcksFloor
 	nodeID int32
 	// boundPort is the port the client listener got, for Port 0 (tests).
@@ -136,6 +141,10 @@ func WithLogger(l *slog.Logger) Option { return func(b *Broker) { b.log = l } }
 // WithFS replaces the filesystem, for crash-simulation tests.
 func WithFS(fs vfs.FS) Option { return func(b *Broker) { b.fs = fs } }
 
+// WithClock replaces the broker's clocks, for tests that step the wall
+// clock.
+func WithClock(c *clock.Clock) Option { return func(b *Broker) { b.clock = c } }
+
 // WithFatal replaces what happens when the broker hits an unrecoverable
 // error such as a failed fsync.
 func WithFatal(f func(error)) Option { return func(b *Broker) { b.fatal = f } }
@@ -154,6 +163,9 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	}
 	for _, o := range opts {
 		o(b)
+	}
+	if b.clock == nil {
+		b.clock = clock.New()
 	}
 	b.mem = newMemory(cfg.QueuedMaxRequestBytes)
 	b.mem.register(b.stats.reg)
@@ -237,7 +249,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	// own copy of the log.
 	go func() {
 		defer b.wg.Done()
-		every(ctx, time.Duration(b.cfg.ProducerIdExpirationCheckMs)*time.Millisecond, func(now time.Time) { b.ExpireProducers(now) })
+		b.every(ctx, time.Duration(b.cfg.ProducerIdExpirationCheckMs)*time.Millisecond, func(now time.Time) { b.ExpireProducers(now) })
 	}()
 	if b.repl != nil {
 		if err := b.repl.start(ctx); err != nil {
@@ -371,7 +383,7 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition.Partition, err
 		// high watermark comes only from the group (the leader's
 		// decision, or the leader's on a follower).
 		UncommittedTail: b.repl != nil && b.repl.failover,
-		FS:              b.fs, Logger: b.log,
+		FS:              b.fs, Logger: b.log, Clock: b.clock,
 	})
 	if err != nil {
 		l.Close()
@@ -524,12 +536,12 @@ func (b *Broker) startLeaderLoops(ctx context.Context, wg *sync.WaitGroup) {
 
 // retentionLoop enforces topic retention and compaction until ctx ends.
 func (b *Broker) retentionLoop(ctx context.Context) {
-	every(ctx, time.Duration(b.cfg.RetentionCheckMs)*time.Millisecond, b.EnforceRetention)
+	b.every(ctx, time.Duration(b.cfg.RetentionCheckMs)*time.Millisecond, b.EnforceRetention)
 }
 
-// every calls fn with the tick's time every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
-	coordinator.Every(ctx, interval, fn)
+// every calls fn with broker time every interval until ctx ends.
+func (b *Broker) every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
+	coordinator.Every(ctx, b.clock, interval, fn)
 }
 
 // EnforceRetention applies every topic's retention now, and compacts the
@@ -658,7 +670,7 @@ const recoveryPointInterval = 2 * time.Second
 // recoveryPointLoop checkpoints recovery points until ctx ends; Close
 // writes the last ones after its final sync.
 func (b *Broker) recoveryPointLoop(ctx context.Context) {
-	every(ctx, recoveryPointInterval, func(time.Time) { b.checkpointRecoveryPoints() })
+	b.every(ctx, recoveryPointInterval, func(time.Time) { b.checkpointRecoveryPoints() })
 }
 
 func (b *Broker) checkpointRecoveryPoints() {

@@ -20,6 +20,7 @@ func (b *Broker) newGroupCoordinator() *groupcoord.Coordinator {
 		Writer:                  ownWriter{b},
 		Host:                    groupHost{b},
 		Logger:                  b.log,
+		Clock:                   b.clock,
 		OffsetsRetentionMinutes: b.cfg.OffsetsRetentionMinutes,
 		OffsetsRetentionCheck:   time.Duration(b.cfg.OffsetsRetentionCheckMs) * time.Millisecond,
 		ExpiredOffsets:          &b.stats.expiredOffsets,

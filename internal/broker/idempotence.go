@@ -62,7 +62,7 @@ func (b *Broker) nextProducerID() (int64, error) {
 	start, limit := b.pidLimit, b.pidLimit+producerIDBlock
 	val := binary.BigEndian.AppendUint64(nil, uint64(limit))
 	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1},
-		[]recordbatch.Record{{Key: []byte("block"), Value: val, Timestamp: time.Now().UnixMilli()}})
+		[]recordbatch.Record{{Key: []byte("block"), Value: val, Timestamp: b.clock.Now().UnixMilli()}})
 	if err != nil {
 		return 0, err
 	}

@@ -15,7 +15,7 @@ import (
 func newTxnCoordinator(b *Broker) *txncoord.Coordinator {
 	return txncoord.New(txncoord.Config{
 		Writer: ownWriter{b}, Host: txnHost{b}, Offsets: b.groups, OffsetsTopic: offsetsTopic,
-		Log: b.log, Ctx: b.ctx,
+		Log: b.log, Ctx: b.ctx, Clock: b.clock,
 		IDExpirationMs:      b.cfg.TransactionalIdExpirationMs,
 		IDExpirationCheckMs: b.cfg.TransactionalIdExpirationCheckMs,
 		ExpiredIDs:          &b.stats.expiredTxnIDs,

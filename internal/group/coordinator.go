@@ -36,7 +36,10 @@ func (realClock) Now() time.Time { return time.Now() }
 // Option configures a Coordinator.
 type Option func(*Coordinator)
 
-// WithClock sets the clock requests read "now" from (default: wall clock).
+// WithClock sets the clock requests read "now" from (default: time.Now,
+// whose monotonic reading measures the timeouts). The broker gives its
+// broker time: when a group became empty is stored, and offsets retention
+// compares it with stored commit times.
 func WithClock(c Clock) Option { return func(co *Coordinator) { co.clock = c } }
 
 // WithLogger sets the logger (default: slog.Default()).

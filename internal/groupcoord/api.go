@@ -3,7 +3,6 @@ package groupcoord
 import (
 	"context"
 	"sort"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -223,7 +222,7 @@ func (c *Coordinator) DeleteGroups(r *kmsg.DeleteGroupsRequest) (kmsg.Response, 
 	// The deleted groups' "empty since" records go before the offsets'
 	// tombstones, whose durable write then covers them: a restart must
 	// not bring a deleted group back.
-	if _, err := c.RecordGroupStates(time.Now()); err != nil {
+	if _, err := c.RecordGroupStates(c.cfg.Clock.Now()); err != nil {
 		c.log.Warn("recording deleted groups failed; retrying in a second", "err", err)
 	}
 	var writes []offsetWrite

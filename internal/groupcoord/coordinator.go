@@ -23,6 +23,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/group"
 	"github.com/moonmq/moonmq/internal/partition"
@@ -57,6 +58,10 @@ type Config struct {
 	Writer coordinator.Writer
 	Host   Host
 	Logger *slog.Logger
+	// Clock stamps commits and the times groups became empty, and is the
+	// "now" offsets retention and membership timeouts compare them with
+	// (nil: clock.New()).
+	Clock *clock.Clock
 	// OffsetsRetentionMinutes is Kafka's offsets.retention.minutes; -1
 	// keeps offsets for ever.
 	OffsetsRetentionMinutes int64
@@ -89,8 +94,11 @@ func New(cfg Config) *Coordinator {
 	if cfg.ExpiredGroups == nil {
 		cfg.ExpiredGroups = new(atomic.Int64)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.New()
+	}
 	return &Coordinator{cfg: cfg, w: cfg.Writer, host: cfg.Host, log: cfg.Logger,
-		groups:  group.New(group.WithLogger(cfg.Logger.With("component", "groups"))),
+		groups:  group.New(group.WithLogger(cfg.Logger.With("component", "groups")), group.WithClock(cfg.Clock)),
 		offsets: newOffsetStore()}
 }
 
@@ -140,11 +148,11 @@ func (c *Coordinator) Run(ctx context.Context) { c.groups.Run(ctx, 100*time.Mill
 func (c *Coordinator) RunLeader(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		coordinator.Every(ctx, c.cfg.OffsetsRetentionCheck, func(now time.Time) {
+		coordinator.Every(ctx, c.cfg.Clock, c.cfg.OffsetsRetentionCheck, func(now time.Time) {
 			_, _, _ = c.ExpireOffsets(ctx, now) // logged; retried at the next check
 		})
 	})
-	coordinator.Every(ctx, time.Second, func(now time.Time) {
+	coordinator.Every(ctx, c.cfg.Clock, time.Second, func(now time.Time) {
 		if _, err := c.RecordGroupStates(now); err != nil {
 			// Below min.insync.replicas this fails every second: the
 			// ISR is reported loudly elsewhere.

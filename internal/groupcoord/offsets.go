@@ -289,7 +289,7 @@ func (c *Coordinator) writeTxnOffsets(ctx context.Context, pid int64, epoch int1
 	}
 	c.offsets.writes.RLock()
 	defer c.offsets.writes.RUnlock()
-	now := time.Now()
+	now := c.cfg.Clock.Now()
 	recs := make([]recordbatch.Record, len(writes))
 	for i, w := range writes {
 		writes[i].value.commitMs = now.UnixMilli()
@@ -370,7 +370,7 @@ func (c *Coordinator) appendOffsets(writes []offsetWrite, applyFirst bool) (offs
 	if err != nil {
 		return offsetAppend{}, err
 	}
-	now := time.Now()
+	now := c.cfg.Clock.Now()
 	recs := make([]recordbatch.Record, len(writes))
 	for i, w := range writes {
 		recs[i] = encodeOffsetRecord(w, now)

@@ -2,7 +2,6 @@ package partition
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
 )
@@ -87,7 +86,7 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 			p.flush.markDirty(p, flush == FlushNow)
 		}
 	}()
-	now := time.Now().UnixMilli()
+	now := p.clock.Now().UnixMilli()
 	for i, batch := range batches {
 		base := headers[i].BaseOffset
 		if w == byReplica {

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/producer"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -70,6 +71,9 @@ type Config struct {
 	// FS holds the producer-state snapshot (nil: vfs.Default).
 	FS     vfs.FS
 	Logger *slog.Logger
+	// Clock stamps appends for producer-id expiry, which compares the
+	// stamps with broker time (nil: clock.New()).
+	Clock *clock.Clock
 }
 
 // Partition is one partition's log and the state that makes its records
@@ -86,6 +90,7 @@ type Partition struct {
 	flush  *Flusher
 	fs     vfs.FS
 	logger *slog.Logger
+	clock  *clock.Clock
 
 	// mu is the append lock: it serialises appends so the offsets a
 	// produce gets match the order its batches reach the log, and keeps
@@ -119,7 +124,7 @@ type Partition struct {
 func New(cfg Config) (*Partition, error) {
 	p := &Partition{Topic: cfg.Topic, TopicID: cfg.TopicID, Index: cfg.Index, log: cfg.Log,
 		policy: cfg.Policy, fence: cfg.Fence, flush: cfg.Flusher, fs: cfg.FS, logger: cfg.Logger,
-		waiters: map[chan struct{}]struct{}{}}
+		clock: cfg.Clock, waiters: map[chan struct{}]struct{}{}}
 	if p.policy == nil {
 		p.policy = Durable{}
 	}
@@ -131,6 +136,9 @@ func New(cfg Config) (*Partition, error) {
 	}
 	if p.logger == nil {
 		p.logger = slog.Default()
+	}
+	if p.clock == nil {
+		p.clock = clock.New()
 	}
 	p.logger = p.logger.With("topic", p.Topic, "partition", p.Index)
 	durable, err := p.log.Sync()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/moonmq/moonmq/internal/producer"
 	"github.com/moonmq/moonmq/internal/recordbatch"
@@ -98,7 +97,7 @@ func (p *Partition) loadState() error {
 	path := filepath.Join(p.log.Dir(), snapshotFile)
 	p.producers, p.txns = producer.New(), txn.NewPartition()
 	from := p.log.StartOffset()
-	now := time.Now().UnixMilli()
+	now := p.clock.Now().UnixMilli()
 	if data, err := vfs.ReadFile(p.fs, path); err == nil {
 		var snap snapshot
 		err := json.Unmarshal(data, &snap)
@@ -133,7 +132,7 @@ func (p *Partition) rebuildState() error {
 	p.txnMu.Lock()
 	p.producers, p.txns = ps, ts
 	p.txnMu.Unlock()
-	now := time.Now().UnixMilli()
+	now := p.clock.Now().UnixMilli()
 	return p.Scan(p.log.StartOffset(), p.log.EndOffset(), func(h recordbatch.Header, batch []byte) error {
 		return p.apply(h, batch, now)
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
@@ -83,6 +84,10 @@ type Config struct {
 	// commits offsets includes its partition 0, and gets a marker there.
 	OffsetsTopic string
 	Log          *slog.Logger
+	// Clock stamps transactions' start and update times and is the "now"
+	// their timeouts and transactional-id expiry compare them with (nil:
+	// clock.New()).
+	Clock *clock.Clock
 	// Ctx is the broker's life: the waits for markers outlive the request
 	// that decided them, but not the broker.
 	Ctx context.Context
@@ -128,6 +133,9 @@ type entry struct {
 func New(cfg Config) *Coordinator {
 	if cfg.ExpiredIDs == nil {
 		cfg.ExpiredIDs = new(atomic.Int64)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.New()
 	}
 	return &Coordinator{cfg: cfg, w: cfg.Writer, host: cfg.Host, offsets: cfg.Offsets, log: cfg.Log,
 		byID: map[string]*entry{}, byPID: map[int64]*entry{}}
@@ -274,7 +282,7 @@ func (c *Coordinator) AddImplicitAll(pid int64, epoch int16, tps []txn.TP) (*par
 			return nil, 0, kerr.UnknownTopicOrPartition.Code
 		}
 	}
-	next, code := m.AddPartitions(tps, time.Now().UnixMilli())
+	next, code := m.AddPartitions(tps, c.cfg.Clock.Now().UnixMilli())
 	if code != 0 {
 		return nil, 0, code
 	}
@@ -314,7 +322,7 @@ func (c *Coordinator) appendState(e *entry, m *txn.Metadata, flush partition.Flu
 		return nil, 0, err
 	}
 	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{
-		Key: txn.EncodeKey(m.ID), Value: txn.EncodeValue(m), Timestamp: time.Now().UnixMilli(),
+		Key: txn.EncodeKey(m.ID), Value: txn.EncodeValue(m), Timestamp: c.cfg.Clock.Now().UnixMilli(),
 	}})
 	if err != nil {
 		return nil, 0, err
@@ -347,7 +355,7 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	}
 	batch0, err := recordbatch.Encode(recordbatch.BatchOptions{
 		ProducerID: m.ProducerID, ProducerEpoch: m.Epoch, BaseSequence: -1, Transactional: true, Control: true,
-	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0), Timestamp: time.Now().UnixMilli()}})
+	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0), Timestamp: c.cfg.Clock.Now().UnixMilli()}})
 	if err != nil {
 		return err
 	}
@@ -389,7 +397,7 @@ func (c *Coordinator) finish(e *entry, also ...partition.Wait) error {
 	if err := c.writeMarkers(m, m.Committing(), also...); err != nil {
 		return err
 	}
-	done := m.Complete(time.Now().UnixMilli())
+	done := m.Complete(c.cfg.Clock.Now().UnixMilli())
 	if m.NextProducerID == -2 {
 		if err := c.bump(done); err != nil {
 			return err
@@ -426,7 +434,7 @@ func (c *Coordinator) bump(m *txn.Metadata) error {
 // so the old epoch's later requests are refused.
 func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int16 {
 	m := e.meta.Load()
-	action, prepared, code := m.End(commit, time.Now().UnixMilli())
+	action, prepared, code := m.End(commit, c.cfg.Clock.Now().UnixMilli())
 	if fence && action == txn.EndFail && code == txn.ErrInvalidTxnState && m.State != kmsg.TransactionStateOngoing && !commit {
 		// Transactions v2: aborting with nothing open is legal and
 		// still bumps the epoch.

@@ -21,9 +21,9 @@ func (c *Coordinator) Run(ctx context.Context) {
 	// durable writes, and must not hold up timeout aborts.
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		coordinator.Every(ctx, time.Duration(c.cfg.IDExpirationCheckMs)*time.Millisecond, func(now time.Time) { c.ExpireIDs(ctx, now) })
+		coordinator.Every(ctx, c.cfg.Clock, time.Duration(c.cfg.IDExpirationCheckMs)*time.Millisecond, func(now time.Time) { c.ExpireIDs(ctx, now) })
 	})
-	coordinator.Every(ctx, time.Second, func(now time.Time) { c.abortExpired(ctx, now) })
+	coordinator.Every(ctx, c.cfg.Clock, time.Second, func(now time.Time) { c.abortExpired(ctx, now) })
 	wg.Wait()
 }
 

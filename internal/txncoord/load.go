@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -131,7 +130,7 @@ func (c *Coordinator) recoverFromMarkers(ctx context.Context, e *entry) error {
 	if !found {
 		return nil
 	}
-	action, prepared, code := m.End(commit, time.Now().UnixMilli())
+	action, prepared, code := m.End(commit, c.cfg.Clock.Now().UnixMilli())
 	if action == txn.EndFail {
 		return fmt.Errorf("recovering transaction %q from its markers: %d", m.ID, code)
 	}

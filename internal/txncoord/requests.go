@@ -3,7 +3,6 @@ package txncoord
 import (
 	"context"
 	"math"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,7 +31,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, r *kmsg.InitProducerID
 	}
 	e := c.lockEntry(id, true)
 	defer e.mu.Unlock()
-	now := time.Now().UnixMilli()
+	now := c.cfg.Clock.Now().UnixMilli()
 	m := e.meta.Load()
 	if m == nil {
 		pid, err := c.host.NextProducerID()
@@ -140,7 +139,7 @@ func (c *Coordinator) add(ctx context.Context, id string, pid int64, epoch int16
 		return code
 	}
 	defer e.mu.Unlock()
-	next, code := e.meta.Load().AddPartitions(tps, time.Now().UnixMilli())
+	next, code := e.meta.Load().AddPartitions(tps, c.cfg.Clock.Now().UnixMilli())
 	if code == 0 {
 		if err := c.transition(ctx, e, next); err != nil {
 			code = coordinator.Code(err)
@@ -247,7 +246,7 @@ func (c *Coordinator) TxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetComm
 			fill(kerr.KafkaStorageError.Code)
 			return resp
 		}
-		next, code := m.AddPartitions([]txn.TP{offsetsTP}, time.Now().UnixMilli())
+		next, code := m.AddPartitions([]txn.TP{offsetsTP}, c.cfg.Clock.Now().UnixMilli())
 		if code == 0 {
 			if err := c.transition(ctx, e, next); err != nil {
 				code = coordinator.Code(err)
@@ -312,7 +311,7 @@ func (c *Coordinator) ListTransactions(r *kmsg.ListTransactionsRequest) *kmsg.Li
 	for _, p := range r.ProducerIDFilters {
 		pids[p] = true
 	}
-	now := time.Now().UnixMilli()
+	now := c.cfg.Clock.Now().UnixMilli()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id, e := range c.byID {
