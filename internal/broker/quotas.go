@@ -59,7 +59,10 @@ func (cn *conn) throttle(req kmsg.Request, resp kmsg.Response) {
 	if st, ok := resp.(kmsg.SetThrottleResponse); ok && resp != acks0Failed {
 		st.SetThrottle(int32(d / time.Millisecond))
 	}
-	until := now.Add(d).UnixNano()
+	// On broker time: a wall reading stored as a number would, after
+	// the wall clock was stepped back, keep the connection paused for
+	// the length of the step.
+	until := cn.s.b.clock.Now().Add(d).UnixNano()
 	for {
 		cur := cn.mutedUntil.Load()
 		if cur >= until || cn.mutedUntil.CompareAndSwap(cur, until) {
@@ -87,7 +90,7 @@ func (cn *conn) waitMuted() bool {
 	if until == 0 {
 		return true
 	}
-	d := time.Until(time.Unix(0, until))
+	d := time.Duration(until - cn.s.b.clock.Now().UnixNano())
 	if d <= 0 {
 		return true
 	}

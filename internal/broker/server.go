@@ -204,7 +204,7 @@ type conn struct {
 	viaForward bool
 	deniedLog
 
-	// mutedUntil (Unix nanoseconds) pauses the reader of a connection
+	// mutedUntil (broker time, Unix nanoseconds) pauses the reader of a connection
 	// over its byte-rate quota; throttled remembers which kinds were
 	// logged.
 	mutedUntil atomic.Int64
