@@ -15,6 +15,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/broker"
+	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/metrics"
 	"github.com/moonmq/moonmq/internal/vfs"
@@ -42,6 +43,15 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 		log.Warn("TEST MODE: unsynced writes are kept in process memory and lost when the process dies; never use this in production",
 			"env", vfs.LoseUnsyncedEnv, "value", os.Getenv(vfs.LoseUnsyncedEnv))
 		opts = append([]broker.Option{broker.WithFS(lossy)}, opts...)
+	}
+	// The tests' and the fault harness's stepped wall clock; a caller's
+	// own WithClock, later in opts, still wins.
+	if clk, stepped, err := clock.FromTestEnv(os.Getenv(clock.OffsetFileEnv)); err != nil {
+		return nil, err
+	} else if stepped {
+		log.Warn("TEST MODE: the wall clock is moved by the offset in a file; never use this in production",
+			"env", clock.OffsetFileEnv, "file", os.Getenv(clock.OffsetFileEnv))
+		opts = append([]broker.Option{broker.WithClock(clk)}, opts...)
 	}
 	// Before the data directory is opened: a wrong file stops the start
 	// naming its key.

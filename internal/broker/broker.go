@@ -243,7 +243,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.groups.Run(ctx) }()
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
+	go func() { defer b.wg.Done(); b.watchClock(ctx) }()
 	go func() { defer b.wg.Done(); b.recoveryPointLoop(ctx) }()
 	// Every replica: producer state is memory derived from each one's
 	// own copy of the log.

@@ -32,6 +32,10 @@ type Stats struct {
 	expiredProducers atomic.Int64
 	expiredTxnIDs    atomic.Int64
 
+	// clockSkew is the wall clock minus broker time, in nanoseconds
+	// (clock.go).
+	clockSkew atomic.Int64
+
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	fsyncHist  prometheus.Histogram
@@ -69,6 +73,8 @@ func newStats() *Stats {
 		counter("moonmq_expired_groups_total", "Empty groups without committed offsets deleted by offsets retention.", &s.expiredGroups),
 		counter("moonmq_expired_producers_total", "Idle producers forgotten by a partition (ProducerIdExpirationMs), summed over partitions.", &s.expiredProducers),
 		counter("moonmq_expired_transactional_ids_total", "Idle transactional ids deleted (TransactionalIdExpirationMs).", &s.expiredTxnIDs),
+		gauge("moonmq_wall_clock_skew_seconds", "How far the wall clock is ahead of broker time (negative: behind), which retention and expiry use and which a step of the wall clock does not move.",
+			func() float64 { return time.Duration(s.clockSkew.Load()).Seconds() }),
 		prometheus.NewGoCollector(),
 	)
 	return s
@@ -163,8 +169,9 @@ func (b *Broker) Snapshot() status.Stats {
 		FetchedBytes: s.fetchedBytes.Load(), Fsyncs: s.fsyncCount.Load(),
 		Expired: status.Expired{Offsets: s.expiredOffsets.Load(), Groups: s.expiredGroups.Load(),
 			Producers: s.expiredProducers.Load(), TransactionalIDs: s.expiredTxnIDs.Load()},
-		Memory:       b.mem.snapshot(),
-		SegmentFiles: b.segmentFileStats(),
+		Memory:          b.mem.snapshot(),
+		SegmentFiles:    b.segmentFileStats(),
+		WallClockSkewMs: time.Duration(s.clockSkew.Load()).Milliseconds(),
 	}
 	if n := snap.Fsyncs; n > 0 {
 		snap.FsyncAvgMicros = s.fsyncNanos.Load() / n / 1000

@@ -26,6 +26,10 @@ type Stats struct {
 	FsyncAvgMicros  int64  `json:"fsync_avg_us"`
 	// Expired counts what retention and expiry removed since start.
 	Expired Expired `json:"expired"`
+	// WallClockSkewMs is how far the wall clock is ahead of broker time,
+	// the clock retention and expiry use (negative: behind); it changes
+	// when the wall clock is stepped.
+	WallClockSkewMs int64 `json:"wall_clock_skew_ms"`
 	// Memory is what client connections make the broker hold.
 	Memory     Memory      `json:"memory"`
 	Topics     int         `json:"topics"`
