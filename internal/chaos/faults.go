@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/testcluster"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -50,6 +51,9 @@ type injector struct {
 	lossyP   float64
 	forceEnv string
 	replicas int
+	// clockDir, if set, holds each replica's wall clock offset file
+	// (clockFile), which every start of it reads (clock.OffsetFileEnv).
+	clockDir string
 
 	mu    sync.Mutex
 	lossy map[int]bool
@@ -71,19 +75,24 @@ func newInjector(seed int64) *injector {
 }
 
 // env is the testcluster.WithEnv function: each start of a replica runs
-// in the lossy mode as chosen by the last decide call.
+// in the lossy mode as chosen by the last decide call, and reads its wall
+// clock offset file if the run steps clocks.
 func (in *injector) env(id int) []string {
+	var env []string
+	if in.clockDir != "" {
+		env = append(env, clock.OffsetFileEnv+"="+in.clockFile(id))
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.forceEnv != "" {
 		in.lossyStarts[id]++
-		return []string{vfs.LoseUnsyncedEnv + "=" + in.forceEnv}
+		return append(env, vfs.LoseUnsyncedEnv+"="+in.forceEnv)
 	}
 	if in.lossy[id] {
 		in.lossyStarts[id]++
-		return []string{vfs.LoseUnsyncedEnv + "=" + vfs.LoseUnsynced}
+		return append(env, vfs.LoseUnsyncedEnv+"="+vfs.LoseUnsynced)
 	}
-	return nil
+	return env
 }
 
 // decide chooses whether the next start of id runs in the lossy mode.
@@ -433,6 +442,14 @@ func (in *injector) exec(s Step) {
 		e.Detail = fmt.Sprintf("SIGTERM all at once, down %v", s.Hold.Round(time.Millisecond))
 	case CorruptElect:
 		e.Detail = in.corruptElect(s, rng, &e)
+	case ClockStep:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		e.Targets = []int{r.ID}
+		e.Detail = in.stepClock(r, s.Hold)
 	case BitFlip, Truncate, DamageRolled:
 		r := in.target(s.Role, rng, nil)
 		if r == nil {

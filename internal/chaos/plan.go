@@ -62,11 +62,17 @@ const (
 	// Truncate: stop a replica, cut bytes off one of its segment files,
 	// start it again.
 	Truncate Kind = "truncate"
+	// ClockStep: step a replica's wall clock an hour ahead, then an hour
+	// behind, then back, while it runs (clock.OffsetFileEnv). Nothing of
+	// the replication or the workload may notice: retention, expiry and
+	// timeouts keep to broker time, Raft and the ISR to the monotonic
+	// clock.
+	ClockStep Kind = "clock-step"
 )
 
 // AllKinds lists every fault kind.
 var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, Delay, Drop,
-	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, DamageRolled, CorruptElect}
+	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, DamageRolled, CorruptElect, ClockStep}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all" is
 // AllKinds); a leading "-" on every entry excludes those from AllKinds.
@@ -234,6 +240,11 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 			s.Hold = dur(3*time.Second, 6*time.Second)
 		case IsolateLeader, Partition, OneWay, Delay:
 			s.Hold = dur(2*time.Second, 8*time.Second)
+		case ClockStep:
+			// Long enough for the broker to see both steps (it
+			// looks every second) and for the timers to run with
+			// each.
+			s.Hold = dur(3*time.Second, 8*time.Second)
 		case Drop:
 			s.Hold = dur(200*time.Millisecond, 2*time.Second)
 		case RollingRestart:

@@ -333,6 +333,13 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		testcluster.WithServer("SegmentBytes", cfg.SegmentBytes),
 		testcluster.WithLogTail(60),
 	}
+	var topicConfigs map[string]*string
+	if slices.ContainsFunc(steps, func(s Step) bool { return s.Kind == ClockStep }) {
+		inj.clockDir = t.TempDir()
+		limit := clockStepLimit(steps, cfg.Replicas)
+		opts = append(opts, clockStepTimers(limit)...)
+		topicConfigs = map[string]*string{"retention.ms": kadm.StringPtr(fmt.Sprint(limit.Milliseconds()))}
+	}
 	if cfg.Binary != "" {
 		opts = append(opts, testcluster.WithBinary(cfg.Binary))
 	}
@@ -353,8 +360,13 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	admin := kadm.NewClient(adm)
 	topics := map[string]int32{dataTopic: int32(cfg.Partitions), txnTopic: 2}
 	for _, name := range []string{dataTopic, txnTopic} {
-		if err := createTopic(admin, name, topics[name], cfg.Replicas); err != nil {
+		if err := createTopic(admin, name, topics[name], cfg.Replicas, topicConfigs); err != nil {
 			t.Fatalf("chaos: create topic %s: %v", name, err)
+		}
+	}
+	if inj.clockDir != "" {
+		if err := leaveIdleState(admin, nt.ClientAddrs(), cfg.Replicas, clockStepLimit(steps, cfg.Replicas)); err != nil {
+			res.Problems = append(res.Problems, "could not leave the idle state a clock step must not expire: "+err.Error())
 		}
 	}
 
@@ -422,6 +434,9 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 			res.Problems = append(res.Problems, fmt.Sprintf("replica %d logged the lossy-mode warning %d times for %d lossy starts", r.ID, got, want))
 		}
 	}
+	if inj.clockDir != "" {
+		res.Problems = append(res.Problems, earlyExpiries(c)...)
+	}
 	h := rec.history()
 	var dumpEpochs [][]int32
 	for _, r := range c.Replicas {
@@ -482,11 +497,11 @@ func stopQuietly(r *testcluster.Replica) {
 	r.Stop(60 * time.Second)
 }
 
-func createTopic(adm *kadm.Client, name string, partitions int32, rf int) error {
+func createTopic(adm *kadm.Client, name string, partitions int32, rf int, configs map[string]*string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	for {
-		resp, err := adm.CreateTopic(ctx, partitions, int16(rf), nil, name)
+		resp, err := adm.CreateTopic(ctx, partitions, int16(rf), configs, name)
 		if err == nil {
 			err = resp.Err
 		}
