@@ -18,14 +18,7 @@ const clockStepReported = time.Second
 func (b *Broker) watchClock(ctx context.Context) {
 	last := b.clock.Skew()
 	b.stats.clockSkew.Store(int64(last))
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	b.every(ctx, time.Second, func(time.Time) {
 		s := b.clock.Skew()
 		b.stats.clockSkew.Store(int64(s))
 		if d := s - last; d >= clockStepReported || d <= -clockStepReported {
@@ -33,5 +26,5 @@ func (b *Broker) watchClock(ctx context.Context) {
 				"step", d.Round(time.Millisecond), "wall_minus_broker", s.Round(time.Millisecond))
 			last = s
 		}
-	}
+	})
 }
