@@ -147,8 +147,9 @@ type Log struct {
 	rpOffset int64
 	rpGaps   int64
 	// gapsBelow: batches of the active segment with a base offset below it
-	// may follow an offset gap (see recoveryFile.GapsBelow); exact, while
-	// the file may hold a larger, still safe, value.
+	// may follow an offset gap (see recoveryFile.GapsBelow); exact after
+	// Open and truncations, a safe upper bound after AllowGaps, and the
+	// file may hold a larger, still safe, value.
 	gapsBelow int64
 
 	recovery RecoveryReport // fixed by Open
@@ -253,8 +254,10 @@ func (l *Log) Append(batch []byte, epoch int32) (int64, error) {
 }
 
 // AppendReplica appends a batch fetched from the leader, keeping its
-// baseOffset and partitionLeaderEpoch; the base offset must equal the log
-// end offset. A batch from a newer epoch extends the epoch history.
+// baseOffset and partitionLeaderEpoch. The base offset must equal the log
+// end offset, or lie above it and below what AllowGaps allowed (the
+// leader's compaction removed whole batches there). A batch from a newer
+// epoch extends the epoch history.
 func (l *Log) AppendReplica(batch []byte) error {
 	h, err := recordbatch.Check(batch)
 	if err != nil || h.LastOffsetDelta < 0 {
@@ -262,10 +265,34 @@ func (l *Log) AppendReplica(batch []byte) error {
 	}
 	l.amu.Lock()
 	defer l.amu.Unlock()
-	if end := l.end.Load(); h.BaseOffset != end {
+	switch end := l.end.Load(); {
+	case h.BaseOffset < end:
 		return fmt.Errorf("%w: base offset %d, log end %d", ErrOffsetMismatch, h.BaseOffset, end)
+	case h.BaseOffset > end && h.BaseOffset >= l.gapsBelow:
+		return fmt.Errorf("%w: base offset %d leaves a gap after the log end %d that AllowGaps did not allow", ErrOffsetMismatch, h.BaseOffset, end)
 	}
 	return l.appendLocked(batch, h)
+}
+
+// AllowGaps lets AppendReplica leave an offset gap before batches whose
+// base offset is below below: a follower copying a leader whose compaction
+// removed whole batches. Recovery then accepts those gaps in the active
+// segment, so recovery-point.json says so (durably) before any such batch
+// is written. Calling it once per fetch response with the leader's log end
+// keeps that to one small write per response, not one per gap.
+func (l *Log) AllowGaps(below int64) error {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.rpmu.Lock()
+	defer l.rpmu.Unlock()
+	if below <= l.gapsBelow {
+		return nil
+	}
+	if err := l.persistBeforeCut(l.end.Load(), false, below); err != nil {
+		return err
+	}
+	l.gapsBelow = below
+	return nil
 }
 
 func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {

@@ -28,8 +28,10 @@ type recoveryFile struct {
 	// to start where the previous one ended, which catches a flipped bit
 	// in a base offset (no CRC covers it). Gaps come from compaction, which
 	// only rewrites rolled segments, so the active segment has them only
-	// when a truncation made a rolled segment the active one; this is
-	// written before such a cut. Omitted when 0.
+	// when a truncation made a rolled segment the active one, or when a
+	// follower copies batches across the gaps its leader's compaction left
+	// (AllowGaps); this is written before such a cut or append. Omitted
+	// when 0.
 	GapsBelow int64 `json:"gapsBelow,omitempty"`
 }
 

@@ -33,10 +33,12 @@
 // A follower restarted at the leader's log start (OFFSET_OUT_OF_RANGE or a
 // truncation reset) restarts its empty log at the base offset of the batch
 // holding that start, so batches are always stored whole, as Kafka does.
-// Known limit: storage.Log.AppendReplica cannot leave an offset gap, so a
-// follower whose fetch offset falls into a gap that compaction left on the
-// leader (a wholly removed batch) cannot append the next batch; it logs the
-// mismatch and retries, and needs a gap-accepting append from storage.
+// A follower whose fetch offset falls into a gap that compaction left on
+// the leader (wholly removed batches) copies the gap: before the first
+// batch after a gap in a response it calls AllowGaps with the leader's log
+// end, so that its own recovery accepts the gaps, and appends the batch at
+// its offset. A gap is checked against the batch after it (no CRC covers
+// a base offset).
 //
 // The package may not touch the broker, protocol, config or raftgroup
 // packages, Raft state, the ISR or high-watermark decisions (those belong to

@@ -33,6 +33,10 @@ type ReplicaLog interface {
 	Truncate(offset int64) error
 	// TruncateFullyAndStartAt empties the log and restarts it at offset.
 	TruncateFullyAndStartAt(offset int64) error
+	// AllowGaps lets AppendReplica leave offset gaps before batches whose
+	// base offset is below below (the leader's compaction removed whole
+	// batches there); it is durable before it returns.
+	AllowGaps(below int64) error
 	// Sync fsyncs the log and returns its durable end.
 	Sync() (int64, error)
 	// StartOffset is the log start offset.
@@ -893,6 +897,7 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 	recs := p.records
 	next := offset
 	latest := l.LatestEpoch()
+	gapsAllowed := false
 	var err error
 	for len(recs) > 0 {
 		var h recordbatch.Header
@@ -917,17 +922,30 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 		}
 		switch {
 		case err != nil:
-		case h.BaseOffset != next:
+		case h.BaseOffset < next:
 			err = fmt.Errorf("batch at offset %d, expected %d", h.BaseOffset, next)
 		case h.LastOffsetDelta < 0 || h.LastOffset() >= p.logEnd:
 			err = fmt.Errorf("batch [%d, %d] beyond the leader's log end %d", h.BaseOffset, h.LastOffset(), p.logEnd)
 		case h.PartitionLeaderEpoch > epoch || h.PartitionLeaderEpoch < latest:
 			err = fmt.Errorf("batch epoch %d outside [%d, %d]", h.PartitionLeaderEpoch, latest, epoch)
+		case h.BaseOffset > next:
+			err = gapOutOfLine(h, recs[h.Size():])
 		}
 		if err != nil {
 			f.setStatus(func(s *Status) { s.CorruptBatches++ })
 			err = fmt.Errorf("%w: %s-%d at %d: %v", errCorrupt, tp.Topic, tp.Partition, next, err)
 			break
+		}
+		if h.BaseOffset > next && !gapsAllowed {
+			// The leader's compaction removed whole batches here (Kafka's
+			// followers copy such gaps too). Every batch of this response
+			// lies below the leader's log end, so one durable note covers
+			// all of its gaps.
+			if aerr := l.AllowGaps(p.logEnd); aerr != nil {
+				err = fmt.Errorf("allow offset gaps in %s-%d below %d: %w", tp.Topic, tp.Partition, p.logEnd, aerr)
+				break
+			}
+			gapsAllowed = true
 		}
 		batch := recs[:h.Size()]
 		if aerr := l.AppendReplica(batch); aerr != nil {
@@ -939,6 +957,17 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 		recs = recs[h.Size():]
 	}
 	return next > offset, err
+}
+
+// gapOutOfLine checks a batch h that follows an offset gap against the
+// batch after it, rest's first: no CRC covers a base offset, and a raised
+// bit in one looks like a gap, but then the next batch starts inside it.
+func gapOutOfLine(h recordbatch.Header, rest []byte) error {
+	nh, err := recordbatch.ParseHeader(rest)
+	if err == nil && nh.BaseOffset <= h.LastOffset() {
+		return fmt.Errorf("batch at offset %d after a gap, out of line with the batch at %d after it", h.BaseOffset, nh.BaseOffset)
+	}
+	return nil
 }
 
 // readBody reads at most limit+1 bytes of resp's body. With a

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/replication"
+	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -351,7 +353,7 @@ func TestEpochFencing(t *testing.T) {
 // payload byte (caught by the CRC) and a forged epoch (outside the CRC,
 // caught by the bounds) are never appended; the follower refetches.
 func TestCorruptBatchIsRefetched(t *testing.T) {
-	for _, mode := range []string{"payload", "epoch", "baseOffset"} {
+	for _, mode := range []string{"payload", "epoch", "baseOffset", "baseOffsetGap"} {
 		t.Run(mode, func(t *testing.T) {
 			leader := newTestLeader(t, 1)
 			leader.createTopic("c", 2, nil)
@@ -380,6 +382,11 @@ func TestCorruptBatchIsRefetched(t *testing.T) {
 							binary.BigEndian.PutUint32(p.records[12:], 99)
 						case "baseOffset":
 							binary.BigEndian.PutUint64(p.records[0:], 1000)
+						case "baseOffsetGap":
+							// Inside the leader's log, so it looks like
+							// a compaction gap, but the next batch
+							// starts inside it.
+							binary.BigEndian.PutUint64(p.records[0:], binary.BigEndian.Uint64(p.records[0:])+2)
 						}
 						tampered.Add(1)
 						break
@@ -667,5 +674,31 @@ func TestSyncAllBounded(t *testing.T) {
 	}
 	if peak < 2 || peak > maxParallelSyncs {
 		t.Fatalf("%d fsyncs at once, want between 2 and %d", peak, maxParallelSyncs)
+	}
+}
+
+// TestCopiesCompactionGaps: a follower that starts copying after the
+// leader's compaction removed whole batches copies the gaps and ends in
+// sync, byte for byte.
+func TestCopiesCompactionGaps(t *testing.T) {
+	leader := newTestLeader(t, 2)
+	leader.createTopic("k", 1, map[string]string{"cleanup.policy": "compact"})
+	// Every record has the same key, so compaction keeps only the newest
+	// and drops the older batches of every rolled segment whole.
+	leader.produce("k", 0, 200)
+	if _, err := leader.log("k", 0).Compact(time.UnixMilli(10), storage.CompactOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	leader.produce("k", 0, 5)
+	first := readFrom(t, leader.log("k", 0), 0)
+	if len(first) == 0 || recordbatch.BaseOffset(first) == 0 {
+		t.Fatal("compaction left no gap at the start of the log")
+	}
+	sink := newTestSink(t)
+	c := newCluster(t, leader, sink, "", "", nil)
+	c.follow(2)
+	c.waitInSync(t)
+	if st := c.follower.Status(); st.CorruptBatches != 0 {
+		t.Fatalf("gaps counted as corrupt batches: %+v", st)
 	}
 }
