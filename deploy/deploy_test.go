@@ -185,7 +185,7 @@ func TestKubernetesStatefulSet(t *testing.T) {
 		t.Error("the example's metrics port listens on every interface without Metrics.Token")
 	}
 	acc := metrics.Access{Token: cfg.Metrics.Token, Username: cfg.Metrics.Username, Password: cfg.Metrics.Password, ProtectMetrics: cfg.Metrics.ProtectMetrics}
-	srv := httptest.NewServer(metrics.Handler(metrics.Source{Stats: func() any { return nil }, Registry: prometheus.NewRegistry(), Ready: func() bool { return true }}, acc))
+	srv := httptest.NewServer(metrics.Handler(metrics.Source{Stats: func() any { return nil }, Registry: prometheus.NewRegistry(), Ready: func() (bool, string) { return true, "" }}, acc))
 	defer srv.Close()
 	for _, p := range []probe{c.LivenessProbe, c.ReadinessProbe} {
 		if p.HTTPGet.Port != "metrics" {

@@ -96,7 +96,7 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 		in.metrics = metrics.Serve(mln, metrics.Source{
 			Stats:    func() any { return b.Snapshot() },
 			Registry: b.Registry(),
-			Ready:    b.Ready,
+			Ready:    b.Readiness,
 		}, macc, log)
 	}
 	host, port := b.Advertised()

@@ -35,6 +35,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/groupcoord"
 	"github.com/moonmq/moonmq/internal/partition"
@@ -78,6 +79,8 @@ type Broker struct {
 	mem *memory
 	// segFiles holds the descriptors of every partition's rolled segments.
 	segFiles *vfs.Pool
+	// disk judges the data directory's disk: full, stalled (disk.go).
+	disk *diskhealth.Monitor
 
 	// repl is the replication group this broker is part of, nil on a
 	// single node.
@@ -170,10 +173,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	b.mem = newMemory(cfg.QueuedMaxRequestBytes)
 	b.mem.register(b.stats.reg)
 	if b.fatal == nil {
-		b.fatal = func(err error) {
-			b.log.Error("stopping the broker: unrecoverable storage error", "err", err)
-			os.Exit(70)
-		}
+		b.fatal = b.storageFailure
 	}
 	if cfg.Replication != nil && cfg.Replication.Enabled {
 		b.nodeID = int32(cfg.Replication.ReplicaId)
@@ -185,6 +185,7 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		// The epoch comes from the group's Raft log once a leader serves.
 		b.repl = newReplica(b)
 	}
+	b.newDiskHealth()
 	b.newSegmentPool()
 	b.stats.reg.MustRegister(newPartitionCollector(b))
 	if b.repl != nil {
@@ -200,6 +201,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	if err := b.fs.MkdirAll(b.topicsDir()); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
 	}
+	// A full disk is known before recovery writes and the first request.
+	b.disk.Poll()
 	if err := b.loadClusterID(); err != nil {
 		return nil, err
 	}
@@ -243,7 +246,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.groups.Run(ctx) }()
 	}
-	b.wg.Add(3)
+	b.wg.Add(4)
+	go func() { defer b.wg.Done(); b.disk.Run(ctx) }()
 	go func() { defer b.wg.Done(); b.watchClock(ctx) }()
 	go func() { defer b.wg.Done(); b.recoveryPointLoop(ctx) }()
 	// Every replica: producer state is memory derived from each one's
@@ -358,6 +362,7 @@ func (b *Broker) storageOptions(t *topic) storage.Options {
 		VerifyAll:      true,
 		FS:             b.fs,
 		Pool:           b.segFiles,
+		Space:          b.disk,
 		SegmentBytes:   t.settings.segmentBytes,
 		RetentionMs:    ret,
 		RetentionBytes: retBytes,

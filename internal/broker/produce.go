@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -282,6 +283,9 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 	case errors.Is(err, errNotServing):
 		// Checked under the append lock: this replica stopped leading.
 		return res, errNotLeaderOrFollower, ""
+	case diskhealth.IsSpaceError(err):
+		// The disk monitor logs a full disk, once per interval.
+		return res, errKafkaStorageError, "the broker's disk is full; appends resume when space is freed"
 	case err != nil:
 		b.log.Error("append failed", "topic", t.name, "partition", p.Index, "err", err)
 		return res, errKafkaStorageError, ""

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -76,14 +77,28 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 // Ready reports what /health/ready answers: a single node is ready once
 // started; a replica is ready while it serves clients as the leader, or
 // as a follower while it is in the in-sync set (so a rolling restart waits
-// for each replica to catch up before taking down the next one).
+// for each replica to catch up before taking down the next one). Neither
+// is ready while its disk is full.
 func (b *Broker) Ready() bool {
+	ok, _ := b.Readiness()
+	return ok
+}
+
+// Readiness is Ready with the reason when not ready.
+func (b *Broker) Readiness() (bool, string) {
+	if b.disk != nil && b.disk.Full() {
+		st := b.disk.Status()
+		return false, fmt.Sprintf("disk full (%d bytes free on the data directory's volume): appends are refused, reads are served", st.FreeBytes)
+	}
 	r := b.repl
 	if r == nil {
-		return true
+		return true, ""
 	}
 	if r.role.serving() {
-		return true
+		return true, ""
 	}
-	return slices.Contains(r.groupISR(), r.self)
+	if slices.Contains(r.groupISR(), r.self) {
+		return true, ""
+	}
+	return false, "a follower outside the in-sync replicas (catching up, or cut off from its leader)"
 }

@@ -171,6 +171,7 @@ func (b *Broker) Snapshot() status.Stats {
 			Producers: s.expiredProducers.Load(), TransactionalIDs: s.expiredTxnIDs.Load()},
 		Memory:          b.mem.snapshot(),
 		SegmentFiles:    b.segmentFileStats(),
+		Disk:            b.diskStats(),
 		WallClockSkewMs: time.Duration(s.clockSkew.Load()).Milliseconds(),
 	}
 	if n := snap.Fsyncs; n > 0 {

@@ -93,6 +93,18 @@ type Server struct {
 	// descriptor more, outside it. 0 (the default) picks a quarter of the
 	// process's open-file limit, at least 64 (DefaultMaxOpenSegmentFiles).
 	MaxOpenSegmentFiles int
+	// MinFreeDiskBytes: while less than this is free on the data
+	// directory's volume, appends (clients', replicas' and the broker's
+	// own) are refused with KAFKA_STORAGE_ERROR and reads are served;
+	// appends resume by themselves once twice as much (at least 1 MiB
+	// more) is free. A write failing with ENOSPC does the same at once.
+	// 0 (the default): 5% of the volume, at most 1 GiB; -1: no reserve.
+	MinFreeDiskBytes int64
+	// FsyncStallMs: an fsync running longer than this marks the disk as
+	// stalled, and a leader whose disk stalls hands leadership to a
+	// healthy in-sync replica; it counts as stalled until fsyncs have kept
+	// under the bound for 10 s. Default 2000; -1 never.
+	FsyncStallMs int64
 	// OffsetsRetentionMinutes is Kafka's offsets.retention.minutes: the
 	// committed offsets of a group that has had no member for this long
 	// are deleted (tombstoned in __consumer_offsets), and so is the group.
@@ -213,6 +225,8 @@ const (
 	DefaultSegmentBytes         = 1 << 30
 	DefaultRetentionMs          = 7 * 24 * 3600 * 1000
 	DefaultRetentionCheckMs     = 30000
+	// DefaultFsyncStallMs is FsyncStallMs's default.
+	DefaultFsyncStallMs = 2000
 	// DefaultOffsetsRetentionMinutes is Kafka's offsets.retention.minutes.
 	DefaultOffsetsRetentionMinutes = 7 * 24 * 60
 	// DefaultOffsetsRetentionCheckMs is Kafka's
@@ -359,6 +373,9 @@ func (s *Server) applyDefaults(given map[string]bool) {
 	if !given["RetentionBytes"] {
 		s.RetentionBytes = -1
 	}
+	if s.FsyncStallMs == 0 {
+		s.FsyncStallMs = DefaultFsyncStallMs
+	}
 	if s.RetentionCheckMs == 0 {
 		s.RetentionCheckMs = DefaultRetentionCheckMs
 	}
@@ -458,6 +475,12 @@ func (s *Server) Validate() error {
 	}
 	if s.RetentionCheckMs < 10 {
 		bad("RetentionCheckMs", "%d must be at least 10", s.RetentionCheckMs)
+	}
+	if s.MinFreeDiskBytes < -1 {
+		bad("MinFreeDiskBytes", "%d must be positive, 0 for 5%% of the volume (at most 1 GiB), or -1 for no reserve", s.MinFreeDiskBytes)
+	}
+	if s.FsyncStallMs < -1 || (s.FsyncStallMs >= 0 && s.FsyncStallMs < 10) {
+		bad("FsyncStallMs", "%d must be at least 10, or -1 to never count the disk as stalled", s.FsyncStallMs)
 	}
 	if s.MaxOpenSegmentFiles < 0 {
 		bad("MaxOpenSegmentFiles", "%d must be positive, or 0 for a quarter of the open-file limit", s.MaxOpenSegmentFiles)

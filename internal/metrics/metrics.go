@@ -30,8 +30,8 @@ type Source struct {
 	Stats func() any
 	// Registry backs /metrics.
 	Registry *prometheus.Registry
-	// Ready reports whether the broker serves clients.
-	Ready func() bool
+	// Ready reports whether the broker serves clients, and why not.
+	Ready func() (bool, string)
 	// HistoryEvery is how often the status page's throughput history is
 	// sampled; 0 means every 5 s.
 	HistoryEvery time.Duration
@@ -145,9 +145,11 @@ func handler(src Source, acc Access, hist *history) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc(routeReady, func(w http.ResponseWriter, r *http.Request) {
-		if src.Ready != nil && !src.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+		if src.Ready != nil {
+			if ok, why := src.Ready(); !ok {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})

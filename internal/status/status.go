@@ -36,6 +36,8 @@ type Stats struct {
 	Partitions []Partition `json:"partitions"`
 	// SegmentFiles are the partitions' open segment files.
 	SegmentFiles SegmentFiles `json:"segment_files"`
+	// Disk is the data directory's disk: free space, full, stalled.
+	Disk Disk `json:"disk"`
 	// Replication is the replication status document (replicas only;
 	// absent on a single node).
 	Replication *Replication `json:"replication,omitempty"`
@@ -70,6 +72,21 @@ type SegmentFiles struct {
 	Limit     int   `json:"limit"`
 	Opens     int64 `json:"opens"`
 	Evictions int64 `json:"evictions"`
+}
+
+// Disk is the health of the data directory's disk. While Full, appends
+// are refused with KAFKA_STORAGE_ERROR and reads are served; Stalled means
+// an fsync ran longer than Server.FsyncStallMs.
+type Disk struct {
+	Full           bool  `json:"full"`
+	Stalled        bool  `json:"stalled"`
+	FreeBytes      int64 `json:"free_bytes"`
+	TotalBytes     int64 `json:"total_bytes"`
+	ReserveBytes   int64 `json:"reserve_bytes"`
+	RefusedAppends int64 `json:"refused_appends"`
+	SlowestFsyncMs int64 `json:"slowest_fsync_ms"`
+	FullEvents     int64 `json:"full_events"`
+	StallEvents    int64 `json:"stall_events"`
 }
 
 // Partition is one partition's entry in /stats.

@@ -90,6 +90,10 @@ type Options struct {
 	// be shared by every log of a process. nil keeps every segment's file
 	// open.
 	Pool *vfs.Pool
+	// Space, if set, is asked before every append and may refuse it: a
+	// disk without room (diskhealth.Monitor), whose error the append
+	// returns, with nothing written.
+	Space interface{ CheckWrite() error }
 }
 
 // Log is one partition's log. Its methods are safe for concurrent use: any
@@ -98,6 +102,7 @@ type Log struct {
 	dir    string
 	fs     vfs.FS
 	pool   *vfs.Pool // nil: every segment's file stays open
+	space  interface{ CheckWrite() error }
 	logger *slog.Logger
 	index  int
 
@@ -304,6 +309,11 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 	}
 	if failed != nil {
 		return failed
+	}
+	if l.space != nil {
+		if err := l.space.CheckWrite(); err != nil {
+			return err
+		}
 	}
 	epoch, latest := h.PartitionLeaderEpoch, l.LatestEpoch()
 	if latest >= 0 && epoch < latest {

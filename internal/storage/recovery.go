@@ -63,7 +63,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.IndexIntervalBytes <= 0 {
 		opts.IndexIntervalBytes = defaultIndexBytes
 	}
-	l := &Log{dir: dir, fs: opts.FS, pool: opts.Pool, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
+	l := &Log{dir: dir, fs: opts.FS, pool: opts.Pool, space: opts.Space, logger: opts.Logger.With("dir", dir), index: opts.IndexIntervalBytes}
 	l.Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
 	if err := l.open(opts.VerifyAll); err != nil {
 		for _, s := range l.segs {

@@ -1,0 +1,73 @@
+package diskhealth
+
+import (
+	"errors"
+
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+// errUnsupported: statfs cannot be read on this platform.
+var errUnsupported = errors.New("free space is read on Linux only")
+
+// FS wraps fsys so that m sees every write's failure and times every
+// fsync (files' and directories'). It changes no result.
+func (m *Monitor) FS(fsys vfs.FS) vfs.FS { return watchedFS{FS: fsys, m: m} }
+
+type watchedFS struct {
+	vfs.FS
+	m *Monitor
+}
+
+func (w watchedFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	w.m.Observe(err)
+	if err != nil {
+		return nil, err
+	}
+	return watchedFile{File: f, m: w.m}, nil
+}
+
+func (w watchedFS) Create(name string) (vfs.File, error) { return w.wrap(w.FS.Create(name)) }
+func (w watchedFS) OpenRW(name string) (vfs.File, error) { return w.wrap(w.FS.OpenRW(name)) }
+func (w watchedFS) Open(name string) (vfs.File, error)   { return w.wrap(w.FS.Open(name)) }
+
+func (w watchedFS) Rename(oldname, newname string) error {
+	err := w.FS.Rename(oldname, newname)
+	w.m.Observe(err)
+	return err
+}
+
+func (w watchedFS) MkdirAll(dir string) error {
+	err := w.FS.MkdirAll(dir)
+	w.m.Observe(err)
+	return err
+}
+
+func (w watchedFS) SyncDir(dir string) error {
+	id := w.m.syncBegin()
+	err := w.FS.SyncDir(dir)
+	w.m.syncEnd(id)
+	w.m.Observe(err)
+	return err
+}
+
+type watchedFile struct {
+	vfs.File
+	m *Monitor
+}
+
+func (f watchedFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.m.Observe(err)
+	return n, err
+}
+
+func (f watchedFile) Sync() error {
+	id := f.m.syncBegin()
+	err := f.File.Sync()
+	f.m.syncEnd(id)
+	f.m.Observe(err)
+	return err
+}
+
+// DropCache passes the page-cache advice through (vfs.CacheDropper).
+func (f watchedFile) DropCache(off, n int64) error { return vfs.DropCache(f.File, off, n) }
