@@ -126,6 +126,10 @@ func (m *Monitor) Observe(err error) {
 	if err == nil || !IsSpaceError(err) || m.full.Load() {
 		return
 	}
+	if free, total, serr := m.cfg.Statfs(m.cfg.Dir); serr == nil {
+		m.free.Store(free)
+		m.total.Store(total)
+	}
 	m.setFull(fmt.Sprintf("a write failed: %v", err))
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/coordinator"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 )
 
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
@@ -55,7 +56,9 @@ func (c *Coordinator) OffsetCommit(r *kmsg.OffsetCommitRequest) (kmsg.Response, 
 	write := c.startOffsetWrite(writes)
 	return nil, func(ctx context.Context) kmsg.Response {
 		if err := write(ctx); err != nil {
-			c.log.Error("offset commit failed", "group", r.Group, "err", err)
+			if !diskhealth.IsSpaceError(err) { // the disk monitor logs a full disk
+				c.log.Error("offset commit failed", "group", r.Group, "err", err)
+			}
 			code := coordinator.Code(err)
 			for _, s := range slots {
 				resp.Topics[s.t].Partitions[s.p].ErrorCode = code

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 
@@ -769,5 +770,33 @@ func TestReadInto(t *testing.T) {
 	got, err = l.ReadInto(small, 0, 1<<20, l.EndOffset())
 	if err != nil || !bytes.Equal(got, want) || &got[0] == &small[0] {
 		t.Fatalf("ReadInto a small buffer: equal=%v err=%v", bytes.Equal(got, want), err)
+	}
+}
+
+// TestDeleteRecordsOnFullDisk: with no room for the start offset's file,
+// DeleteRecords removes the segments first, which frees the room, and then
+// persists the start; before, a full disk could never be freed this way.
+func TestDeleteRecordsOnFullDisk(t *testing.T) {
+	fs := vfs.NewMem()
+	l := openLog(t, fs, Options{SegmentBytes: 300})
+	for range 10 {
+		if _, err := l.Append(mkBatch(t, 1, 0, 100), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := l.SegmentCount()
+	fs.FailNext(vfs.OpCreate, startFileName, fmt.Errorf("create: %w", syscall.ENOSPC))
+	start, err := l.DeleteRecords(8)
+	if err != nil || start != 8 {
+		t.Fatalf("DeleteRecords on a full disk: start %d, %v", start, err)
+	}
+	if n := l.SegmentCount(); n >= segs {
+		t.Fatalf("%d segments before, %d after: nothing freed", segs, n)
+	}
+	l.Close()
+	l = openLog(t, fs, Options{SegmentBytes: 300})
+	defer l.Close()
+	if s := l.StartOffset(); s != 8 {
+		t.Fatalf("start %d after reopen, want 8", s)
 	}
 }

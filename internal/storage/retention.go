@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/vfs"
@@ -46,12 +47,36 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		return 0, nil
 	}
 	if newStart := l.segs[n].base; newStart > l.start.Load() {
-		if err := l.writeStart(newStart); err != nil {
-			return 0, err
-		}
-		l.start.Store(newStart)
+		return l.advanceStart(newStart)
 	}
 	return l.deleteBelowStart()
+}
+
+// advanceStart makes start the log start offset and removes the segments
+// wholly below it. The start is persisted first, unless the disk is full:
+// then the segments go first, which frees the space to persist it. A
+// crash in between restarts the log at its first remaining segment's
+// base, at or below start: records the caller meant to drop may come back
+// (Kafka's own start-offset checkpoint lags the same way), none it kept
+// is lost. The caller holds amu and smu.
+func (l *Log) advanceStart(start int64) (int, error) {
+	werr := l.writeStart(start)
+	if werr != nil && !isSpaceError(werr) {
+		return 0, werr
+	}
+	l.start.Store(start)
+	n, err := l.deleteBelowStart()
+	if werr != nil {
+		if werr = l.writeStart(start); werr != nil {
+			return n, fmt.Errorf("persist log start offset %d: %w", start, werr)
+		}
+	}
+	return n, err
+}
+
+// isSpaceError reports a write that failed for want of space.
+func isSpaceError(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // DeleteRecords advances the log start offset to before (KIP-107), removing
@@ -70,12 +95,8 @@ func (l *Log) DeleteRecords(before int64) (int64, error) {
 	if before <= l.start.Load() {
 		return l.start.Load(), nil
 	}
-	if err := l.writeStart(before); err != nil {
+	if _, err := l.advanceStart(before); err != nil {
 		return l.start.Load(), err
-	}
-	l.start.Store(before)
-	if _, err := l.deleteBelowStart(); err != nil {
-		return before, err
 	}
 	return before, nil
 }

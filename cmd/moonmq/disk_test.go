@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/status"
+)
+
+// smallVolume mounts a tmpfs of size bytes for the test and returns its
+// path: a real filesystem that really fills up. Mounting needs root, or
+// sudo without a password (what .ci/run uses to install packages).
+func smallVolume(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	var pre []string
+	if os.Geteuid() != 0 {
+		if err := exec.Command("sudo", "-n", "true").Run(); err != nil {
+			t.Fatalf("mounting a tmpfs needs root or passwordless sudo: %v", err)
+		}
+		pre = []string{"sudo", "-n"}
+	}
+	run := func(args ...string) error {
+		args = append(pre, args...)
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	opts := fmt.Sprintf("size=%d,mode=0777", size)
+	if err := run("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := run("umount", "-l", dir); err != nil {
+			t.Log(err)
+		}
+	})
+	return dir
+}
+
+func brokerStats(t *testing.T, metrics string) status.Stats {
+	t.Helper()
+	resp, err := http.Get("http://" + metrics + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var s status.Stats
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("/stats: %v: %s", err, b)
+	}
+	return s
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDiskFullSingleNode: a single node on a 48 MiB volume that fills up
+// (no reserve, so writes really fail with ENOSPC part way) answers
+// produce and offset commits with KAFKA_STORAGE_ERROR, says so once in its
+// log and on /stats, /metrics and /health/ready, keeps serving reads, and
+// takes writes again by itself once DeleteRecords frees space. After a
+// restart every acknowledged record is there and nothing else is.
+func TestDiskFullSingleNode(t *testing.T) {
+	vol := smallVolume(t, 48<<20)
+	port, mport := freePort(t), freePort(t)
+	data := filepath.Join(vol, "data")
+	cfg := writeConfig(t, data, port, mport, `, "MinFreeDiskBytes": -1`)
+	p := startProc(t, cfg, port, mport)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := newClient(t, p.addr, kgo.RecordRetries(2), kgo.RecordDeliveryTimeout(5*time.Second),
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(64))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kadm.StringPtr("1048576")}, "fill"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "keep", Value: []byte("kept")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	commit := func() error {
+		resp, err := adm.CommitOffsets(ctx, "readers", kadm.OffsetsFromRecords(kgo.Record{Topic: "keep", Partition: 0, Offset: 0}))
+		if err != nil {
+			return err
+		}
+		return resp.Error()
+	}
+	if err := commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Fill the volume with 64 KiB records, acks=all, until produce fails.
+	acked := map[string]bool{}
+	value := func(i int) []byte {
+		v := make([]byte, 64<<10)
+		rand.Read(v) // incompressible
+		copy(v, fmt.Sprintf("fill-%06d-", i))
+		return v
+	}
+	var fullErr error
+	for i := 0; fullErr == nil; i++ {
+		if i > 2000 {
+			t.Fatal("48 MiB took more than 2000 records of 64 KiB")
+		}
+		r := &kgo.Record{Topic: "fill", Value: value(i)}
+		if fullErr = cl.ProduceSync(ctx, r).FirstErr(); fullErr == nil {
+			acked[string(r.Value[:12])] = true
+		}
+	}
+	t.Logf("volume full after %d acknowledged records: %v", len(acked), fullErr)
+	// The client retries (KAFKA_STORAGE_ERROR is retriable, as in Kafka)
+	// until its delivery timeout; the broker's own answer is the error,
+	// not a wait.
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks, req.TimeoutMillis = -1, 30000
+	batch := produceBatch(t, value(99999))
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "fill"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.KafkaStorageError.Code {
+		t.Fatalf("produce to a full disk answered %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(code))
+	}
+
+	st := brokerStats(t, p.metrics)
+	if !st.Disk.Full || st.Disk.RefusedAppends == 0 || st.Disk.TotalBytes == 0 {
+		t.Fatalf("/stats disk %+v: want full, with refused appends", st.Disk)
+	}
+	if code, body := httpGet(t, "http://"+p.metrics+"/health/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk full") {
+		t.Fatalf("/health/ready: %d %q, want 503 naming the full disk", code, body)
+	}
+	if _, body := httpGet(t, "http://"+p.metrics+"/metrics"); !strings.Contains(body, "moonmq_disk_full 1") {
+		t.Fatal("/metrics does not say moonmq_disk_full 1")
+	}
+	// The broker's own writes fail the same clean way.
+	if err := commit(); !errors.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("offset commit on a full disk: %v, want KAFKA_STORAGE_ERROR", err)
+	}
+	// Reads are served.
+	if got := consumeAll(t, p.addr, "keep", 1); string(got[0].Value) != "kept" {
+		t.Fatalf("read %q from keep", got[0].Value)
+	}
+	// Once, not once per attempt.
+	if n := strings.Count(p.log(), "disk health: disk full;"); n != 1 {
+		t.Fatalf("the full disk was logged %d times, want once:\n%s", n, p.log())
+	}
+	if n := strings.Count(p.log(), "append failed"); n > 0 {
+		t.Fatalf("%d append failures logged besides the disk-full line", n)
+	}
+
+	// Free space: delete what "fill" holds up to its end.
+	ends, err := adm.ListEndOffsets(ctx, "fill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup("fill", 0)
+	upTo := kadm.Offsets{}
+	upTo.Add(kadm.Offset{Topic: "fill", Partition: 0, At: end.Offset})
+	del, err := adm.DeleteRecords(ctx, upTo)
+	if err != nil || del.Error() != nil {
+		t.Fatalf("DeleteRecords up to %d (%v): %v %v; stats %+v", end.Offset, end.Err, err, del.Error(), brokerStats(t, p.metrics).Partitions)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for brokerStats(t, p.metrics).Disk.Full {
+		if time.Now().After(deadline) {
+			t.Fatalf("still full 30 s after DeleteRecords: %+v", brokerStats(t, p.metrics).Disk)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := 100000; i < 100010; i++ {
+		r := &kgo.Record{Topic: "fill", Value: value(i)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce after space was freed: %v", err)
+		}
+		acked[string(r.Value[:12])] = true
+	}
+	if err := commit(); err != nil {
+		t.Fatalf("offset commit after space was freed: %v", err)
+	}
+	if !strings.Contains(p.log(), "space is free again; appends resume") {
+		t.Fatal("the broker did not log that appends resume")
+	}
+	cl.Close()
+
+	// Restart: what is left of "fill" is exactly the acknowledged records
+	// after the deletion point, whole.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+	p = startProc(t, cfg, port, mport)
+	if strings.Contains(p.log(), "lost data that had been durable") {
+		t.Fatalf("recovery found damage:\n%s", p.log())
+	}
+	got := consumeAll(t, p.addr, "fill", 10)
+	for _, r := range got {
+		if len(r.Value) != 64<<10 || !acked[string(r.Value[:12])] {
+			t.Fatalf("read a record that was never acknowledged: %q", r.Value[:12])
+		}
+	}
+}
+
+// consumeAll reads topic partition 0 from its start until n records or
+// 20 s, failing the test with fewer.
+func consumeAll(t *testing.T, addr, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl := newClient(t, addr, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records of %s", len(out), n, topic)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("fetch %s: %v", topic, err) })
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+// produceBatch is one record batch holding v, as a client would send it.
+func produceBatch(t *testing.T, v []byte) []byte {
+	t.Helper()
+	b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Timestamp: time.Now().UnixMilli(), Value: v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,147 @@
+package diskhealth
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moonmq/moonmq/internal/vfs"
+)
+
+type fakeVolume struct {
+	mu          sync.Mutex
+	free, total int64
+}
+
+func (v *fakeVolume) set(free int64) { v.mu.Lock(); v.free = free; v.mu.Unlock() }
+func (v *fakeVolume) statfs(string) (int64, int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.free, v.total, nil
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *syncLog) String() string               { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func newTest(reserve int64, stall time.Duration) (*Monitor, *fakeVolume, *syncLog) {
+	v := &fakeVolume{free: 100 << 20, total: 1 << 30}
+	out := &syncLog{}
+	m := New(Config{Dir: "/data", ReserveBytes: reserve, StallAfter: stall, Statfs: v.statfs,
+		Logger: slog.New(slog.NewTextHandler(out, nil)), LogEvery: time.Hour})
+	return m, v, out
+}
+
+func TestReserveAndResume(t *testing.T) {
+	m, v, out := newTest(10<<20, 0)
+	m.Poll()
+	if err := m.CheckWrite(); err != nil || m.Degraded() != "" {
+		t.Fatalf("healthy disk: %v %q", err, m.Degraded())
+	}
+	v.set(9 << 20)
+	m.Poll()
+	if err := m.CheckWrite(); !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("below the reserve: %v", err)
+	}
+	if m.Degraded() != "disk full" {
+		t.Fatalf("degraded %q", m.Degraded())
+	}
+	// Not above the reserve by enough: still full.
+	v.set(15 << 20)
+	m.Poll()
+	if !m.Full() {
+		t.Fatal("resumed without the margin")
+	}
+	v.set(20 << 20)
+	m.Poll()
+	m.Poll()
+	if m.Full() {
+		t.Fatal("still full with twice the reserve free")
+	}
+	st := m.Status()
+	if st.RefusedWrites != 1 || st.FullEvents != 1 || st.FreeBytes != 20<<20 || st.ReserveBytes != 10<<20 {
+		t.Fatalf("status %+v", st)
+	}
+	if n := strings.Count(out.String(), "disk full;"); n != 1 {
+		t.Fatalf("logged full %d times:\n%s", n, out)
+	}
+	if !strings.Contains(out.String(), "appends resume") {
+		t.Fatalf("no resume line:\n%s", out)
+	}
+}
+
+func TestAutomaticReserve(t *testing.T) {
+	m, v, _ := newTest(-1, 0)
+	v.total = 100 << 20
+	v.set(4 << 20)
+	m.Poll()
+	if !m.Full() || m.Status().ReserveBytes != 5<<20 {
+		t.Fatalf("5%% of 100 MiB reserve: %+v", m.Status())
+	}
+}
+
+func TestWriteFailureMakesFull(t *testing.T) {
+	m, v, _ := newTest(0, 0)
+	fs := vfs.NewMem()
+	w := m.FS(fs)
+	f, err := w.Create("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.FailNext(vfs.OpWrite, "a", fmt.Errorf("write a: %w", syscall.ENOSPC))
+	if _, err := f.Write([]byte("x")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write: %v", err)
+	}
+	if !m.Full() {
+		t.Fatal("ENOSPC did not make the disk full")
+	}
+	// Other errors do not.
+	m2, _, _ := newTest(0, 0)
+	m2.Observe(syscall.EIO)
+	if m2.Full() {
+		t.Fatal("EIO made the disk full")
+	}
+	// Space returns: 1 MiB more than the (zero) reserve.
+	v.set(2 << 20)
+	m.Poll()
+	if m.Full() {
+		t.Fatal("still full")
+	}
+}
+
+func TestStall(t *testing.T) {
+	m, _, out := newTest(0, 50*time.Millisecond)
+	id := m.syncBegin()
+	m.Poll()
+	if m.Degraded() != "" {
+		t.Fatal("stalled at once")
+	}
+	time.Sleep(80 * time.Millisecond)
+	// Seen while the fsync still runs, not only when it returns.
+	m.Poll()
+	if m.Degraded() != "fsync stalled" {
+		t.Fatalf("degraded %q with an fsync running 80ms over a 50ms bound", m.Degraded())
+	}
+	m.syncEnd(id)
+	m.Poll()
+	if !m.Status().Stalled {
+		t.Fatal("cleared at once; want after fsyncs kept under the bound for a while")
+	}
+	m.pollStall(time.Now().Add(stallClears + time.Second))
+	if m.Status().Stalled {
+		t.Fatal("still stalled after fsyncs kept under the bound")
+	}
+	if m.Status().StallEvents != 1 || !strings.Contains(out.String(), "fsyncs are fast again") {
+		t.Fatalf("status %+v, log:\n%s", m.Status(), out)
+	}
+}
