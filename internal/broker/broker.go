@@ -35,8 +35,8 @@ import (
 
 	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/config"
-	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/coordinator"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/groupcoord"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"

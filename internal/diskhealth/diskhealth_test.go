@@ -32,7 +32,7 @@ type syncLog struct {
 }
 
 func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *syncLog) String() string               { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 func newTest(reserve int64, stall time.Duration) (*Monitor, *fakeVolume, *syncLog) {
 	v := &fakeVolume{free: 100 << 20, total: 1 << 30}
