@@ -82,3 +82,13 @@ func (b *Broker) storageFailure(err error) {
 // exitStorageFailure is the exit code after an unrecoverable storage
 // error: EX_IOERR of sysexits(3).
 const exitStorageFailure = 74
+
+// fetchPause is why this replica's follower must not fetch: on a full disk
+// every append would fail, so it stops and the leader takes it out of the
+// ISR after IsrLagSeconds, rather than producers waiting on it.
+func (r *replica) fetchPause() string {
+	if r.b.disk.Full() {
+		return "disk full"
+	}
+	return ""
+}

@@ -158,6 +158,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 		ID: r.self, Members: r.ids, Role: replication.ParseRole(r.cfg.Role),
 		DataDir: r.b.cfg.DataDir, FS: r.b.fs, Transport: r.tr, Token: r.cfg.Token,
 		Logger: log.With("component", "raft"), UncleanRestart: unclean, LogDamaged: damaged,
+		Degraded: r.b.disk.Degraded,
 	})
 	if err != nil {
 		r.tr.Close()
@@ -165,7 +166,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	}
 	r.node = node
 	mux.Handle("/replication/raft/", node.Handler())
-	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log}, sink{r})
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log, Pause: r.fetchPause}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		r.tr.Close()
 		return err

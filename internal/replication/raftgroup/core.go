@@ -61,6 +61,15 @@ type core struct {
 
 	failed error // a storage write failed: the core is inert
 
+	// degraded names what keeps this replica's disk from taking writes
+	// well ("" when nothing): a serving leader hands leadership to an
+	// eligible member every degradedTicks, keeping on serving meanwhile
+	// (reads work, and no other member may be able to take over), and
+	// the replica drops MsgTimeoutNow, turning down leadership handed to
+	// it, so two degraded members do not hand it back and forth.
+	degraded      string
+	degradedTicks int
+
 	// campaignAnyway lets an ineligible replica ask for votes; only the
 	// simulation's injected bug "unclean-leader" sets it.
 	campaignAnyway bool
@@ -166,7 +175,22 @@ func (c *core) tick() {
 			c.transfer()
 		}
 	}
+	if c.degraded != "" && c.serving() {
+		// Once per election timeout: etcd raft gives up a transfer the
+		// target does not complete within one.
+		if c.degradedTicks++; c.degradedTicks >= c.electionTicks {
+			c.degradedTicks = 0
+			c.transfer()
+		}
+	}
 	c.process()
+}
+
+// setDegraded records the disk's state (Config.Degraded).
+func (c *core) setDegraded(why string) {
+	if why != c.degraded {
+		c.degraded, c.degradedTicks = why, 0
+	}
 }
 
 // step hands a message from a peer to Raft. Messages from non-members or
@@ -177,6 +201,9 @@ func (c *core) step(m *pb.Message) {
 	}
 	if m.GetType() == pb.MsgPreVote && string(m.GetContext()) == probeContext {
 		return // a replica that may not stand; see notStanding
+	}
+	if m.GetType() == pb.MsgTimeoutNow && c.degraded != "" {
+		return // leadership handed to a degraded disk; see degraded
 	}
 	if from := int32(m.GetFrom()); m.GetTerm() > c.heard[from] {
 		c.heard[from] = m.GetTerm()

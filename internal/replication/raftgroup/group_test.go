@@ -577,3 +577,45 @@ func TestDamagedLogNeverStandsAlone(t *testing.T) {
 		t.Fatal("catching up did not lift the restriction")
 	}
 }
+
+// TestDegradedLeaderHandsOff: a serving leader whose disk is degraded
+// hands leadership to an in-sync member that is not, and a degraded member
+// turns leadership handed to it down, so two degraded members never pass
+// it back and forth; with every member degraded the leader stays and
+// serves.
+func TestDegradedLeaderHandsOff(t *testing.T) {
+	s := newSim(t, 3, 7, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	var others []int32
+	for _, id := range s.ids {
+		if id != l {
+			others = append(others, id)
+		}
+	}
+	// One of the others is degraded too: only the healthy one may take
+	// over.
+	healthy, sick := others[0], others[1]
+	s.cores[sick].setDegraded("disk full")
+	s.cores[l].setDegraded("disk full")
+	var l2 int32
+	for range 400 {
+		s.tick(1)
+		if sv := s.serving(); len(sv) == 1 && sv[0] != l {
+			l2 = sv[0]
+			break
+		}
+	}
+	if l2 != healthy {
+		t.Fatalf("leadership went from degraded %d to %d, want the healthy %d: %+v", l, l2, healthy, s.dump())
+	}
+	// Every member degraded: the leader hands off to nobody and serves on.
+	s.cores[healthy].setDegraded("fsync stalled")
+	s.tick(200)
+	if sv := s.serving(); len(sv) != 1 || sv[0] != healthy {
+		t.Fatalf("with every disk degraded, serving %v, want %d to stay: %+v", sv, healthy, s.dump())
+	}
+}

@@ -80,6 +80,12 @@ type Config struct {
 	// InboxSize bounds the queue of received messages; more are dropped
 	// (DefaultInboxSize).
 	InboxSize int
+	// Degraded, if set, is read every tick: while it names a reason (a
+	// full or stalling disk) a serving leader hands leadership to another
+	// eligible member, once per election timeout, and this replica turns
+	// down leadership handed to it. It still stands in ordinary
+	// elections (a group whose every disk is full still serves reads).
+	Degraded func() string
 	// UncleanRestart is set when this replica restarted without its
 	// clean-shutdown marker: it may not stand for election
 	// (replication.Candidacy.UncleanRestart) until ClearUnclean says it
@@ -311,6 +317,9 @@ func (n *Node) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if n.cfg.Degraded != nil {
+				n.setDegraded(n.cfg.Degraded())
+			}
 			n.core.tick()
 		case m := <-n.inbox:
 			n.core.step(m)
@@ -327,6 +336,20 @@ func (n *Node) run(ctx context.Context) {
 			n.cfg.Logger.Error("replication raft: storage failed, node stopped", "err", err)
 			return
 		}
+	}
+}
+
+// setDegraded hands the disk's state to the core, logging changes.
+func (n *Node) setDegraded(why string) {
+	was := n.core.degraded
+	if why == was {
+		return
+	}
+	n.core.setDegraded(why)
+	if why != "" {
+		n.cfg.Logger.Warn("replication raft: this replica's disk is degraded; as leader it hands leadership to a healthy in-sync replica, and it turns down leadership handed to it", "reason", why)
+	} else {
+		n.cfg.Logger.Info("replication raft: this replica's disk is healthy again", "was", was)
 	}
 }
 

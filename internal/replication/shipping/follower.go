@@ -110,6 +110,15 @@ type FollowerConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger; nil selects slog.Default().
 	Logger *slog.Logger
+	// Pause, if set, is asked before every fetch: while it names a
+	// reason (a full disk) the follower fetches no records, only
+	// positions, every PausePoll; its position stands still, so the
+	// leader takes it out of the ISR after its lag time rather than
+	// waiting on appends that cannot succeed.
+	Pause func() string
+	// PausePoll is how often a paused follower fetches positions
+	// (default 1 s).
+	PausePoll time.Duration
 }
 
 func (c *FollowerConfig) defaults() {
@@ -137,6 +146,9 @@ func (c *FollowerConfig) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.PausePoll <= 0 {
+		c.PausePoll = time.Second
 	}
 	if c.Client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -177,6 +189,8 @@ type Status struct {
 	// Resets counts partitions discarded and restarted at the leader's
 	// log start.
 	Resets int64 `json:"resets"`
+	// Paused names why the follower sends no fetches ("" while it does).
+	Paused string `json:"paused,omitempty"`
 }
 
 type leaderTarget struct {
@@ -403,14 +417,38 @@ func (f *Follower) step(ctx context.Context, act replication.Action) replication
 		}
 		return f.fetcher.FetchResult(act.Epoch, f.digest)
 	case replication.ActFetch:
-		next, err := f.fetchOnce(ctx, act.Epoch)
+		paused := f.paused()
+		next, err := f.fetchOnce(ctx, act.Epoch, paused)
 		if err != nil {
 			return f.failed(ctx, act.Epoch, "fetch", err)
 		}
 		f.succeeded()
+		if paused {
+			f.sleep(ctx, f.cfg.PausePoll)
+		}
 		return next
 	}
 	return act
+}
+
+// paused reports whether the follower must not fetch records now (Pause),
+// logging when a pause begins and ends. A paused follower still fetches
+// positions, every PausePoll: it reports its durable end and learns the
+// leader's log start, whose retention frees its disk.
+func (f *Follower) paused() bool {
+	why := ""
+	if f.cfg.Pause != nil {
+		why = f.cfg.Pause()
+	}
+	var was string
+	f.setStatus(func(s *Status) { was, s.Paused = s.Paused, why })
+	switch {
+	case why != "" && was == "":
+		f.log.Warn("replication: fetching no records from the leader, only positions; it takes this replica out of the in-sync set after its lag time", "reason", why, "leader", f.addr)
+	case why == "" && was != "":
+		f.log.Info("replication: fetching records from the leader again", "was_paused_for", was, "leader", f.addr)
+	}
+	return why != ""
 }
 
 func (f *Follower) succeeded() {
@@ -729,8 +767,8 @@ func (f *Follower) reset(tp replication.TopicPartition, offset int64) error {
 
 // fetchOnce sends one fetch carrying every partition's durable end,
 // appends and fsyncs what comes back, and returns the fetcher's decision.
-func (f *Follower) fetchOnce(ctx context.Context, epoch int32) (replication.Action, error) {
-	req := FetchRequest{Replica: f.cfg.ReplicaID, MaxBytes: f.cfg.MaxBytes, MaxWaitMs: int32(f.cfg.MaxWait / time.Millisecond)}
+func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly bool) (replication.Action, error) {
+	req := FetchRequest{Replica: f.cfg.ReplicaID, MaxBytes: f.cfg.MaxBytes, MaxWaitMs: int32(f.cfg.MaxWait / time.Millisecond), PositionsOnly: positionsOnly}
 	logs := make(map[replication.TopicPartition]ReplicaLog, len(f.parts))
 	n := len(f.parts)
 	var unsyncable []string

@@ -406,7 +406,7 @@ type cluster struct {
 
 // newCluster starts a leader server (handler wrapped by mw, if any) and a
 // follower on it; the follower is started but has no leader yet.
-func newCluster(t *testing.T, leader *testLeader, sink *testSink, token, followerToken string, mw func(h *testHandlerWrap)) *cluster {
+func newCluster(t *testing.T, leader *testLeader, sink *testSink, token, followerToken string, mw func(h *testHandlerWrap), opts ...func(*FollowerConfig)) *cluster {
 	t.Helper()
 	c := &cluster{leader: leader, sink: sink}
 	leader.onFetch = func(_ int32, tp replication.TopicPartition, end int64) {
@@ -420,8 +420,12 @@ func newCluster(t *testing.T, leader *testLeader, sink *testSink, token, followe
 	}
 	c.srv = httptest.NewServer(w)
 	t.Cleanup(c.srv.Close)
-	c.follower = NewFollower(FollowerConfig{ReplicaID: 2, Token: followerToken, MaxWait: 200 * time.Millisecond,
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, MaxBytes: 2048, Logger: quiet}, sink)
+	fc := FollowerConfig{ReplicaID: 2, Token: followerToken, MaxWait: 200 * time.Millisecond,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, MaxBytes: 2048, Logger: quiet}
+	for _, o := range opts {
+		o(&fc)
+	}
+	c.follower = NewFollower(fc, sink)
 	if err := c.follower.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -226,6 +226,9 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	if req.MaxBytes > 0 && int(req.MaxBytes) < maxBytes {
 		maxBytes = int(req.MaxBytes)
 	}
+	if req.PositionsOnly {
+		maxBytes = 0
+	}
 	wait := time.Duration(min(max(req.MaxWaitMs, 0), MaxWait)) * time.Millisecond
 
 	// The acknowledgements: every offset below the follower's durable end
@@ -296,7 +299,7 @@ func (h *handler) collect(parts []FetchPosition, maxBytes int) (resp *fetchRespo
 		switch {
 		case p.Offset < fp.logStart || p.Offset > fp.logEnd:
 			fp.code = codeOffsetOutOfRange
-		case p.Offset < fp.logEnd && (used == 0 || used < maxBytes):
+		case p.Offset < fp.logEnd && maxBytes > 0 && (used == 0 || used < maxBytes):
 			// Not limited by the high watermark: followers copy
 			// everything up to the log end read above.
 			bp := readBufs.Get().(*[]byte)

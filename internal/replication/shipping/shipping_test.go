@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -700,5 +701,69 @@ func TestCopiesCompactionGaps(t *testing.T) {
 	c.waitInSync(t)
 	if st := c.follower.Status(); st.CorruptBatches != 0 {
 		t.Fatalf("gaps counted as corrupt batches: %+v", st)
+	}
+}
+
+// TestPausedFollowerFetchesPositionsOnly: while Pause names a reason the
+// follower appends nothing, its reported position stands still (so the
+// leader's lag rule can take it out of the ISR), and it still learns the
+// leader's high watermark; it catches up once the pause ends.
+func TestPausedFollowerFetchesPositionsOnly(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("p", 1, nil)
+	leader.produce("p", 0, 3)
+	sink := newTestSink(t)
+	var pause atomic.Value
+	pause.Store("")
+	var reported atomic.Int64
+	c := newCluster(t, leader, sink, "", "", nil, func(fc *FollowerConfig) {
+		fc.Pause = func() string { return pause.Load().(string) }
+		fc.PausePoll = 20 * time.Millisecond
+	})
+	var paused atomic.Bool
+	onFetch := leader.onFetch
+	leader.onFetch = func(r int32, tp replication.TopicPartition, end int64) {
+		if paused.Load() {
+			reported.Store(end)
+		}
+		onFetch(r, tp, end)
+	}
+	c.follow(1)
+	c.waitInSync(t)
+	synced := sink.log("p", 0).EndOffset()
+
+	pause.Store("disk full")
+	eventually(t, 5*time.Second, "paused", func() error {
+		if st := c.follower.Status(); st.Paused != "disk full" {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	paused.Store(true)
+	leader.produce("p", 0, 5)
+	eventually(t, 5*time.Second, "a position report after the produce", func() error {
+		if reported.Load() == 0 {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond) // several paused fetches
+	if end := sink.log("p", 0).EndOffset(); end != synced {
+		t.Fatalf("a paused follower appended: end %d, was %d", end, synced)
+	}
+	if r := reported.Load(); r != synced {
+		t.Fatalf("a paused follower reported %d, its end is %d", r, synced)
+	}
+	sink.mu.Lock()
+	hw := sink.hw[replication.TopicPartition{Topic: "p"}]
+	sink.mu.Unlock()
+	if want := leader.log("p", 0).EndOffset(); hw != want {
+		t.Fatalf("a paused follower learned hw %d, the leader's is %d", hw, want)
+	}
+
+	pause.Store("")
+	c.waitInSync(t)
+	if st := c.follower.Status(); st.Paused != "" {
+		t.Fatalf("status %+v after the pause", st)
 	}
 }

@@ -123,6 +123,11 @@ type FetchRequest struct {
 	MaxWaitMs int32 `json:"maxWaitMs"`
 	// Partitions carry the follower's durable log end per partition.
 	Partitions []FetchPosition `json:"partitions"`
+	// PositionsOnly asks for no records: a follower that cannot append
+	// (its disk is full) still reports its position and learns the
+	// leader's high watermark and log start, whose retention frees its
+	// disk.
+	PositionsOnly bool `json:"positionsOnly,omitempty"`
 }
 
 // FetchPosition is one partition of a fetch request: Offset is the
