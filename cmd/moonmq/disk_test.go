@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -23,40 +21,8 @@ import (
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/status"
+	"github.com/moonmq/moonmq/internal/testcluster"
 )
-
-// smallVolume mounts a tmpfs of size bytes for the test and returns its
-// path: a real filesystem that really fills up. Mounting needs root, or
-// sudo without a password (what .ci/run uses to install packages).
-func smallVolume(t *testing.T, size int64) string {
-	t.Helper()
-	dir := t.TempDir()
-	var pre []string
-	if os.Geteuid() != 0 {
-		if err := exec.Command("sudo", "-n", "true").Run(); err != nil {
-			t.Fatalf("mounting a tmpfs needs root or passwordless sudo: %v", err)
-		}
-		pre = []string{"sudo", "-n"}
-	}
-	run := func(args ...string) error {
-		args = append(pre, args...)
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	opts := fmt.Sprintf("size=%d,mode=0777", size)
-	if err := run("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := run("umount", "-l", dir); err != nil {
-			t.Log(err)
-		}
-	})
-	return dir
-}
 
 func brokerStats(t *testing.T, metrics string) status.Stats {
 	t.Helper()
@@ -91,7 +57,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // takes writes again by itself once DeleteRecords frees space. After a
 // restart every acknowledged record is there and nothing else is.
 func TestDiskFullSingleNode(t *testing.T) {
-	vol := smallVolume(t, 48<<20)
+	vol := testcluster.SmallVolume(t, 48<<20)
 	port, mport := freePort(t), freePort(t)
 	data := filepath.Join(vol, "data")
 	cfg := writeConfig(t, data, port, mport, `, "MinFreeDiskBytes": -1`)

@@ -232,8 +232,14 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	wait := time.Duration(min(max(req.MaxWaitMs, 0), MaxWait)) * time.Millisecond
 
 	// The acknowledgements: every offset below the follower's durable end
-	// is on its disk.
+	// is on its disk. A follower fetching positions only cannot append:
+	// its position does not count, so the lag rule takes it out of the
+	// ISR and it is not taken back while it stays so (at a high
+	// watermark held at its position it would look caught up).
 	for _, p := range req.Partitions {
+		if req.PositionsOnly {
+			break
+		}
 		tp := replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}
 		if l, ok := h.src.Partition(tp); ok && p.Offset >= l.StartOffset() && p.Offset <= l.EndOffset() {
 			h.src.OnFollowerFetch(req.Replica, tp, p.Offset)

@@ -124,9 +124,10 @@ type FetchRequest struct {
 	// Partitions carry the follower's durable log end per partition.
 	Partitions []FetchPosition `json:"partitions"`
 	// PositionsOnly asks for no records: a follower that cannot append
-	// (its disk is full) still reports its position and learns the
-	// leader's high watermark and log start, whose retention frees its
-	// disk.
+	// (its disk is full) still learns the leader's high watermark and log
+	// start, whose retention frees its disk. Its positions are not taken
+	// as acknowledgements, nor as catching up: the leader's lag rule takes
+	// it out of the ISR, and does not take it back, while it asks so.
 	PositionsOnly bool `json:"positionsOnly,omitempty"`
 }
 
