@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcluster"
@@ -233,4 +236,121 @@ func produceBatch(t *testing.T, v []byte) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// faultyProc starts a broker whose disk faults come from a file
+// (diskhealth.FaultsFileEnv) and returns it with that file's path.
+func faultyProc(t *testing.T, extra string) (*proc, string) {
+	t.Helper()
+	port, mport := freePort(t), freePort(t)
+	faults := filepath.Join(t.TempDir(), "disk-faults")
+	cfg := writeConfig(t, t.TempDir(), port, mport, extra)
+	cmd := exec.Command(binary, "serve", "--config", cfg)
+	cmd.Env = append(os.Environ(), diskhealth.FaultsFileEnv+"="+faults)
+	p := startCmd(t, cmd, &proc{addr: fmt.Sprintf("127.0.0.1:%d", port), metrics: fmt.Sprintf("127.0.0.1:%d", mport)})
+	if !strings.Contains(p.log(), "TEST MODE: disk faults are injected") {
+		t.Fatalf("the broker did not warn that its disk faults are a test's:\n%s", p.log())
+	}
+	return p, faults
+}
+
+// TestFsyncEIOStopsTheBroker: a failed fsync stops the broker (retrying
+// one can report success for data the kernel dropped), with exit code 74
+// and a log line naming the file and the error; the records acknowledged
+// before it are there after a restart.
+func TestFsyncEIOStopsTheBroker(t *testing.T) {
+	p, faults := faultyProc(t, "")
+	cl := newClient(t, p.addr, kgo.DefaultProduceTopic("eio"), kgo.AllowAutoTopicCreation(), kgo.RecordDeliveryTimeout(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("durable")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := diskhealth.WriteFaults(faults, "fsync-eio"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the broker re-reads the file every 100 ms
+	// The client keeps the record until it is closed: the broker is gone.
+	acked := make(chan error, 1)
+	cl.Produce(ctx, &kgo.Record{Value: []byte("never acknowledged")}, func(_ *kgo.Record, err error) { acked <- err })
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 74 {
+			t.Fatalf("the broker ended with %v, want exit code 74", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the broker kept running after a failed fsync")
+	}
+	cl.Close()
+	if err := <-acked; err == nil {
+		t.Fatal("a produce was acknowledged although its fsync failed")
+	}
+	log := p.log()
+	if !strings.Contains(log, "unrecoverable storage error") || !strings.Contains(log, "input/output error") ||
+		!strings.Contains(log, "file=") || !strings.Contains(log, "/topics/eio/0/") {
+		t.Fatalf("the log does not name the file and the error:\n%s", log)
+	}
+	// Restarted on a healthy disk, the acknowledged record is there.
+	if err := diskhealth.WriteFaults(faults); err != nil {
+		t.Fatal(err)
+	}
+	p2 := startCmd(t, exec.Command(p.cmd.Path, p.cmd.Args[1:]...), &proc{addr: p.addr, metrics: p.metrics})
+	if got := consumeAll(t, p2.addr, "eio", 1); string(got[0].Value) != "durable" {
+		t.Fatalf("read %q after the restart", got[0].Value)
+	}
+}
+
+// TestReadEIOFailsOnlyThatFetch: reads of one partition's files failing
+// with EIO answer that partition's fetches with KAFKA_STORAGE_ERROR, logged
+// once; the broker stays up and serves the other partitions.
+func TestReadEIOFailsOnlyThatFetch(t *testing.T) {
+	p, faults := faultyProc(t, "")
+	cl := newClient(t, p.addr, kgo.AllowAutoTopicCreation())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, topic := range []string{"sick", "well"} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(topic)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := diskhealth.WriteFaults(faults, "read-eio topics/sick/"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, "sick", "well")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(topic string) *kmsg.FetchResponse {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID, req.MaxWaitMillis, req.MaxBytes = -1, 100, 1<<20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, topics[topic].ID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.PartitionMaxBytes = 1 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range 5 {
+		if code := fetch("sick").Topics[0].Partitions[0].ErrorCode; code != kerr.KafkaStorageError.Code {
+			t.Fatalf("fetch of the failing partition answered %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(code))
+		}
+	}
+	if rp := fetch("well").Topics[0].Partitions[0]; rp.ErrorCode != 0 || len(rp.RecordBatches) == 0 {
+		t.Fatalf("fetch of a healthy partition: %v, %d bytes", kerr.ErrorForCode(rp.ErrorCode), len(rp.RecordBatches))
+	}
+	if n := strings.Count(p.log(), "read failed"); n != 1 {
+		t.Fatalf("the failing reads were logged %d times, want once", n)
+	}
+	if p.cmd.ProcessState != nil {
+		t.Fatal("the broker stopped")
+	}
 }

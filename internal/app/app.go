@@ -17,6 +17,7 @@ import (
 	"github.com/moonmq/moonmq/internal/broker"
 	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/metrics"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -52,6 +53,14 @@ func Start(cfg config.Server, log *slog.Logger, opts ...broker.Option) (*Instanc
 		log.Warn("TEST MODE: the wall clock is moved by the offset in a file; never use this in production",
 			"env", clock.OffsetFileEnv, "file", os.Getenv(clock.OffsetFileEnv))
 		opts = append([]broker.Option{broker.WithClock(clk)}, opts...)
+	}
+	// The tests' and the fault harness's injected disk faults.
+	if faults, err := diskhealth.FaultsFromTestEnv(os.Getenv(diskhealth.FaultsFileEnv)); err != nil {
+		return nil, err
+	} else if faults != nil {
+		log.Warn("TEST MODE: disk faults are injected from a file; never use this in production",
+			"env", diskhealth.FaultsFileEnv, "file", os.Getenv(diskhealth.FaultsFileEnv))
+		opts = append([]broker.Option{broker.WithDiskFaults(faults)}, opts...)
 	}
 	// Before the data directory is opened: a wrong file stops the start
 	// naming its key.

@@ -80,7 +80,10 @@ type Broker struct {
 	// segFiles holds the descriptors of every partition's rolled segments.
 	segFiles *vfs.Pool
 	// disk judges the data directory's disk: full, stalled (disk.go).
-	disk *diskhealth.Monitor
+	disk       *diskhealth.Monitor
+	diskFaults *diskhealth.Faults // tests only
+	// readFailures limits the log lines of failing partition reads.
+	readFailures partitionLogLimiter
 
 	// repl is the replication group this broker is part of, nil on a
 	// single node.
@@ -147,6 +150,10 @@ func WithFS(fs vfs.FS) Option { return func(b *Broker) { b.fs = fs } }
 // WithClock replaces the broker's clocks, for tests that step the wall
 // clock.
 func WithClock(c *clock.Clock) Option { return func(b *Broker) { b.clock = c } }
+
+// WithDiskFaults injects disk faults below the disk monitor (tests and
+// the fault harness: diskhealth.FaultsFileEnv).
+func WithDiskFaults(f *diskhealth.Faults) Option { return func(b *Broker) { b.diskFaults = f } }
 
 // WithFatal replaces what happens when the broker hits an unrecoverable
 // error such as a failed fsync.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +29,7 @@ func (b *Broker) newDiskHealth() {
 	if b.cfg.FsyncStallMs > 0 {
 		stall = time.Duration(b.cfg.FsyncStallMs) * time.Millisecond
 	}
-	b.disk = diskhealth.New(diskhealth.Config{Dir: b.cfg.DataDir, ReserveBytes: reserve, StallAfter: stall, Logger: b.log})
+	b.disk = diskhealth.New(diskhealth.Config{Dir: b.cfg.DataDir, ReserveBytes: reserve, StallAfter: stall, Logger: b.log, Faults: b.diskFaults})
 	b.fs = b.disk.FS(b.fs)
 	d := b.disk
 	gauge := func(name, help string, f func(diskhealth.Status) float64) prometheus.Collector {
@@ -91,4 +92,33 @@ func (r *replica) fetchPause() string {
 		return "disk full"
 	}
 	return ""
+}
+
+// partitionLogLimiter lets a repeated per-partition failure be logged once
+// per interval.
+type partitionLogLimiter struct {
+	mu   sync.Mutex
+	last map[partitionKey]time.Time
+}
+
+type partitionKey struct {
+	topic     string
+	partition int32
+}
+
+// readFailLogEvery bounds how often a partition's failing reads are logged.
+const readFailLogEvery = 30 * time.Second
+
+func (l *partitionLogLimiter) due(topic string, partition int32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k, now := partitionKey{topic, partition}, time.Now()
+	if t, ok := l.last[k]; ok && now.Sub(t) < readFailLogEvery {
+		return false
+	}
+	if l.last == nil {
+		l.last = map[partitionKey]time.Time{}
+	}
+	l.last[k] = now
+	return true
 }

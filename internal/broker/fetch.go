@@ -152,7 +152,12 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 			continue
 		}
 		if err != nil {
-			b.log.Error("read failed", "topic", p.Topic, "partition", p.Index, "offset", off, "err", err)
+			// A consumer retries at once; one line per partition per
+			// interval says enough.
+			if b.readFailures.due(p.Topic, p.Index) {
+				b.log.Error("read failed; fetches of this partition answer KAFKA_STORAGE_ERROR while it fails, the broker serves the rest",
+					"topic", p.Topic, "partition", p.Index, "offset", off, "err", err, "hint", "check the disk (dmesg, SMART)")
+			}
 			out.ErrorCode = errKafkaStorageError
 			continue
 		}

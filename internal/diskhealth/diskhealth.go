@@ -63,6 +63,9 @@ type Config struct {
 	// Statfs reads the volume's free (available to this process) and
 	// total bytes; nil reads the real one (tests replace it).
 	Statfs func(dir string) (free, total int64, err error)
+	// Faults, if set, are injected below the monitor (FaultsFileEnv):
+	// into the filesystem FS wraps and into Statfs.
+	Faults *Faults
 }
 
 // Monitor is the disk's health. Safe for concurrent use; Run's goroutine
@@ -105,6 +108,9 @@ func New(cfg Config) *Monitor {
 	}
 	if cfg.Statfs == nil {
 		cfg.Statfs = statfs
+	}
+	if cfg.Faults != nil {
+		cfg.Statfs = cfg.Faults.Statfs(cfg.Statfs)
 	}
 	m := &Monitor{cfg: cfg, log: cfg.Logger, syncs: map[uint64]time.Time{}}
 	m.reserve.Store(max(cfg.ReserveBytes, 0))

@@ -10,8 +10,14 @@ import (
 var errUnsupported = errors.New("free space is read on Linux only")
 
 // FS wraps fsys so that m sees every write's failure and times every
-// fsync (files' and directories'). It changes no result.
-func (m *Monitor) FS(fsys vfs.FS) vfs.FS { return watchedFS{FS: fsys, m: m} }
+// fsync (files' and directories'). It changes no result (beyond the
+// injected Faults, which it sees like real ones).
+func (m *Monitor) FS(fsys vfs.FS) vfs.FS {
+	if m.cfg.Faults != nil {
+		fsys = m.cfg.Faults.FS(fsys)
+	}
+	return watchedFS{FS: fsys, m: m}
+}
 
 type watchedFS struct {
 	vfs.FS
