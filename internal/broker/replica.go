@@ -502,7 +502,7 @@ func (r *replica) start(ctx context.Context) (err error) {
 		log.Info("static replication: leading", "replicate", ln.Addr().String(), "replicas", r.ids, "lag_max", r.cfg.LagMax)
 		return nil
 	}
-	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log, Pause: r.fetchPause}, sink{r})
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log, Pause: r.fetchPause, Fatal: r.b.fatal}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		_ = ln.Close()
 		return err

@@ -166,7 +166,7 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	}
 	r.node = node
 	mux.Handle("/replication/raft/", node.Handler())
-	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log, Pause: r.fetchPause}, sink{r})
+	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log, Pause: r.fetchPause, Fatal: r.b.fatal}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		r.tr.Close()
 		return err

@@ -56,9 +56,7 @@ func (in *injector) stepClock(r *testcluster.Replica, hold time.Duration) string
 		detail += "; writing the offset failed: " + strings.Join(failed, "; ")
 	}
 	if seen == 0 || len(failed) > 0 {
-		in.mu.Lock()
-		in.problems = append(in.problems, fmt.Sprintf("at %.1fs the clock step of replica %d did not reach it: %s", in.since().Seconds(), r.ID, detail))
-		in.mu.Unlock()
+		in.problem("the clock step of replica %d did not reach it: %s", r.ID, detail)
 	}
 	return detail
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/clock"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/testcluster"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -54,6 +55,9 @@ type injector struct {
 	// clockDir, if set, holds each replica's wall clock offset file
 	// (clockFile), which every start of it reads (clock.OffsetFileEnv).
 	clockDir string
+	// diskDir, if set, holds each replica's disk faults file (diskFile),
+	// which every start of it reads (diskhealth.FaultsFileEnv).
+	diskDir string
 
 	mu    sync.Mutex
 	lossy map[int]bool
@@ -81,6 +85,9 @@ func (in *injector) env(id int) []string {
 	var env []string
 	if in.clockDir != "" {
 		env = append(env, clock.OffsetFileEnv+"="+in.clockFile(id))
+	}
+	if in.diskDir != "" {
+		env = append(env, diskhealth.FaultsFileEnv+"="+in.diskFile(id))
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -442,6 +449,14 @@ func (in *injector) exec(s Step) {
 		e.Detail = fmt.Sprintf("SIGTERM all at once, down %v", s.Hold.Round(time.Millisecond))
 	case CorruptElect:
 		e.Detail = in.corruptElect(s, rng, &e)
+	case DiskFull, DiskStall, FsyncEIO:
+		r := in.target(s.Role, rng, nil)
+		if r == nil {
+			e.Detail = "skipped: no replica up"
+			return
+		}
+		e.Targets = []int{r.ID}
+		e.Detail = in.diskFault(s, r, rng)
 	case ClockStep:
 		r := in.target(s.Role, rng, nil)
 		if r == nil {

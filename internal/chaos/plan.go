@@ -68,11 +68,25 @@ const (
 	// timeouts keep to broker time, Raft and the ISR to the monotonic
 	// clock.
 	ClockStep Kind = "clock-step"
+	// DiskFull: a replica's writes fail with ENOSPC and its statfs says
+	// no space is free, for a while (diskhealth.FaultsFileEnv). A leader
+	// hands leadership off, a follower fetches positions only and leaves
+	// the ISR; both resume by themselves.
+	DiskFull Kind = "disk-full"
+	// DiskStall: every fsync of a replica takes 1-4 s longer for a
+	// while. Over Server.FsyncStallMs a leader hands leadership off; a
+	// slow follower leaves the ISR after its lag time.
+	DiskStall Kind = "disk-stall"
+	// FsyncEIO: a replica's fsyncs fail with EIO: it must stop (exit 74,
+	// naming the file), and the others go on; it is started again on a
+	// healthy disk.
+	FsyncEIO Kind = "fsync-eio"
 )
 
 // AllKinds lists every fault kind.
 var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, Delay, Drop,
-	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, DamageRolled, CorruptElect, ClockStep}
+	RollingRestart, KillAll, RestartAll, BitFlip, Truncate, DamageRolled, CorruptElect, ClockStep,
+	DiskFull, DiskStall, FsyncEIO}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all" is
 // AllKinds); a leading "-" on every entry excludes those from AllKinds.
@@ -188,7 +202,7 @@ func expected(k Kind, replicas int) time.Duration {
 		return time.Duration(replicas) * 4 * time.Second
 	case KillAll:
 		return 35 * time.Second // every replica restarted uncleanly waits for the group
-	case Kill, PowerLoss, BitFlip, Truncate, DamageRolled, RestartAll, CorruptElect:
+	case Kill, PowerLoss, BitFlip, Truncate, DamageRolled, RestartAll, CorruptElect, FsyncEIO:
 		return 2 * time.Second
 	default:
 		return 0
@@ -245,6 +259,11 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 			// looks every second) and for the timers to run with
 			// each.
 			s.Hold = dur(3*time.Second, 8*time.Second)
+		case DiskFull, DiskStall:
+			// Past the disk monitor's poll and an election timeout.
+			s.Hold = dur(2*time.Second, 8*time.Second)
+		case FsyncEIO:
+			s.Hold = dur(500*time.Millisecond, 3*time.Second)
 		case Drop:
 			s.Hold = dur(200*time.Millisecond, 2*time.Second)
 		case RollingRestart:

@@ -334,6 +334,9 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		testcluster.WithLogTail(60),
 	}
 	var topicConfigs map[string]*string
+	if slices.ContainsFunc(steps, func(s Step) bool { return s.Kind == DiskFull || s.Kind == DiskStall || s.Kind == FsyncEIO }) {
+		inj.diskDir = t.TempDir()
+	}
 	if slices.ContainsFunc(steps, func(s Step) bool { return s.Kind == ClockStep }) {
 		inj.clockDir = t.TempDir()
 		limit := clockStepLimit(steps, cfg.Replicas)

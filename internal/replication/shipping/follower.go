@@ -119,6 +119,10 @@ type FollowerConfig struct {
 	// PausePoll is how often a paused follower fetches positions
 	// (default 1 s).
 	PausePoll time.Duration
+	// Fatal, if set, is called when an fsync fails (the broker stops, as
+	// a leader does: retrying an fsync can report success for data the
+	// kernel dropped). Unset, the partition is left out of fetches.
+	Fatal func(error)
 }
 
 func (c *FollowerConfig) defaults() {
@@ -856,8 +860,13 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 			failed = fmt.Errorf("shipping: leader failed to read %s-%d (code %d)", tp.Topic, tp.Partition, p.code)
 		}
 	}
-	if err := f.syncAll(synced); err != nil && failed == nil {
-		failed = err
+	if err := f.syncAll(synced); err != nil {
+		if f.cfg.Fatal != nil {
+			f.cfg.Fatal(err)
+		}
+		if failed == nil {
+			failed = err
+		}
 	}
 	f.digest = resp.digest
 	f.setStatus(func(s *Status) { s.Fetches++ })
@@ -876,6 +885,9 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 func (f *Follower) durableEnd(tp replication.TopicPartition, l ReplicaLog) (int64, bool) {
 	if l.DurableEnd() != l.EndOffset() {
 		if _, err := l.Sync(); err != nil {
+			if f.cfg.Fatal != nil {
+				f.cfg.Fatal(fmt.Errorf("fsync %s-%d: %w", tp.Topic, tp.Partition, err))
+			}
 			f.log.Error("replication: fsync failed; partition not fetched", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 			return 0, false
 		}
