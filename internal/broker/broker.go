@@ -689,7 +689,8 @@ func (b *Broker) recoveryPointLoop(ctx context.Context) {
 func (b *Broker) checkpointRecoveryPoints() {
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			if err := p.Log().CheckpointRecoveryPoint(); err != nil && !errors.Is(err, storage.ErrClosed) {
+			// A full disk is the disk monitor's to report, once.
+			if err := p.Log().CheckpointRecoveryPoint(); err != nil && !errors.Is(err, storage.ErrClosed) && !diskhealth.IsSpaceError(err) {
 				b.log.Warn("checkpoint recovery point", "topic", t.name, "partition", p.Index, "err", err)
 			}
 		}

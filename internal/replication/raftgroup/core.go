@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/vfs"
 	"go.etcd.io/raft/v3"
@@ -60,6 +61,14 @@ type core struct {
 	logger  interface{ Warn(string, ...any) }
 
 	failed error // a storage write failed: the core is inert
+
+	// unsaved: the last save of the Raft state failed for want of disk
+	// space. The state in memory is ahead of the file, so every message
+	// is dropped (none may vouch for what is not durable; Raft tolerates
+	// their loss) and the save is retried every tick and Ready until it
+	// succeeds. A full disk thus silences this replica rather than ending
+	// it, and the others elect without it.
+	unsaved bool
 
 	// degraded names what keeps this replica's disk from taking writes
 	// well ("" when nothing): a serving leader hands leadership to an
@@ -161,6 +170,9 @@ func newCore(cfg *Config) (*core, error) {
 func (c *core) tick() {
 	if c.failed != nil {
 		return
+	}
+	if c.unsaved {
+		c.save()
 	}
 	c.rn.Tick()
 	if c.unclean && !c.damaged {
@@ -291,7 +303,7 @@ func (c *core) candidacy(isr []int32, hasISR bool) replication.Candidacy {
 // serving reports whether this replica is the serving leader: Raft leader
 // whose claim for its current term is applied, and not handing off.
 func (c *core) serving() bool {
-	return c.failed == nil && c.raftState == raft.StateLeader && !c.handOff &&
+	return c.failed == nil && !c.unsaved && c.raftState == raft.StateLeader && !c.handOff &&
 		c.state.Leader == c.self && uint64(c.state.Epoch) == c.term
 }
 
@@ -348,15 +360,21 @@ func (c *core) handleReady() {
 		}
 		dirty = true
 	}
-	if dirty {
-		if err := saveStorage(c.fs, c.path, c.members, c.ms); err != nil {
-			c.fail(err)
+	if dirty || c.unsaved {
+		c.save()
+		if c.failed != nil {
 			return
 		}
 	}
 	var snapReports []*pb.Message
 	var unreachable []uint64
 	for _, m := range rd.Messages {
+		if c.unsaved {
+			if m.GetType() == pb.MsgSnap {
+				snapReports = append(snapReports, &pb.Message{To: m.To, Reject: new(true)})
+			}
+			continue
+		}
 		if c.notStanding(m) {
 			if m.GetType() != pb.MsgPreVote {
 				continue
@@ -398,6 +416,26 @@ func (c *core) handleReady() {
 		c.rn.ReportSnapshot(m.GetTo(), st)
 	}
 	c.maybeCompact()
+}
+
+// save writes the Raft state to its file. A failure for want of space
+// leaves the core unsaved (see unsaved); any other fails it.
+func (c *core) save() {
+	err := saveStorage(c.fs, c.path, c.members, c.ms)
+	switch {
+	case err == nil:
+		if c.unsaved {
+			c.logger.Warn("replication raft: the Raft state is saved again; this replica takes part again")
+		}
+		c.unsaved = false
+	case diskhealth.IsSpaceError(err):
+		if !c.unsaved {
+			c.logger.Warn("replication raft: no disk space to save the Raft state; this replica sends nothing until it can, and the others elect without it", "err", err)
+		}
+		c.unsaved = true
+	default:
+		c.fail(err)
+	}
 }
 
 // maybeCompact folds the applied prefix of the log into a snapshot of the

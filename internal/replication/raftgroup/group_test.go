@@ -3,8 +3,11 @@ package raftgroup
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moonmq/moonmq/internal/replication"
@@ -617,5 +620,63 @@ func TestDegradedLeaderHandsOff(t *testing.T) {
 	s.tick(200)
 	if sv := s.serving(); len(sv) != 1 || sv[0] != healthy {
 		t.Fatalf("with every disk degraded, serving %v, want %d to stay: %+v", sv, healthy, s.dump())
+	}
+}
+
+// TestFullDiskSilencesReplica: a leader that cannot save its Raft state
+// for want of space does not fail: it sends nothing (no message may vouch
+// for unsaved state; the simulator's check verifies that every message
+// sent is persisted), the others elect a leader and commit without it, and
+// once space returns it saves, rejoins and catches up.
+func TestFullDiskSilencesReplica(t *testing.T) {
+	s := newSim(t, 3, 9, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	full := true
+	s.fss[l].SetHook(func(op vfs.Op, name string) error {
+		if full && op == vfs.OpCreate && strings.Contains(name, FileName) {
+			return fmt.Errorf("create %s: %w", name, syscall.ENOSPC)
+		}
+		return nil
+	})
+	// Something to save: a vote or heartbeat term change comes soon
+	// enough; an ISR change at once.
+	var others []int32
+	for _, id := range s.ids {
+		if id != l {
+			others = append(others, id)
+		}
+	}
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	var l2 int32
+	for range 500 {
+		s.tick(1)
+		if sv := s.serving(); len(sv) == 1 && sv[0] != l {
+			l2 = sv[0]
+			break
+		}
+	}
+	if l2 == 0 {
+		t.Fatalf("no other leader while %d's disk is full: %+v", l, s.dump())
+	}
+	if c := s.cores[l]; c.failed != nil || !c.unsaved || c.serving() {
+		t.Fatalf("replica %d with a full disk: failed %v, unsaved %v, serving %v", l, c.failed, c.unsaved, c.serving())
+	}
+	if err := s.proposeISR(l2, others...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(10)
+	if st := s.cores[l2].state; !slices.Equal(st.ISR, others) {
+		t.Fatalf("ISR change not committed without the silent replica: %+v", st)
+	}
+	full = false
+	s.tick(50)
+	if c := s.cores[l]; c.unsaved || c.failed != nil || !c.state.Equal(s.cores[l2].state) {
+		t.Fatalf("after space returned: unsaved %v, failed %v, state %+v, leader's %+v", c.unsaved, c.failed, c.state, s.cores[l2].state)
 	}
 }
