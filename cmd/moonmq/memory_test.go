@@ -24,11 +24,17 @@ import (
 // the bound the broker held about 2.1 bytes per byte sent (over 2 GB
 // here).
 func TestRequestMemoryIsBounded(t *testing.T) {
+	for _, conns := range []int{20, 500} {
+		t.Run(fmt.Sprintf("%d connections", conns), func(t *testing.T) { requestMemoryAttack(t, conns) })
+	}
+}
+
+func requestMemoryAttack(t *testing.T, conns int) {
 	port, mport := freePort(t), freePort(t)
 	cfg := writeConfig(t, t.TempDir(), port, mport, `, "QueuedMaxRequestBytes": 209715200`)
 	p := startProc(t, cfg, port, mport)
 
-	const conns, announced, sent = 20, 100 << 20, 50 << 20
+	const announced, sent = 100 << 20, 50 << 20
 	body := make([]byte, 1<<20)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -62,7 +68,7 @@ func TestRequestMemoryIsBounded(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		m := memStats(t, p.metrics)
-		if m.ReadersWaiting >= conns-2 || time.Now().After(deadline) {
+		if m.ReadersWaiting >= int64(conns-2) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
