@@ -10,10 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,17 +57,7 @@ func startClockProc(t *testing.T, extra string) *clockProc {
 
 func (p *clockProc) stats(t *testing.T) status.Stats {
 	t.Helper()
-	resp, err := http.Get("http://" + p.metrics + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var s status.Stats
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatalf("/stats: %v: %s", err, b)
-	}
-	return s
+	return brokerStats(t, p.metrics)
 }
 
 // step sets the process's wall clock d from the real one and waits until
