@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -255,20 +256,16 @@ func (b *Broker) handleCreatePartitions(r *kmsg.CreatePartitionsRequest) kmsg.Re
 // addPartitionsLocked grows t to count partitions and installs the new
 // snapshot. The caller holds b.mu.
 func (b *Broker) addPartitionsLocked(t *topic, count int) error {
-	parts := append([]*partition.Partition(nil), t.partitions...)
+	added, err := b.openPartitions(t, len(t.partitions), count)
+	if err != nil {
+		b.log.Error("create partition failed", "topic", t.name, "err", err)
+		return err
+	}
+	parts := append(slices.Clip(t.partitions), added...)
 	closeNew := func() {
-		for _, p := range parts[len(t.partitions):] {
+		for _, p := range added {
 			p.Close()
 		}
-	}
-	for i := len(parts); i < count; i++ {
-		p, err := b.openPartition(t, int32(i))
-		if err != nil {
-			b.log.Error("create partition failed", "topic", t.name, "err", err)
-			closeNew()
-			return err
-		}
-		parts = append(parts, p)
 	}
 	nt := *t
 	nt.partitions = parts

@@ -335,12 +335,8 @@ func (b *Broker) loadTopics() error {
 			t.overrides = map[string]string{}
 		}
 		t.settings = resolveSettings(&b.cfg, t.overrides)
-		for i := 0; i < meta.Partitions; i++ {
-			p, err := b.openPartition(t, int32(i))
-			if err != nil {
-				return err
-			}
-			t.partitions = append(t.partitions, p)
+		if t.partitions, err = b.openPartitions(t, 0, meta.Partitions); err != nil {
+			return err
 		}
 		b.topics[t.name] = t
 		b.byID[t.id] = t
@@ -408,6 +404,52 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition.Partition, err
 	return p, nil
 }
 
+// openPartitions opens (creating them when new) the partitions [from, to)
+// of t, several at once: each costs a few fsyncs of its own, which the
+// filesystem's journal commits together when they run side by side, so a
+// topic of 10,000 partitions is created, and recovered at start, in a
+// fraction of the time one at a time takes. On an error every partition
+// opened is closed again and the error of the lowest index returned.
+func (b *Broker) openPartitions(t *topic, from, to int) ([]*partition.Partition, error) {
+	if to <= from {
+		return nil, nil
+	}
+	parts := make([]*partition.Partition, to-from)
+	errs := make([]error, to-from)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(openParallelism, to-from) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				parts[i-from], errs[i-from] = b.openPartition(t, int32(i))
+			}
+		}()
+	}
+	for i := from; i < to; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, p := range parts {
+			if p != nil {
+				p.Close()
+			}
+		}
+		for _, e := range errs {
+			if e != nil {
+				return nil, e
+			}
+		}
+	}
+	return parts, nil
+}
+
+// openParallelism bounds the partitions opened at once.
+const openParallelism = 16
+
 // createTopic creates a topic with n partitions. The caller holds b.mu.
 func (b *Broker) createTopicLocked(name string, n int, overrides map[string]string) (*topic, error) {
 	return b.createTopicWithIDLocked(name, newUUID(), n, overrides)
@@ -424,16 +466,10 @@ func (b *Broker) createTopicWithIDLocked(name string, id [16]byte, n int, overri
 	if err := b.fs.MkdirAll(t.dir); err != nil {
 		return nil, err
 	}
-	for i := 0; i < n; i++ {
-		p, err := b.openPartition(t, int32(i))
-		if err != nil {
-			for _, p := range t.partitions {
-				p.Close()
-			}
-			_ = b.fs.RemoveAll(t.dir)
-			return nil, err
-		}
-		t.partitions = append(t.partitions, p)
+	var err error
+	if t.partitions, err = b.openPartitions(t, 0, n); err != nil {
+		_ = b.fs.RemoveAll(t.dir)
+		return nil, err
 	}
 	if err := b.saveTopic(t); err != nil {
 		for _, p := range t.partitions {
