@@ -593,6 +593,7 @@ func followerStatus(s shipping.Status) *status.Follower {
 		State: s.State, LeaderID: s.LeaderID, Leader: s.Leader, Epoch: s.Epoch,
 		LastError: s.LastError, Unauthorized: s.Unauthorized, Fenced: s.Fenced,
 		Fetches: s.Fetches, CorruptBatches: s.CorruptBatches, Unsyncable: s.Unsyncable, Resets: s.Resets,
+		Paused: s.Paused,
 	}
 }
 

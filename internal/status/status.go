@@ -159,6 +159,9 @@ type Follower struct {
 	// Resets counts partitions discarded and restarted at the leader's
 	// log start.
 	Resets int64 `json:"resets"`
+	// Paused names why the follower fetches positions only (a full
+	// disk); empty while it fetches records.
+	Paused string `json:"paused,omitempty"`
 }
 
 // Raft is a failover replica's Raft view.
