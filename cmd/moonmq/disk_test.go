@@ -144,6 +144,18 @@ func TestDiskFullSingleNode(t *testing.T) {
 	if err := commit(); !errors.Is(err, kerr.KafkaStorageError) {
 		t.Fatalf("offset commit on a full disk: %v, want KAFKA_STORAGE_ERROR", err)
 	}
+	// So do the transaction coordinator's: a new transactional id must
+	// be recorded in __transaction_state before it gets a producer id.
+	initReq := kmsg.NewPtrInitProducerIDRequest()
+	initReq.TransactionalID, initReq.TransactionTimeoutMillis = kmsg.StringPtr("on-a-full-disk"), 60000
+	initReq.ProducerID, initReq.ProducerEpoch = -1, -1
+	initResp, err := initReq.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if initResp.ErrorCode != kerr.KafkaStorageError.Code {
+		t.Fatalf("InitProducerID for a new transactional id on a full disk: %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(initResp.ErrorCode))
+	}
 	// Reads are served.
 	if got := consumeAll(t, p.addr, "keep", 1); string(got[0].Value) != "kept" {
 		t.Fatalf("read %q from keep", got[0].Value)
@@ -151,6 +163,9 @@ func TestDiskFullSingleNode(t *testing.T) {
 	// Once, not once per attempt.
 	if n := strings.Count(p.log(), "disk health: disk full;"); n != 1 {
 		t.Fatalf("the full disk was logged %d times, want once:\n%s", n, p.log())
+	}
+	if strings.Contains(p.log(), "level=ERROR") && strings.Count(p.log(), "level=ERROR") > 1 {
+		t.Fatalf("errors logged besides the one disk-full line:\n%s", p.log())
 	}
 	if n := strings.Count(p.log(), "append failed"); n > 0 {
 		t.Fatalf("%d append failures logged besides the disk-full line", n)
