@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -86,6 +87,9 @@ type Monitor struct {
 	fullCause               string
 	lastFullLog             time.Time
 	lastStatfsLog           time.Time
+	lastBeginLog            time.Time
+	lastResumeLog           time.Time
+	fullByWrite             bool                 // the full state began with a failed write
 	syncs                   map[uint64]time.Time // in-flight fsyncs by id: when each began
 	nextSync                uint64
 	slowAt                  time.Time     // when an fsync last ran over the bound
@@ -233,14 +237,20 @@ func (m *Monitor) pollSpace() {
 	switch {
 	case !m.full.Load() && free < m.reserve.Load():
 		m.setFull(fmt.Sprintf("free space %d bytes is below the reserve of %d", free, m.reserve.Load()))
-	case m.full.Load() && free >= m.resumeAt():
+	case m.full.Load() && free >= m.resumeAt() && m.mayResume():
 		m.mu.Lock()
 		since := m.fullSince
 		m.full.Store(false)
+		quiet := time.Since(m.lastResumeLog) < m.cfg.LogEvery
+		if !quiet {
+			m.lastResumeLog = time.Now()
+		}
 		m.mu.Unlock()
-		m.log.Info("disk health: space is free again; appends resume",
-			"dir", m.cfg.Dir, "free_bytes", free, "total_bytes", total,
-			"full_for", time.Since(since).Round(time.Millisecond).String(), "refused_writes", m.refused.Load())
+		if !quiet {
+			m.log.Info("disk health: space is free again; appends resume",
+				"dir", m.cfg.Dir, "free_bytes", free, "total_bytes", total,
+				"full_for", time.Since(since).Round(time.Millisecond).String(), "refused_writes", m.refused.Load())
+		}
 	case m.full.Load():
 		m.mu.Lock()
 		due := time.Since(m.lastFullLog) >= m.cfg.LogEvery
@@ -258,6 +268,19 @@ func (m *Monitor) pollSpace() {
 	}
 }
 
+// writeFullHold is how long a disk that a failed write made full stays
+// so although statfs shows room: a quota (EDQUOT) or exhausted inodes do
+// not show in free bytes, and without the hold such a disk would flip
+// between full and not every poll.
+const writeFullHold = 10 * time.Second
+
+// mayResume reports whether statfs may end the current full state.
+func (m *Monitor) mayResume() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.fullByWrite || time.Since(m.fullSince) >= writeFullHold
+}
+
 func (m *Monitor) setFull(cause string) {
 	m.mu.Lock()
 	if m.full.Load() {
@@ -266,8 +289,18 @@ func (m *Monitor) setFull(cause string) {
 	}
 	m.full.Store(true)
 	m.fullSince, m.fullCause, m.lastFullLog = time.Now(), cause, time.Now()
+	m.fullByWrite = strings.HasPrefix(cause, "a write failed")
 	m.fullEvents++
+	// A disk that keeps filling up again is said to be full once per
+	// LogEvery; full_events counts every time.
+	quiet := time.Since(m.lastBeginLog) < m.cfg.LogEvery
+	if !quiet {
+		m.lastBeginLog = time.Now()
+	}
 	m.mu.Unlock()
+	if quiet {
+		return
+	}
 	m.log.Error("disk health: disk full; appends are refused with KAFKA_STORAGE_ERROR until space is freed, reads are served",
 		"dir", m.cfg.Dir, "cause", cause, "free_bytes", m.free.Load(), "reserve_bytes", m.reserve.Load(),
 		"hint", "free space on the volume (retention, DeleteRecords, deleting topics) or grow it; appends resume by themselves")
