@@ -110,6 +110,35 @@ func topicName(cfg *Config, cs caseSpec) string {
 	return strings.Join(parts, "-")
 }
 
+// createStep is the most partitions one CreateTopics or CreatePartitions
+// asks for: Kafka's controller refuses an operation that would write more
+// than 10,000 metadata records (max.records.per.user.op), one per
+// partition and one for the topic, with POLICY_VIOLATION.
+const createStep = 5000
+
+// createTopic creates topic with partitions partitions, createStep at a
+// time, allowing 30 s plus 10 ms per partition.
+func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(partitions)*10*time.Millisecond)
+	defer cancel()
+	// Replication factor -1: the broker's default, so the same command
+	// benchmarks a single node and a replication group (whose topics
+	// live on every replica).
+	first := min(partitions, createStep)
+	resp, err := adm.CreateTopic(cctx, int32(first), -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	for n := first; err == nil && n < partitions; {
+		n = min(n+createStep, partitions)
+		var rs kadm.CreatePartitionsResponses
+		if rs, err = adm.UpdatePartitions(cctx, n, topic); err == nil {
+			err = rs.Error()
+		}
+	}
+	return err
+}
+
 // runCase runs one case: create the topic, produce, consume, clean up.
 func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool, cs caseSpec, stderr io.Writer) CaseResult {
 	res := CaseResult{
@@ -120,15 +149,7 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 		Topic:      topicName(cfg, cs),
 	}
 	if !cfg.NoCreate {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		// Replication factor -1: the broker's default, so the same
-		// command benchmarks a single node and a replication group (whose
-		// topics live on every replica).
-		resp, err := adm.CreateTopic(cctx, int32(cs.Partitions), -1, nil, res.Topic)
-		cancel()
-		if err == nil {
-			err = resp.Err
-		}
+		err := createTopic(ctx, adm, res.Topic, cs.Partitions)
 		if err != nil {
 			res.Error = fmt.Sprintf("creating topic %s: %v", res.Topic, err)
 			fmt.Fprintf(stderr, "[%s] %s\n", res.Case, res.Error)
