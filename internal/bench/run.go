@@ -116,9 +116,9 @@ func topicName(cfg *Config, cs caseSpec) string {
 // partition and one for the topic, with POLICY_VIOLATION.
 const createStep = 5000
 
-// createTopic creates topic with partitions partitions, createStep at a
+// CreateTopic creates topic with partitions partitions, createStep at a
 // time, allowing 30 s plus 10 ms per partition.
-func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+func CreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(partitions)*10*time.Millisecond)
 	defer cancel()
 	// Replication factor -1: the broker's default, so the same command
@@ -149,7 +149,7 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 		Topic:      topicName(cfg, cs),
 	}
 	if !cfg.NoCreate {
-		err := createTopic(ctx, adm, res.Topic, cs.Partitions)
+		err := CreateTopic(ctx, adm, res.Topic, cs.Partitions)
 		if err != nil {
 			res.Error = fmt.Sprintf("creating topic %s: %v", res.Topic, err)
 			fmt.Fprintf(stderr, "[%s] %s\n", res.Case, res.Error)

@@ -78,10 +78,7 @@ func main() {
 		topic := fmt.Sprintf("footprint-%d-%d", n, time.Now().UnixNano())
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		resp, err := adm.CreateTopic(cctx, int32(n), -1, nil, topic)
-		if err == nil {
-			err = resp.Err
-		}
+		err = bench.CreateTopic(cctx, adm, topic, n)
 		for err == nil && leaders(cctx, adm, topic) < n {
 			time.Sleep(200 * time.Millisecond)
 			err = cctx.Err()
