@@ -193,7 +193,8 @@ type Status struct {
 	// Resets counts partitions discarded and restarted at the leader's
 	// log start.
 	Resets int64 `json:"resets"`
-	// Paused names why the follower sends no fetches ("" while it does).
+	// Paused names why the follower fetches positions only ("" while it
+	// fetches records).
 	Paused string `json:"paused,omitempty"`
 }
 
@@ -437,8 +438,8 @@ func (f *Follower) step(ctx context.Context, act replication.Action) replication
 
 // paused reports whether the follower must not fetch records now (Pause),
 // logging when a pause begins and ends. A paused follower still fetches
-// positions, every PausePoll: it reports its durable end and learns the
-// leader's log start, whose retention frees its disk.
+// positions, every PausePoll: it learns the leader's high watermark and
+// log start, whose retention frees its disk.
 func (f *Follower) paused() bool {
 	why := ""
 	if f.cfg.Pause != nil {
