@@ -117,7 +117,8 @@ func topicName(cfg *Config, cs caseSpec) string {
 const createStep = 5000
 
 // CreateTopic creates topic with partitions partitions, createStep at a
-// time, allowing 30 s plus 10 ms per partition.
+// time, and waits until each has a leader, allowing 30 s plus 10 ms per
+// partition.
 func CreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(partitions)*10*time.Millisecond)
 	defer cancel()
@@ -136,7 +137,29 @@ func CreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions
 			err = rs.Error()
 		}
 	}
+	// Kafka answers CreateTopics before every partition has a leader (its
+	// metadata reaches the broker later); a produce before then fails with
+	// UNKNOWN_TOPIC_OR_PARTITION.
+	for err == nil && leaders(cctx, adm, topic) < partitions {
+		time.Sleep(100 * time.Millisecond)
+		err = cctx.Err()
+	}
 	return err
+}
+
+// leaders counts the partitions of topic that Metadata gives a leader.
+func leaders(ctx context.Context, adm *kadm.Client, topic string) int {
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range md.Topics[topic].Partitions {
+		if p.Err == nil && p.Leader >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // runCase runs one case: create the topic, produce, consume, clean up.

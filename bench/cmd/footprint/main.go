@@ -79,10 +79,6 @@ func main() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		err = bench.CreateTopic(cctx, adm, topic, n)
-		for err == nil && leaders(cctx, adm, topic) < n {
-			time.Sleep(200 * time.Millisecond)
-			err = cctx.Err()
-		}
 		cancel()
 		if err != nil {
 			fail("creating %d partitions: %v", n, err)
@@ -109,20 +105,6 @@ func main() {
 }
 
 // leaders counts topic's partitions that have a leader.
-func leaders(ctx context.Context, adm *kadm.Client, topic string) int {
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, p := range md.Topics[topic].Partitions {
-		if p.Err == nil && p.Leader >= 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // rssMB sums the processes' resident memory.
 func rssMB(pids []int) float64 {
 	var total int64
