@@ -287,7 +287,9 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 		for i := range warm {
 			warm[i] = &kgo.Record{Value: pool.Next()}
 		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// One record to every partition: Kafka needs more than 30 s for
+		// 10,000 of them from each of 8 producers.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(cs.Partitions)*10*time.Millisecond)
 		var err error
 		if cs.Mode == ModeTransactional {
 			err = cl.BeginTransaction()
