@@ -34,12 +34,10 @@ func (in *injector) diskFault(s Step, r *testcluster.Replica, rng *rand.Rand) st
 		return "skipped: the replicas were started without a disk faults file"
 	}
 	path := in.diskFile(r.ID)
-	write := func(lines ...string) string {
+	write := func(lines ...string) {
 		if err := diskhealth.WriteFaults(path, lines...); err != nil {
 			in.problem("writing the disk faults of replica %d: %v", r.ID, err)
-			return err.Error()
 		}
-		return ""
 	}
 	log := r.Log()
 	switch s.Kind {

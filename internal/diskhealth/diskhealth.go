@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -84,7 +83,6 @@ type Monitor struct {
 
 	mu                      sync.Mutex
 	fullSince               time.Time
-	fullCause               string
 	lastFullLog             time.Time
 	lastStatfsLog           time.Time
 	lastBeginLog            time.Time
@@ -140,7 +138,7 @@ func (m *Monitor) Observe(err error) {
 		m.free.Store(free)
 		m.total.Store(total)
 	}
-	m.setFull(fmt.Sprintf("a write failed: %v", err))
+	m.setFull(fmt.Sprintf("a write failed: %v", err), true)
 }
 
 // Full reports whether appends are refused for want of space.
@@ -208,6 +206,17 @@ func (m *Monitor) Poll() {
 	m.pollStall(time.Now())
 }
 
+// due reports whether a line last logged at *last may be logged again
+// (LogEvery has passed), and if so marks it logged now. The caller holds
+// mu.
+func (m *Monitor) due(last *time.Time) bool {
+	if time.Since(*last) < m.cfg.LogEvery {
+		return false
+	}
+	*last = time.Now()
+	return true
+}
+
 // resumeAt is how much must be free before appends resume: more than the
 // reserve, so that a disk on the edge does not flip every poll.
 func (m *Monitor) resumeAt() int64 {
@@ -219,10 +228,7 @@ func (m *Monitor) pollSpace() {
 	free, total, err := m.cfg.Statfs(m.cfg.Dir)
 	if err != nil {
 		m.mu.Lock()
-		due := time.Since(m.lastStatfsLog) >= m.cfg.LogEvery
-		if due {
-			m.lastStatfsLog = time.Now()
-		}
+		due := m.due(&m.lastStatfsLog)
 		m.mu.Unlock()
 		if due && !errors.Is(err, errUnsupported) {
 			m.log.Warn("disk health: cannot read the data directory's free space; a full disk is noticed only when a write fails", "dir", m.cfg.Dir, "err", err)
@@ -236,27 +242,21 @@ func (m *Monitor) pollSpace() {
 	}
 	switch {
 	case !m.full.Load() && free < m.reserve.Load():
-		m.setFull(fmt.Sprintf("free space %d bytes is below the reserve of %d", free, m.reserve.Load()))
+		m.setFull(fmt.Sprintf("free space %d bytes is below the reserve of %d", free, m.reserve.Load()), false)
 	case m.full.Load() && free >= m.resumeAt() && m.mayResume():
 		m.mu.Lock()
 		since := m.fullSince
 		m.full.Store(false)
-		quiet := time.Since(m.lastResumeLog) < m.cfg.LogEvery
-		if !quiet {
-			m.lastResumeLog = time.Now()
-		}
+		due := m.due(&m.lastResumeLog)
 		m.mu.Unlock()
-		if !quiet {
+		if due {
 			m.log.Info("disk health: space is free again; appends resume",
 				"dir", m.cfg.Dir, "free_bytes", free, "total_bytes", total,
 				"full_for", time.Since(since).Round(time.Millisecond).String(), "refused_writes", m.refused.Load())
 		}
 	case m.full.Load():
 		m.mu.Lock()
-		due := time.Since(m.lastFullLog) >= m.cfg.LogEvery
-		if due {
-			m.lastFullLog = time.Now()
-		}
+		due := m.due(&m.lastFullLog)
 		since := m.fullSince
 		m.mu.Unlock()
 		if due {
@@ -281,24 +281,22 @@ func (m *Monitor) mayResume() bool {
 	return !m.fullByWrite || time.Since(m.fullSince) >= writeFullHold
 }
 
-func (m *Monitor) setFull(cause string) {
+// setFull makes the disk full for cause; byWrite says a failed write found
+// it (see writeFullHold).
+func (m *Monitor) setFull(cause string, byWrite bool) {
 	m.mu.Lock()
 	if m.full.Load() {
 		m.mu.Unlock()
 		return
 	}
 	m.full.Store(true)
-	m.fullSince, m.fullCause, m.lastFullLog = time.Now(), cause, time.Now()
-	m.fullByWrite = strings.HasPrefix(cause, "a write failed")
+	m.fullSince, m.lastFullLog, m.fullByWrite = time.Now(), time.Now(), byWrite
 	m.fullEvents++
 	// A disk that keeps filling up again is said to be full once per
 	// LogEvery; full_events counts every time.
-	quiet := time.Since(m.lastBeginLog) < m.cfg.LogEvery
-	if !quiet {
-		m.lastBeginLog = time.Now()
-	}
+	due := m.due(&m.lastBeginLog)
 	m.mu.Unlock()
-	if quiet {
+	if !due {
 		return
 	}
 	m.log.Error("disk health: disk full; appends are refused with KAFKA_STORAGE_ERROR until space is freed, reads are served",

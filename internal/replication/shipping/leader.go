@@ -237,11 +237,8 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	// ISR and it is not taken back while it stays so (at a high
 	// watermark held at its position it would look caught up).
 	for _, p := range req.Partitions {
-		if req.PositionsOnly {
-			break
-		}
 		tp := replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}
-		if l, ok := h.src.Partition(tp); ok && p.Offset >= l.StartOffset() && p.Offset <= l.EndOffset() {
+		if l, ok := h.src.Partition(tp); ok && !req.PositionsOnly && p.Offset >= l.StartOffset() && p.Offset <= l.EndOffset() {
 			h.src.OnFollowerFetch(req.Replica, tp, p.Offset)
 		}
 	}

@@ -618,6 +618,31 @@ func TestFsyncFailureStopsReporting(t *testing.T) {
 	// The violations check in the cleanup proves no report exceeded it.
 }
 
+// TestFsyncFailureIsFatal: with Fatal set (the broker's), a failed fsync
+// of a fetched batch is handed to it, naming the partition.
+func TestFsyncFailureIsFatal(t *testing.T) {
+	leader := newTestLeader(t, 1)
+	leader.createTopic("a", 1, nil)
+	leader.produce("a", 0, 2)
+	sink := newTestSink(t)
+	fatal := make(chan error, 16)
+	c := newCluster(t, leader, sink, "", "", nil, func(fc *FollowerConfig) {
+		fc.Fatal = func(err error) { fatal <- err }
+	})
+	c.follow(1)
+	c.waitInSync(t)
+	sink.fs.FailNext(vfs.OpSync, "/a-id1/0/", vfs.ErrInjected)
+	leader.produce("a", 0, 3)
+	select {
+	case err := <-fatal:
+		if !errors.Is(err, vfs.ErrInjected) || !strings.Contains(err.Error(), "a-0") {
+			t.Fatalf("Fatal got %v, want the injected error naming a-0", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed fsync did not reach Fatal")
+	}
+}
+
 func TestRequestWindow(t *testing.T) {
 	short := func(int) string { return "t" }
 	if got := requestWindow(10, short); got != 10 {
