@@ -74,7 +74,10 @@ type Broker struct {
 	logDamaged atomic.Bool
 
 	flush *partition.Flusher
-	stats *Stats
+	// volume is the data directory's filesystem, synced whole by the
+	// flusher's large passes; nil when it cannot be. Closed with the logs.
+	volume *storage.Volume
+	stats  *Stats
 	// mem bounds the memory client connections make the broker hold.
 	mem *memory
 	// segFiles holds the descriptors of every partition's rolled segments.
@@ -677,6 +680,10 @@ func (b *Broker) closeLogs() {
 			p.Close()
 		}
 	}
+	if b.volume != nil {
+		_ = b.volume.Close() // a directory opened read-only: nothing to lose
+		b.volume = nil
+	}
 }
 
 func validTopicName(name string) error {
@@ -732,12 +739,30 @@ func (b *Broker) recoveryPointLoop(ctx context.Context) {
 }
 
 func (b *Broker) checkpointRecoveryPoints() {
+	var parts []*partition.Partition
+	var names []string
 	for _, t := range b.sortedTopics() {
 		for _, p := range t.partitions {
-			// A full disk is the disk monitor's to report, once.
-			if err := p.Log().CheckpointRecoveryPoint(); err != nil && !errors.Is(err, storage.ErrClosed) && !diskhealth.IsSpaceError(err) {
-				b.log.Warn("checkpoint recovery point", "topic", t.name, "partition", p.Index, "err", err)
-			}
+			parts = append(parts, p)
+			names = append(names, t.name)
+		}
+	}
+	errs := make([]error, len(parts))
+	if b.volume != nil {
+		logs := make([]*storage.Log, len(parts))
+		for i, p := range parts {
+			logs[i] = p.Log()
+		}
+		errs = b.volume.CheckpointRecoveryPoints(logs)
+	} else {
+		for i, p := range parts {
+			errs[i] = p.Log().CheckpointRecoveryPoint()
+		}
+	}
+	for i, err := range errs {
+		// A full disk is the disk monitor's to report, once.
+		if err != nil && !errors.Is(err, storage.ErrClosed) && !diskhealth.IsSpaceError(err) {
+			b.log.Warn("checkpoint recovery point", "topic", names[i], "partition", parts[i].Index, "err", err)
 		}
 	}
 }

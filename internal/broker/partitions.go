@@ -1,18 +1,36 @@
 package broker
 
 import (
+	"errors"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/partition"
+	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
 
 // newFlusher is the broker's group-commit loop (internal/partition). A
 // failed fsync stops the broker; with replication, appends also wake the
 // followers' long polls.
 func newFlusher(b *Broker) *partition.Flusher {
+	// Without a volume (not Linux, a filesystem wrapper that cannot sync
+	// one) every pass fsyncs file by file, which is only slower.
+	vol, err := storage.OpenVolume(b.fs, b.topicsDir())
+	if err != nil && !errors.Is(err, vfs.ErrNoVolume) {
+		b.log.Warn("the data directory's volume cannot be synced whole; each partition is fsynced on its own",
+			"dir", b.topicsDir(), "err", err)
+	}
+	if vol != nil {
+		if err := vol.Settle(); err != nil {
+			b.log.Warn("the data directory's filesystem reports a write that failed before this start; the partitions are recovered from what is on disk",
+				"dir", b.topicsDir(), "err", err)
+		}
+	}
+	b.volume = vol
 	return partition.NewFlusher(partition.FlusherConfig{
 		Fatal:        func(err error) { b.fatal(err) },
 		ObserveFsync: func(d time.Duration) { b.stats.observeFsync(d) },
+		Volume:       vol,
 		WakeOnAppend: b.repl != nil,
 	})
 }

@@ -209,3 +209,28 @@ func syncFault(f *Faults, name string) error {
 	}
 	return nil
 }
+
+// VolumeID and OpenVolume pass vfs.VolumeFS through; a volume's sync
+// stalls and fails as a file's does.
+func (w faultyFS) VolumeID(dir string) (uint64, error) { return vfs.VolumeID(w.FS, dir) }
+
+func (w faultyFS) OpenVolume(dir string) (vfs.Volume, error) {
+	v, _, err := vfs.OpenVolume(w.FS, dir)
+	if err != nil {
+		return nil, err
+	}
+	return faultyVolume{Volume: v, f: w.f, dir: dir}, nil
+}
+
+type faultyVolume struct {
+	vfs.Volume
+	f   *Faults
+	dir string
+}
+
+func (v faultyVolume) Sync() error {
+	if err := syncFault(v.f, v.dir); err != nil {
+		return err
+	}
+	return v.Volume.Sync()
+}

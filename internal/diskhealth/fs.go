@@ -77,3 +77,28 @@ func (f watchedFile) Sync() error {
 
 // DropCache passes the page-cache advice through (vfs.CacheDropper).
 func (f watchedFile) DropCache(off, n int64) error { return vfs.DropCache(f.File, off, n) }
+
+// VolumeID and OpenVolume pass vfs.VolumeFS through; the volume's syncs
+// are timed and their failures seen as a file's are.
+func (w watchedFS) VolumeID(dir string) (uint64, error) { return vfs.VolumeID(w.FS, dir) }
+
+func (w watchedFS) OpenVolume(dir string) (vfs.Volume, error) {
+	v, _, err := vfs.OpenVolume(w.FS, dir)
+	if err != nil {
+		return nil, err
+	}
+	return watchedVolume{Volume: v, m: w.m}, nil
+}
+
+type watchedVolume struct {
+	vfs.Volume
+	m *Monitor
+}
+
+func (v watchedVolume) Sync() error {
+	id := v.m.syncBegin()
+	err := v.Volume.Sync()
+	v.m.syncEnd(id)
+	v.m.Observe(err)
+	return err
+}

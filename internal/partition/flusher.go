@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/moonmq/moonmq/internal/storage"
 )
 
 // Flusher is the single group-commit loop shared by a broker's partitions.
@@ -28,6 +30,10 @@ type FlusherConfig struct {
 	Fatal func(error)
 	// ObserveFsync, if set, is told how long each fsync took.
 	ObserveFsync func(time.Duration)
+	// Volume, if set, is the filesystem holding the partitions: a pass
+	// over many dirty partitions syncs it whole (storage.Volume) instead
+	// of fsyncing each.
+	Volume *storage.Volume
 	// WakeOnAppend wakes a partition's waiters on every append, not only
 	// when its high watermark rises: replication followers long-poll for
 	// appends.
@@ -64,6 +70,14 @@ const lazyFlushEvery = 50 * time.Millisecond
 // maxParallelSyncs bounds the fsyncs one pass runs at once.
 const maxParallelSyncs = 16
 
+// volumeSyncAt is the number of dirty partitions from which a pass syncs
+// the volume whole. Below it, fsyncs run in parallel and the journal
+// commits them together, so a pass costs about one fsync and stays out of
+// other writers' way on the filesystem; above it, every fsync still pays
+// for a device flush, and one syncfs of 10,000 dirty files took 50-180 ms
+// against 480-830 ms for their fsyncs on this machine.
+const volumeSyncAt = 128
+
 // Run syncs as soon as there is work, and every lazyFlushEvery, until ctx
 // ends.
 func (f *Flusher) Run(ctx context.Context) {
@@ -92,6 +106,10 @@ func (f *Flusher) SyncAll() {
 	batch := f.dirty
 	f.dirty = make(map[*Partition]struct{}, len(batch))
 	f.mu.Unlock()
+	if f.cfg.Volume != nil && len(batch) >= volumeSyncAt {
+		f.syncVolume(batch)
+		return
+	}
 	// The files are fsynced in parallel: the journal commits concurrent
 	// fsyncs together, so a pass costs about one fsync however many
 	// partitions (a produce over 8 partitions, or a transaction's data,
@@ -117,13 +135,41 @@ func (f *Flusher) SyncAll() {
 	}
 	for range batch {
 		r := <-results
-		if r.err != nil {
-			if r.p.deleted.Load() {
-				continue // the topic was deleted under us
-			}
-			f.cfg.Fatal(fmt.Errorf("fsync %s/%d: %w", r.p.Topic, r.p.Index, r.err))
+		if !f.done(r.p, r.durable, r.err) {
 			return
 		}
-		r.p.synced(r.durable)
 	}
+}
+
+// syncVolume is a pass that syncs the volume once for every partition.
+func (f *Flusher) syncVolume(batch map[*Partition]struct{}) {
+	parts := make([]*Partition, 0, len(batch))
+	logs := make([]*storage.Log, 0, len(batch))
+	for p := range batch {
+		parts = append(parts, p)
+		logs = append(logs, p.log)
+	}
+	start := time.Now()
+	res := f.cfg.Volume.Sync(logs)
+	if f.cfg.ObserveFsync != nil {
+		f.cfg.ObserveFsync(time.Since(start))
+	}
+	for i, r := range res {
+		if !f.done(parts[i], r.Durable, r.Err) {
+			return
+		}
+	}
+}
+
+// done publishes one partition's sync; false means the pass must stop.
+func (f *Flusher) done(p *Partition, durable int64, err error) bool {
+	if err != nil {
+		if p.deleted.Load() {
+			return true // the topic was deleted under us
+		}
+		f.cfg.Fatal(fmt.Errorf("fsync %s/%d: %w", p.Topic, p.Index, err))
+		return false
+	}
+	p.synced(durable)
+	return true
 }

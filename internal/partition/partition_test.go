@@ -3,7 +3,9 @@ package partition
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
+	"github.com/moonmq/moonmq/internal/vfs"
 )
 
 // testFence is a fence the test flips.
@@ -495,5 +498,78 @@ func TestWaitersWokenOnHighWatermark(t *testing.T) {
 	}
 	if WaitUntil(context.Background(), []*Partition{f.p}, 20*time.Millisecond, func() bool { return false }) {
 		t.Fatal("WaitUntil reported success at its timeout")
+	}
+}
+
+// TestManyDirtyPartitionsShareAVolumeSync: a pass over more dirty
+// partitions than volumeSyncAt syncs the volume once for all of them and
+// publishes each one's high watermark; a failed volume sync is fatal.
+func TestManyDirtyPartitionsShareAVolumeSync(t *testing.T) {
+	m := vfs.NewMem()
+	if err := m.MkdirAll("data"); err != nil {
+		t.Fatal(err)
+	}
+	vol, err := storage.OpenVolume(m, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fatal error
+	flush := NewFlusher(FlusherConfig{Fatal: func(err error) { fatal = err }, Volume: vol})
+	var parts []*Partition
+	for i := range volumeSyncAt + 2 {
+		l, err := storage.Open(fmt.Sprintf("data/t-%d", i), storage.Options{FS: m, RetentionMs: -1, RetentionBytes: -1, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := New(Config{Topic: "t", Index: int32(i), Log: l, Fence: &testFence{}, Flusher: flush, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		parts = append(parts, p)
+	}
+	syncs, logSyncs := 0, 0
+	m.SetHook(func(op vfs.Op, name string) error {
+		switch {
+		case op == vfs.OpSync && name == "data":
+			syncs++
+		case op == vfs.OpSync && strings.HasSuffix(name, ".log"):
+			logSyncs++
+		}
+		return nil
+	})
+	for _, p := range parts {
+		if _, err := p.AppendClient([][]byte{plainBatch(t, 3)}, header(t, plainBatch(t, 3)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush.SyncAll()
+	if fatal != nil || syncs != 1 || logSyncs != 0 {
+		t.Fatalf("the pass: %d volume syncs, %d fsyncs of segments, fatal %v; want one volume sync", syncs, logSyncs, fatal)
+	}
+	for _, p := range parts {
+		if hw := p.HighWatermark(); hw != 3 {
+			t.Fatalf("partition %d: high watermark %d, want 3", p.Index, hw)
+		}
+	}
+	m.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && name == "data" {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	for _, p := range parts {
+		if _, err := p.AppendClient([][]byte{plainBatch(t, 1)}, header(t, plainBatch(t, 1)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush.SyncAll()
+	if !errors.Is(fatal, vfs.ErrInjected) {
+		t.Fatalf("a failed volume sync reached Fatal as %v", fatal)
+	}
+	for _, p := range parts {
+		if hw := p.HighWatermark(); hw != 3 {
+			t.Fatalf("partition %d: high watermark %d after a failed sync, want 3", p.Index, hw)
+		}
 	}
 }

@@ -105,6 +105,10 @@ type Log struct {
 	space  interface{ CheckWrite() error }
 	logger *slog.Logger
 	index  int
+	// volume identifies the filesystem holding dir (vfs.VolumeID), when
+	// onVolume: a Volume with that ID may sync the log (Volume.Sync).
+	volume   uint64
+	onVolume bool
 
 	segmentBytes   atomic.Int64
 	retentionMs    atomic.Int64
@@ -415,34 +419,53 @@ func (l *Log) roll() error {
 func (l *Log) Sync() (int64, error) {
 	l.smu.Lock()
 	defer l.smu.Unlock()
-	l.mu.RLock()
-	if l.closed || l.failed != nil {
-		err := l.failed
-		if l.closed {
-			err = ErrClosed
-		}
-		l.mu.RUnlock()
+	sp, err := l.syncPointLocked()
+	if err != nil || sp.seg == nil {
 		return l.durable.Load(), err
 	}
-	end := l.end.Load()
-	seg := l.active()
-	pos := seg.size
-	l.mu.RUnlock()
-	if l.durable.Load() >= end {
-		return l.durable.Load(), nil
-	}
-	if err := seg.log.Sync(); err != nil {
+	if err := sp.seg.log.Sync(); err != nil {
 		l.fail(err)
 		return l.durable.Load(), err
 	}
-	l.syncedSeg, l.syncedPos = seg, pos
-	l.mu.Lock()
-	if end > l.durable.Load() {
-		l.durable.Store(end)
+	return l.syncedLocked(sp), nil
+}
+
+// syncPoint is what a sync begun now makes durable: the active segment's
+// file up to pos, and so the log up to end.
+type syncPoint struct {
+	seg      *segment // nil: nothing to sync
+	pos, end int64
+	mark     uint64 // the file's vfs.SyncMark, for a volume sync
+}
+
+// syncPointLocked returns what a sync must cover; the caller holds smu.
+func (l *Log) syncPointLocked() (syncPoint, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return syncPoint{}, ErrClosed
 	}
-	d := l.durable.Load()
-	l.mu.Unlock()
-	return d, nil
+	if l.failed != nil {
+		return syncPoint{}, l.failed
+	}
+	end := l.end.Load()
+	if l.durable.Load() >= end {
+		return syncPoint{}, nil
+	}
+	seg := l.active()
+	return syncPoint{seg: seg, pos: seg.size, end: end}, nil
+}
+
+// syncedLocked records that the sync of sp succeeded and returns the
+// durable end; the caller holds smu.
+func (l *Log) syncedLocked(sp syncPoint) int64 {
+	l.syncedSeg, l.syncedPos = sp.seg, sp.pos
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sp.end > l.durable.Load() {
+		l.durable.Store(sp.end)
+	}
+	return l.durable.Load()
 }
 
 // DropCache asks the operating system to evict the cached pages of the

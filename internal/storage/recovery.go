@@ -81,6 +81,9 @@ func (l *Log) open(verifyAll bool) error {
 	if err := l.fs.SyncDir(filepath.Dir(l.dir)); err != nil {
 		return err
 	}
+	if id, err := vfs.VolumeID(l.fs, l.dir); err == nil {
+		l.volume, l.onVolume = id, true
+	}
 	names, err := l.fs.ReadDir(l.dir)
 	if err != nil {
 		return err

@@ -60,12 +60,17 @@ func (l *Log) readRecoveryPoint() error {
 // writeRecoveryPoint replaces recovery-point.json. The caller holds rpmu
 // (or is Open).
 func (l *Log) writeRecoveryPoint(offset, gaps int64) error {
-	b, _ := json.Marshal(recoveryFile{Version: 1, Offset: offset, GapsBelow: gaps})
+	b := encodeRecoveryPoint(offset, gaps)
 	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, recoveryFileName), b); err != nil {
 		return err
 	}
 	l.rpKnown, l.rpOffset, l.rpGaps = true, offset, gaps
 	return nil
+}
+
+func encodeRecoveryPoint(offset, gaps int64) []byte {
+	b, _ := json.Marshal(recoveryFile{Version: 1, Offset: offset, GapsBelow: gaps})
+	return b
 }
 
 // persistBeforeCut makes recovery-point.json safe for a cut after which the
@@ -102,24 +107,32 @@ func (l *Log) persistBeforeCut(newEnd int64, lower bool, gaps int64) error {
 func (l *Log) CheckpointRecoveryPoint() error {
 	l.rpmu.Lock()
 	defer l.rpmu.Unlock()
+	offset, gaps, due, err := l.checkpointDueLocked()
+	if err != nil || !due {
+		return err
+	}
+	return l.writeRecoveryPoint(offset, gaps)
+}
+
+// checkpointDueLocked says what a checkpoint would write, and whether it
+// would change the file; the caller holds rpmu.
+func (l *Log) checkpointDueLocked() (offset, gaps int64, due bool, err error) {
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
-		return ErrClosed
+		return 0, 0, false, ErrClosed
 	}
 	activeBase := l.active().base
 	l.mu.RUnlock()
-	offset := l.durable.Load()
+	offset = l.durable.Load()
 	if l.rpKnown {
 		offset = max(offset, l.rpOffset)
 	}
-	gaps := l.gapsBelow
+	gaps = l.gapsBelow
 	if gaps <= activeBase {
 		// The segment that had the gaps has been rolled.
 		gaps = 0
 	}
-	if l.rpKnown && offset == l.rpOffset && gaps == l.rpGaps {
-		return nil
-	}
-	return l.writeRecoveryPoint(offset, gaps)
+	due = !l.rpKnown || offset != l.rpOffset || gaps != l.rpGaps
+	return offset, gaps, due, nil
 }

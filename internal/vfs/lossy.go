@@ -334,9 +334,14 @@ func (f *lossyFile) Sync() error {
 	if f.fs.lieSync != nil && f.fs.lieSync(f.name) {
 		return nil
 	}
-	nd := f.nd
-	nd.mu.Lock()
-	defer nd.mu.Unlock()
+	f.nd.mu.Lock()
+	defer f.nd.mu.Unlock()
+	return f.nd.syncLocked()
+}
+
+// syncLocked writes nd's unsynced bytes and fsyncs them; the caller holds
+// nd.mu.
+func (nd *lossyNode) syncLocked() error {
 	if len(nd.pending) > 0 {
 		if _, err := nd.f.WriteAt(nd.pending, nd.disk); err != nil {
 			return err
@@ -409,3 +414,57 @@ func (f *lossyFile) Close() error {
 	nd.mapped = false
 	return nd.f.Close()
 }
+
+// VolumeID implements VolumeFS: the volume of the operating system's
+// filesystem under the files.
+func (l *LossyFS) VolumeID(dir string) (uint64, error) {
+	if v, ok := Default.(VolumeFS); ok {
+		return v.VolumeID(dir)
+	}
+	return 0, ErrNoVolume
+}
+
+// OpenVolume implements VolumeFS. Its Sync writes out and fsyncs the
+// unsynced bytes of every file of the LossyFS (whatever their volume: the
+// model keeps more, never less, than a real disk would), except those
+// whose Sync lies.
+func (l *LossyFS) OpenVolume(dir string) (Volume, error) {
+	if _, err := l.VolumeID(dir); err != nil {
+		return nil, err
+	}
+	return lossyVolume{l, dir}, nil
+}
+
+type lossyVolume struct {
+	l   *LossyFS
+	dir string
+}
+
+func (v lossyVolume) Sync() error {
+	l := v.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, nd := range l.nodes {
+		if l.lieSync != nil && l.lieSync(p) {
+			continue
+		}
+		nd.mu.Lock()
+		var err error
+		if len(nd.pending) > 0 { // what is on disk was fsynced when written
+			err = nd.syncLocked()
+		}
+		if err == nil && nd.refs == 0 {
+			// Kept open only for its unsynced bytes, as Close says.
+			delete(l.nodes, p)
+			nd.mapped = false
+			err = nd.f.Close()
+		}
+		nd.mu.Unlock()
+		if err != nil {
+			return volumeError(v.dir, err)
+		}
+	}
+	return nil
+}
+
+func (lossyVolume) Close() error { return nil }

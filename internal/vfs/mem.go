@@ -377,7 +377,12 @@ func (f *memFile) Sync() error {
 	if err := f.fs.check(OpSync, f.name); err != nil {
 		return err
 	}
-	n := f.n
+	f.n.sync()
+	return nil
+}
+
+// sync makes n's content durable; the caller holds MemFS.mu.
+func (n *memNode) sync() {
 	if n.appendOnly && len(n.data) >= len(n.durable) {
 		// Append rather than copy the whole file so that frequent syncs of a
 		// growing file stay linear.
@@ -386,7 +391,6 @@ func (f *memFile) Sync() error {
 		n.durable = slices.Clone(n.data)
 	}
 	n.appendOnly = true
-	return nil
 }
 
 func (f *memFile) Truncate(size int64) error {
@@ -434,3 +438,49 @@ func (f *memFile) Close() error {
 	f.closed = true
 	return nil
 }
+
+// VolumeID implements VolumeFS: a MemFS is one volume.
+func (m *MemFS) VolumeID(dir string) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirExists(clean(dir)) {
+		return 0, notExist("stat", dir)
+	}
+	return 1, nil
+}
+
+// OpenVolume implements VolumeFS. Its Sync makes every file's content
+// durable, as a Sync of each would, and consults the hook as OpSync on
+// the directory it was opened on; directory entries stay as they were.
+func (m *MemFS) OpenVolume(dir string) (Volume, error) {
+	if _, err := m.VolumeID(dir); err != nil {
+		return nil, err
+	}
+	return memVolume{m, clean(dir)}, nil
+}
+
+type memVolume struct {
+	m   *MemFS
+	dir string
+}
+
+func (v memVolume) Sync() error {
+	m := v.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(OpSync, v.dir); err != nil {
+		return volumeError(v.dir, err)
+	}
+	seen := map[*memNode]bool{}
+	for _, nodes := range []map[string]*memNode{m.live, m.dur} {
+		for _, n := range nodes {
+			if !seen[n] {
+				seen[n] = true
+				n.sync()
+			}
+		}
+	}
+	return nil
+}
+
+func (memVolume) Close() error { return nil }

@@ -269,12 +269,8 @@ func (h *PoolFile) release(gen uint64, synced bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h.refs--
-	if synced && h.gen == gen && h.dirty {
-		h.dirty = false
-		// Dirty files may have pushed the pool over its limit.
-		if over := p.held - p.max; over > 0 {
-			p.evictLocked(over)
-		}
+	if synced {
+		h.cleanLocked(gen)
 	}
 	if h.refs == 0 {
 		if h.closed && h.f != nil {
@@ -284,6 +280,35 @@ func (h *PoolFile) release(gen uint64, synced bool) {
 			// It may be the descriptor someone waits to evict.
 			p.cond.Broadcast()
 		}
+	}
+}
+
+// syncMark implements syncTracker: the write count before a volume sync.
+func (h *PoolFile) syncMark() uint64 {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	return h.gen
+}
+
+// syncedTo implements syncTracker: a volume sync made every write before
+// mark durable, and the volume's descriptor, not the file's, heard of
+// any writeback error, so the file is clean unless written since.
+func (h *PoolFile) syncedTo(mark uint64) {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	h.cleanLocked(mark)
+}
+
+// cleanLocked marks h clean after a sync that began at write count gen,
+// unless it was written since.
+func (h *PoolFile) cleanLocked(gen uint64) {
+	if h.gen != gen || !h.dirty {
+		return
+	}
+	h.dirty = false
+	// Dirty files may have pushed the pool over its limit.
+	if over := h.p.held - h.p.max; over > 0 {
+		h.p.evictLocked(over)
 	}
 }
 

@@ -551,3 +551,35 @@ func TestPoolDropCacheOS(t *testing.T) {
 		t.Fatalf("%d open", n)
 	}
 }
+
+// TestVolumeSyncCleansPooledFiles: a volume sync tells pooled files their
+// writes are durable, so that dirty files over the limit give their
+// descriptors back; a file written after the sync's mark stays dirty.
+func TestVolumeSyncCleansPooledFiles(t *testing.T) {
+	d := newFdFS()
+	p := NewPool(d, 1)
+	a, b := p.Open("a"), p.Open("b")
+	for _, f := range []*PoolFile{a, b} {
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := d.open.Load(); n != 2 {
+		t.Fatalf("%d descriptors open with two dirty files, want 2 (dirty files keep theirs)", n)
+	}
+	ma, mb := SyncMark(a), SyncMark(b)
+	if _, err := b.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	SyncedTo(a, ma)
+	SyncedTo(b, mb)
+	if n := d.open.Load(); n != 1 {
+		t.Fatalf("%d descriptors open after the volume sync, want 1", n)
+	}
+	if _, err := b.ReadAt(make([]byte, 2), 0); err != nil {
+		t.Fatal(err)
+	}
+	if a.f != nil || b.f == nil {
+		t.Fatalf("open after the volume sync: a %v, b %v; want only b, written since", a.f != nil, b.f != nil)
+	}
+}
