@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -14,6 +15,26 @@ import (
 type Volume struct {
 	v  vfs.Volume
 	id uint64
+
+	// mu serializes the volume's syncs and guards failed. syncfs(2)
+	// reports a writeback error once per descriptor, to whichever sync
+	// checks first, so a failure seen by one sync must fail every later
+	// one (failed is sticky, as a Log's is after a failed fsync), and two
+	// syncs may not run at once: the one that did not hear of the error
+	// could return success for data that was lost.
+	mu     sync.Mutex
+	failed error
+}
+
+// sync is one volume sync; after a failure every later one fails too.
+func (v *Volume) sync() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.failed != nil {
+		return v.failed
+	}
+	v.failed = v.v.Sync()
+	return v.failed
 }
 
 // OpenVolume opens the volume holding dir, which must exist. It fails with
@@ -30,7 +51,11 @@ func OpenVolume(fs vfs.FS, dir string) (*Volume, error) {
 // opened: a writeback error from before the volume was opened (another
 // program's, or a past run's) is reported once, here, and not to the
 // first Sync, which would fail logs it has nothing to do with.
-func (v *Volume) Settle() error { return v.v.Sync() }
+func (v *Volume) Settle() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.v.Sync()
+}
 
 // Close releases the volume.
 func (v *Volume) Close() error { return v.v.Close() }
@@ -75,7 +100,7 @@ func (v *Volume) Sync(logs []*Log) []SyncResult {
 		todo = append(todo, due{i, sp})
 	}
 	if len(todo) > 0 {
-		err := v.v.Sync()
+		err := v.sync()
 		for _, d := range todo {
 			l := logs[d.i]
 			if err != nil {
@@ -158,7 +183,7 @@ func (v *Volume) CheckpointRecoveryPoints(logs []*Log) []error {
 		}
 	}
 	if len(todo) > 0 {
-		err := v.v.Sync()
+		err := v.sync()
 		for _, d := range todo {
 			l := logs[d.i]
 			if errs[d.i] = err; err == nil {

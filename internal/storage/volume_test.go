@@ -145,3 +145,32 @@ func TestCheckpointRecoveryPointsOnVolume(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestVolumeFailureIsSticky: a writeback error reported to one volume sync
+// (a checkpoint's, say) fails every later one, the flusher's included:
+// syncfs reports it only once.
+func TestVolumeFailureIsSticky(t *testing.T) {
+	m, vol, logs := threeLogsOnVolume(t)
+	vol.Sync(logs) // the checkpoint has a new point to write
+	for _, l := range logs {
+		appendN(t, l, 1)
+	}
+	fail := true
+	m.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && name == "vol" && fail {
+			fail = false // reported once, as syncfs does
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	for i, err := range vol.CheckpointRecoveryPoints(logs) {
+		if !errors.Is(err, vfs.ErrInjected) {
+			t.Fatalf("checkpoint of log %d: %v", i, err)
+		}
+	}
+	for i, r := range vol.Sync(logs) {
+		if !errors.Is(r.Err, vfs.ErrInjected) || r.Durable != int64(2*(i+1)) {
+			t.Errorf("log %d after the checkpoint heard of the error: %+v", i, r)
+		}
+	}
+}
