@@ -669,6 +669,7 @@ func (b *Broker) Close() error {
 		}
 	}
 	b.closeLogs()
+	b.mem.frames.Close()
 	return nil
 }
 

@@ -11,7 +11,8 @@ import (
 // memory bounds what client connections make the broker hold: request
 // bytes being read and handled, fetch answers built and not yet written,
 // and the frame buffers kept for reuse (shared by all connections, so
-// their total does not grow with the connection count).
+// their total does not grow with the connection count). Produce frames
+// and fetch answers are the pool's, and go back to it once written.
 type memory struct {
 	requests  *reqmem.Budget
 	responses *reqmem.Budget
@@ -30,8 +31,10 @@ func newMemory(queued int64) *memory {
 		requests:  reqmem.NewBudget(queued),
 		responses: reqmem.NewBudget(queued),
 		// An eighth of the budget is plenty to keep every busy
-		// producer's frame buffer warm.
-		frames: reqmem.NewPool(queued / 8),
+		// producer's frame buffer warm. Off the heap, so that the
+		// garbage collector does not let garbage grow to as much again
+		// (docs/BENCHMARKS.md: 64 producers).
+		frames: reqmem.NewOffHeapPool(queued / 8),
 	}
 }
 

@@ -291,11 +291,11 @@ func (cn *conn) readLoop() error {
 		n, err := protocol.ReadFrameSize(br, limit)
 		if err == nil {
 			var frame []byte
-			frame, err = cn.readBody(br, n)
+			var pooled bool
+			frame, pooled, err = cn.readBody(br, n)
 			if err == nil {
-				var reuse bool
-				reuse, err = cn.serveFrame(frame)
-				if reuse {
+				err = cn.serveFrame(frame)
+				if pooled {
 					b.mem.frames.Put(frame)
 				}
 				b.mem.requests.Release(int64(n))
@@ -331,29 +331,46 @@ var errConnDone = errors.New("connection closing")
 
 // readBody takes a frame's n bytes from the request budget, waiting while
 // it is spent (the connection is not read meanwhile), and reads the body.
-// On success the caller gives the n bytes back once the frame is handled;
-// on error readBody has given them back.
-func (cn *conn) readBody(br *bufio.Reader, n int) ([]byte, error) {
+// On success the caller gives the n bytes back once the frame is handled,
+// and the frame to the pool when pooled; on error readBody has given both
+// back.
+func (cn *conn) readBody(br *bufio.Reader, n int) (frame []byte, pooled bool, err error) {
 	b := cn.s.b
 	if _, err := b.mem.requests.Acquire(cn.ctx, int64(n)); err != nil {
-		return nil, errConnDone
+		return nil, false, errConnDone
 	}
 	// The wait for memory is the broker's, not the client's: the body's
 	// time starts now.
 	_ = cn.c.SetReadDeadline(time.Now().Add(time.Duration(b.cfg.RequestReadTimeoutMs) * time.Millisecond))
-	frame, err := protocol.ReadFrameBody(br, n, b.mem.frameBuffer(n))
-	if err != nil {
-		b.mem.requests.Release(int64(n))
-		return nil, err
+	var buf []byte
+	if n >= 2 {
+		// A produce's handler copies its records to the log and keeps
+		// no slice of the frame (its wait uses only offsets and
+		// lengths), so the frame goes back to the pool as soon as it is
+		// handled: a fresh megabyte per produce costs its zeroing, page
+		// faults and, once the runtime returns it, TLB shootdowns
+		// (docs/BENCHMARKS.md). Other requests' decoded fields may
+		// point into their frame for as long as the broker keeps them,
+		// so those frames are the garbage collector's.
+		if key, err := br.Peek(2); err == nil && int16(binary.BigEndian.Uint16(key)) == int16(kmsg.Produce) {
+			buf = b.mem.frameBuffer(n)
+		}
 	}
-	return frame, nil
+	frame, err = protocol.ReadFrameBody(br, n, buf)
+	if err != nil {
+		if buf != nil {
+			b.mem.frames.Put(buf)
+		}
+		b.mem.requests.Release(int64(n))
+		return nil, false, err
+	}
+	return frame, buf != nil, nil
 }
 
-// serveFrame parses and dispatches one frame. It reports whether the
-// frame's memory may be lent to the next reader (the handler keeps no
-// slice of it), and why the connection must close: errConnDone for a
-// closing connection, any other error to be logged.
-func (cn *conn) serveFrame(frame []byte) (reuse bool, err error) {
+// serveFrame parses and dispatches one frame. It returns why the
+// connection must close: errConnDone for a closing connection, any other
+// error to be logged.
+func (cn *conn) serveFrame(frame []byte) error {
 	b := cn.s.b
 	req, err := protocol.ParseRequest(frame, versions)
 	if errors.Is(err, protocol.ErrApiVersionsTooNew) {
@@ -361,13 +378,13 @@ func (cn *conn) serveFrame(frame []byte) (reuse bool, err error) {
 		p := &pending{hdr: req.Header, resp: protocol.ApiVersionsTooNew(versions), done: make(chan struct{})}
 		close(p.done)
 		if !cn.enqueue(p) {
-			return false, errConnDone
+			return errConnDone
 		}
-		return false, nil
+		return nil
 	}
 	if err != nil {
 		b.stats.badFrames.Add(1)
-		return false, err
+		return err
 	}
 	if req.ClientID != nil && cn.client == "" {
 		cn.client = *req.ClientID
@@ -375,27 +392,17 @@ func (cn *conn) serveFrame(frame []byte) (reuse bool, err error) {
 	// Asked again: the first user may have been created while the
 	// reader waited for this frame.
 	if !allowedBeforeLogin(req.Key) && cn.mustLogIn() {
-		return false, fmt.Errorf("%s request before SASL login: users are configured, so a client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it logs in (configure the client's SASL mechanism, username and password)", kmsg.NameForKey(req.Key))
+		return fmt.Errorf("%s request before SASL login: users are configured, so a client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it logs in (configure the client's SASL mechanism, username and password)", kmsg.NameForKey(req.Key))
 	}
 	if saslKey(req.Key) {
-		return false, cn.handleSASL(req)
+		return cn.handleSASL(req)
 	}
 	p := &pending{hdr: req.Header, done: make(chan struct{})}
 	if !cn.enqueue(p) {
-		return false, errConnDone
+		return errConnDone
 	}
 	cn.dispatch(req, p)
-	if req.Key == int16(kmsg.Produce) {
-		// The handler has copied the records to the log and
-		// keeps no slice of them (its wait uses only offsets
-		// and lengths), so the next frame read, on any
-		// connection, may reuse this memory:
-		// a fresh megabyte per produce costs its zeroing, page
-		// faults and, once the runtime returns it, TLB
-		// shootdowns (docs/BENCHMARKS.md).
-		return true, nil
-	}
-	return false, nil
+	return nil
 }
 
 // host is the client's IP, for DescribeGroups.
@@ -482,18 +489,22 @@ func (cn *conn) writeLoop() {
 			return
 		}
 		out := buf[:0]
+		var pooled []byte
 		if p.held > 0 {
 			// Sized once: growing by appends would copy a multi-MB
 			// fetch answer several times over. The memory is the
 			// pool's, shared by every connection, so an idle consumer
-			// does not keep its last answer's buffer.
-			out = cn.s.b.mem.frames.Get(int(p.held) + 64<<10)[:0]
+			// does not keep its last answer's buffer. What goes back
+			// is the buffer lent, not out: an answer larger than
+			// estimated grows out onto the heap.
+			pooled = cn.s.b.mem.frames.Get(int(p.held) + 64<<10)
+			out = pooled[:0]
 		}
 		out = protocol.AppendResponse(out, p.hdr, p.resp)
 		_, err := bw.Write(out)
 		p.resp = nil
 		if p.held > 0 {
-			cn.s.b.mem.frames.Put(out)
+			cn.s.b.mem.frames.Put(pooled)
 			cn.s.b.mem.responses.Release(p.held)
 			cn.held.Add(-p.held)
 		} else if cap(out) <= 64<<10 {

@@ -63,7 +63,7 @@ type Server struct {
 	// queued.max.request.bytes); when they are spent, connections stop
 	// being read until memory is free. The bytes of fetch answers in flight
 	// are bounded by the same amount. Default: a sixteenth of the machine's
-	// memory (or cgroup limit), between MaxRequestBytes and 1 GiB.
+	// memory (or cgroup limit), at most 128 MiB, and at least MaxRequestBytes.
 	QueuedMaxRequestBytes int64
 	// ConnectionsMaxIdleMs closes a client connection that sends nothing
 	// for this long (Kafka's connections.max.idle.ms). Default 600000; -1
@@ -218,6 +218,9 @@ const (
 	DefaultMetricsPort     = 9100
 	DefaultMaxRequestBytes = 100 << 20
 	DefaultMaxMessageBytes = 1048588
+	// DefaultQueuedMaxRequestBytes is the most QueuedMaxRequestBytes
+	// defaults to (less on a machine with under 2 GiB).
+	DefaultQueuedMaxRequestBytes = 128 << 20
 	// DefaultConnectionsMaxIdleMs is Kafka's connections.max.idle.ms.
 	DefaultConnectionsMaxIdleMs = 600000
 	// DefaultRequestReadTimeoutMs bounds the read of one request's body.
@@ -356,7 +359,11 @@ func (s *Server) applyDefaults(given map[string]bool) {
 		s.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if s.QueuedMaxRequestBytes == 0 {
-		s.QueuedMaxRequestBytes = min(max(memoryLimit()/16, int64(s.MaxRequestBytes)), 1<<30)
+		// A few hundred milliseconds of what a disk appends: more queued
+		// requests add only latency and resident memory (64 producers
+		// with megabytes in flight each held 300 MB at 1 GiB, at no gain
+		// in throughput; docs/BENCHMARKS.md).
+		s.QueuedMaxRequestBytes = max(min(memoryLimit()/16, DefaultQueuedMaxRequestBytes), int64(s.MaxRequestBytes))
 	}
 	if s.ConnectionsMaxIdleMs == 0 {
 		s.ConnectionsMaxIdleMs = DefaultConnectionsMaxIdleMs

@@ -19,19 +19,36 @@ const (
 
 // Pool lends frame buffers. It keeps at most its retain bound of idle
 // buffers across all classes; a buffer given back beyond that is left to
-// the garbage collector.
+// the garbage collector, or, off the heap, unmapped.
 type Pool struct {
-	retain int64
+	retain  int64
+	offHeap bool
 
-	mu   sync.Mutex
-	free [classes][][]byte
-	idle int64 // bytes of the buffers in free
+	mu     sync.Mutex
+	free   [classes][][]byte
+	idle   int64              // bytes of the buffers in free
+	mapped map[*byte]struct{} // off the heap: every buffer lent or idle
+	closed bool               // off the heap: Close ran
 
 	hits, misses atomic.Int64
 }
 
 // NewPool returns a pool that keeps at most retain bytes of idle buffers.
 func NewPool(retain int64) *Pool { return &Pool{retain: retain} }
+
+// NewOffHeapPool returns a pool whose buffers are mapped outside the Go
+// heap (where the platform allows; elsewhere it is NewPool's). The
+// garbage collector sizes its next heap at twice what is live: frame
+// buffers on the heap, which are most of what a loaded broker holds,
+// would have it hold about as much again in garbage. Off the heap they
+// count once. The price is that a buffer must be given back (Put) to be
+// freed, and never used after: the pool unmaps what it does not keep.
+func NewOffHeapPool(retain int64) *Pool {
+	if !canMap {
+		return NewPool(retain)
+	}
+	return &Pool{retain: retain, offHeap: true, mapped: map[*byte]struct{}{}}
+}
 
 // class returns the class of a buffer of n bytes and whether it is pooled.
 func class(n int) (int, bool) {
@@ -57,9 +74,21 @@ func (p *Pool) Get(n int) []byte {
 		p.hits.Add(1)
 		return b[:n]
 	}
-	p.mu.Unlock()
+	if !p.offHeap {
+		p.mu.Unlock()
+		p.misses.Add(1)
+		return make([]byte, n, 1<<(c+minPooledShift))
+	}
+	defer p.mu.Unlock()
+	b, err := mapBuffer(1 << (c + minPooledShift))
+	if err != nil {
+		// Out of address space or mappings: the heap may still have
+		// room, and such a buffer is simply never taken back.
+		return make([]byte, n, 1<<(c+minPooledShift))
+	}
 	p.misses.Add(1)
-	return make([]byte, n, 1<<(c+minPooledShift))
+	p.mapped[&b[0]] = struct{}{}
+	return b[:n]
 }
 
 // Put gives a buffer back. The caller must not use it afterwards, nor
@@ -71,11 +100,50 @@ func (p *Pool) Put(b []byte) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.idle+int64(cap(b)) > p.retain {
+	b = b[:cap(b)]
+	if p.offHeap {
+		// Only what this pool mapped may go back: a heap slice of a
+		// class's size must not be unmapped.
+		if _, ok := p.mapped[&b[0]]; !ok {
+			return
+		}
+		if p.closed || p.idle+int64(cap(b)) > p.retain {
+			delete(p.mapped, &b[0])
+			unmapBuffer(b)
+			return
+		}
+	} else if p.idle+int64(cap(b)) > p.retain {
 		return
 	}
 	p.free[c] = append(p.free[c], b[:0])
 	p.idle += int64(cap(b))
+}
+
+// Close unmaps the idle buffers of an off-heap pool, and every buffer given
+// back after it; a heap pool has nothing to do.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.offHeap || p.closed {
+		return
+	}
+	p.closed = true
+	for c := range p.free {
+		for _, b := range p.free[c] {
+			b = b[:cap(b)]
+			delete(p.mapped, &b[0])
+			unmapBuffer(b)
+		}
+		p.free[c] = nil
+	}
+	p.idle = 0
+}
+
+// Mapped is the number of off-heap buffers lent or idle.
+func (p *Pool) Mapped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.mapped)
 }
 
 // Idle is the number of bytes the pool keeps now.

@@ -131,3 +131,61 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestOffHeapPoolUnmapsWhatItDoesNotKeep(t *testing.T) {
+	if !canMap {
+		t.Skip("no anonymous mappings on this platform: NewOffHeapPool is NewPool, tested above")
+	}
+	p := NewOffHeapPool(2 << 20)
+	var bufs [][]byte
+	for i := 0; i < 5; i++ {
+		b := p.Get(1 << 20)
+		if len(b) != 1<<20 || cap(b) != 1<<20 {
+			t.Fatalf("Get(1 MiB): len %d cap %d", len(b), cap(b))
+		}
+		for j := range b {
+			if b[j] != 0 {
+				t.Fatalf("fresh buffer %d not zeroed at %d", i, j)
+			}
+		}
+		b[0], b[len(b)-1] = byte(i+1), byte(i+1) // the memory is writable
+		bufs = append(bufs, b)
+	}
+	if n := p.Mapped(); n != 5 {
+		t.Fatalf("mapped %d buffers, want the 5 lent", n)
+	}
+	// A heap slice of a class's exact size is not the pool's: it must
+	// neither be kept nor unmapped.
+	foreign := make([]byte, 1<<20)
+	p.Put(foreign)
+	foreign[0] = 1
+	if idle := p.Idle(); idle != 0 {
+		t.Fatalf("idle %d after a foreign Put, want 0", idle)
+	}
+	for _, b := range bufs {
+		p.Put(b[:10]) // a shortened slice of a lent buffer is still it
+	}
+	if idle, n := p.Idle(), p.Mapped(); idle != 2<<20 || n != 2 {
+		t.Fatalf("idle %d, mapped %d after giving back 5: want the 2 MiB bound kept and the rest unmapped", idle, n)
+	}
+	b := p.Get(900 << 10)
+	if p.Hits() != 1 || cap(b) != 1<<20 {
+		t.Fatalf("Get did not reuse an idle buffer: hits %d cap %d", p.Hits(), cap(b))
+	}
+	p.Close()
+	if idle, n := p.Idle(), p.Mapped(); idle != 0 || n != 1 {
+		t.Fatalf("after Close: idle %d, mapped %d; want 0 idle and only the lent buffer mapped", idle, n)
+	}
+	b[0] = 7 // still lent, still mapped
+	p.Put(b)
+	if n := p.Mapped(); n != 0 {
+		t.Fatalf("a buffer given back after Close stayed mapped (%d)", n)
+	}
+	// After Close the pool still lends, and takes back by unmapping.
+	c := p.Get(64 << 10)
+	c[0] = 1
+	p.Put(c)
+	if idle, n := p.Idle(), p.Mapped(); idle != 0 || n != 0 {
+		t.Fatalf("after Close, Get+Put left idle %d, mapped %d", idle, n)
+	}
+}
