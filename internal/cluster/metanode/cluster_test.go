@@ -113,7 +113,8 @@ func (c *cluster) config(id int32) Config {
 		Token:              "secret",
 		Now:                c.clock.now,
 		LeaseInterval:      300 * time.Millisecond,
-		LeaseDuration:      5 * time.Second,
+		LeaseDuration:      10 * time.Second,
+		ShutdownTimeout:    10 * time.Second,
 		PullWait:           300 * time.Millisecond,
 		SaveInterval:       50 * time.Millisecond,
 		Logger:             testLogger().With("test", c.t.Name()),
@@ -400,7 +401,7 @@ func TestConvergeForwardAndRefuse(t *testing.T) {
 }
 
 func TestFailoverNoQuorumAndRestart(t *testing.T) {
-	c := newCluster(t, []int32{1, 2, 3}, []int32{4, 5}, nil)
+	c := newCluster(t, []int32{1, 2, 3}, []int32{4, 5}, quiet)
 	l := c.leader()
 	c.registered(1, 2, 3, 4, 5)
 	propose(t, c.node(4), createTopic("before", 3))
@@ -530,7 +531,7 @@ func TestLeases(t *testing.T) {
 	if _, inc := expiry(4); inc == n4.Incarnation() || n4.Status().LeaseExpiryMs != 0 {
 		t.Fatal("a new incarnation registered while the old one's lease ran")
 	}
-	c.clock.advance(6 * time.Second)
+	c.clock.advance(11 * time.Second)
 	eventually(t, "the new incarnation of broker 4 registered", func() bool {
 		_, inc := expiry(4)
 		return inc == n4.Incarnation() && n4.Status().LeaseExpiryMs > c.clock.ms()

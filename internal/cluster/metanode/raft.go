@@ -234,6 +234,13 @@ func (r *raftLoop) propose(p proposal) {
 		p.reply <- outcome{err: &notLeaderError{leader: r.leaderID()}}
 		return
 	}
+	if t, err := r.ms.Term(r.applied); err != nil || t != r.term {
+		// A new leader's applied state may lack entries earlier leaders
+		// committed until its own first entry applies; a check against it
+		// could pass what Apply cannot catch (a lease that still runs).
+		p.reply <- outcome{err: errNotProposed}
+		return
+	}
 	recs, err := p.cmd.records(r.n.state, r.n.cfg.Now().UnixMilli())
 	if err != nil {
 		p.reply <- outcome{err: err}
