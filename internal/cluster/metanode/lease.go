@@ -56,8 +56,8 @@ func (n *Node) renewLease(ctx context.Context) {
 // endLease asks, within ShutdownTimeout, that this broker's lease end now,
 // so that clients stop being sent to it before it would have run out.
 func (n *Node) endLease() {
-	if n.Status().LeaseExpiryMs == 0 {
-		return
+	if _, ok := n.running(); !ok || n.Status().LeaseExpiryMs == 0 {
+		return // ended by its context, or never registered: nothing to shorten
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
 	defer cancel()

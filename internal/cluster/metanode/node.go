@@ -71,6 +71,7 @@ type Node struct {
 	runMu       sync.Mutex
 	started     bool
 	stopped     bool
+	ctx         context.Context // the node's run, ended by Stop or by the caller
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // the log's goroutines
 	leaseWG     sync.WaitGroup // the lease renewer
@@ -124,6 +125,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.started = true
 	ctx, n.cancel = context.WithCancel(ctx)
+	n.ctx = ctx
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -167,17 +169,17 @@ func (n *Node) Stop() {
 	n.client.CloseIdleConnections()
 }
 
-// running reports whether the node's goroutines run, and returns the
-// channel closed when they stop.
+// running reports whether the node runs (started, its context not ended),
+// and returns the channel closed once it has stopped. It reads the
+// context, not the channel, so that a node whose context just ended does
+// not start a proposal.
 func (n *Node) running() (<-chan struct{}, bool) {
 	n.runMu.Lock()
 	defer n.runMu.Unlock()
-	select {
-	case <-n.done:
+	if !n.started || n.ctx.Err() != nil {
 		return n.done, false
-	default:
 	}
-	return n.done, n.started
+	return n.done, true
 }
 
 // Read calls f with the applied state and its log index, under a read
