@@ -83,7 +83,9 @@ type RegisterBrokerRecord struct {
 	ClientAddress      string `json:"clientAddress"`
 	ReplicationAddress string `json:"replicationAddress"`
 	// LeaseExpiryMs is when, in Unix milliseconds, the broker stops being
-	// listed in Metadata unless it renews. The broker's clock sets it.
+	// listed in Metadata unless it renews. The metadata leader sets it,
+	// on its own clock, when it proposes the record (metanode: its now
+	// plus the lease the broker asks for).
 	LeaseExpiryMs int64 `json:"leaseExpiryMs"`
 }
 

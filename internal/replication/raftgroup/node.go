@@ -462,8 +462,12 @@ func (cfg *Config) raftLogger() raft.Logger {
 	if l == nil {
 		l = slog.Default()
 	}
-	return &slogRaft{l: l.With("component", "replication-raft", "replica", cfg.ID)}
+	return NewRaftLogger(l.With("component", "replication-raft", "replica", cfg.ID))
 }
+
+// NewRaftLogger adapts l to raft.Logger: Raft's info lines go to debug,
+// its warnings and errors to warn and error, and its fatal lines panic.
+func NewRaftLogger(l *slog.Logger) raft.Logger { return &slogRaft{l: l} }
 
 type slogRaft struct{ l *slog.Logger }
 

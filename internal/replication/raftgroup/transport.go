@@ -37,14 +37,21 @@ func (n *Node) Handler() http.Handler {
 // NewHandler returns the /replication/raft/* handler that checks token and
 // passes each decoded message to receive.
 func NewHandler(token string, receive func(*pb.Message) bool) http.Handler {
+	return NewHandlerAt(MessagePath, maxMessageBytes, token, receive)
+}
+
+// NewHandlerAt is NewHandler for another Raft log than the group's: it
+// serves POST path, refusing messages over maxBytes, as HTTPTransport
+// with HTTPConfig.Path sends them.
+func NewHandlerAt(path string, maxBytes int, token string, receive func(*pb.Message) bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+MessagePath, func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(io.LimitReader(r.Body, maxMessageBytes+1))
+	mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(io.LimitReader(r.Body, int64(maxBytes)+1))
 		if err != nil {
 			http.Error(w, "read: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if len(b) > maxMessageBytes {
+		if len(b) > maxBytes {
 			http.Error(w, "message too large", http.StatusRequestEntityTooLarge)
 			return
 		}
@@ -60,11 +67,12 @@ func NewHandler(token string, receive func(*pb.Message) bool) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	return authorize(token, mux)
+	return Authorize(token, mux)
 }
 
-// authorize rejects requests without the bearer token with 401.
-func authorize(token string, next http.Handler) http.Handler {
+// Authorize rejects requests without the bearer token with 401, as every
+// endpoint of the replication port does.
+func Authorize(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !auth.BearerOK(r, token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="replication"`)
@@ -95,6 +103,8 @@ type HTTPConfig struct {
 	// certificate for peers that require one. It is used when Client is
 	// nil and makes Scheme default to "https".
 	TLS *tls.Config
+	// Path is where messages are POSTed (MessagePath if empty).
+	Path string
 	// Logger, when set, gets a line when a peer link fails for a TLS
 	// reason (a certificate the CA does not sign, a peer that refuses
 	// ours, one side without TLS): a misconfiguration that would
@@ -103,7 +113,8 @@ type HTTPConfig struct {
 	Logger *slog.Logger
 }
 
-// HTTPTransport sends Raft messages to peers with POST MessagePath, one
+// HTTPTransport sends Raft messages to peers with POST MessagePath (or
+// HTTPConfig.Path), one
 // goroutine and one bounded queue per peer, so a slow or dead peer delays
 // no other and never blocks Raft.
 type HTTPTransport struct {
@@ -136,13 +147,16 @@ func NewHTTPTransport(cfg HTTPConfig) *HTTPTransport {
 			cfg.Scheme = "https"
 		}
 	}
+	if cfg.Path == "" {
+		cfg.Path = MessagePath
+	}
 	t := &HTTPTransport{cfg: cfg, queues: map[uint64]chan *pb.Message{}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for id, addr := range cfg.Peers {
 		q := make(chan *pb.Message, cfg.QueueSize)
 		t.queues[uint64(id)] = q
 		t.wg.Add(1)
-		go t.sender(id, fmt.Sprintf("%s://%s%s", cfg.Scheme, addr, MessagePath), q)
+		go t.sender(id, fmt.Sprintf("%s://%s%s", cfg.Scheme, addr, cfg.Path), q)
 	}
 	return t
 }
