@@ -116,11 +116,17 @@ func topicName(cfg *Config, cs caseSpec) string {
 // partition and one for the topic, with POLICY_VIOLATION.
 const createStep = 5000
 
+// setupTimeout bounds the work before a case's clock starts that grows
+// with its partitions (creating the topic, the first record to each
+// partition): Kafka needs more than 30 s for 10,000 of them.
+func setupTimeout(partitions int) time.Duration {
+	return 30*time.Second + time.Duration(partitions)*10*time.Millisecond
+}
+
 // CreateTopic creates topic with partitions partitions, createStep at a
-// time, and waits until each has a leader, allowing 30 s plus 10 ms per
-// partition.
+// time, and waits until each has a leader, within setupTimeout.
 func CreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(partitions)*10*time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, setupTimeout(partitions))
 	defer cancel()
 	// Replication factor -1: the broker's default, so the same command
 	// benchmarks a single node and a replication group (whose topics
@@ -236,7 +242,10 @@ func producerOpts(cfg *Config, cs caseSpec, topic string, idx int) []kgo.Opt {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.MaxBufferedRecords(cfg.MaxBuffered),
-		kgo.RecordDeliveryTimeout(30 * time.Second),
+		// As long as the warm-up may take: its records, one to each
+		// partition, are all buffered at once, and with 10,000
+		// partitions Kafka took longer than 30 s to take them.
+		kgo.RecordDeliveryTimeout(setupTimeout(cs.Partitions)),
 	}
 	switch cs.Acks {
 	case -1:
@@ -287,9 +296,7 @@ func produce(ctx context.Context, cfg *Config, pool *ValuePool, cs caseSpec, top
 		for i := range warm {
 			warm[i] = &kgo.Record{Value: pool.Next()}
 		}
-		// One record to every partition: Kafka needs more than 30 s for
-		// 10,000 of them from each of 8 producers.
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(cs.Partitions)*10*time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, setupTimeout(cs.Partitions))
 		var err error
 		if cs.Mode == ModeTransactional {
 			err = cl.BeginTransaction()
