@@ -13,8 +13,15 @@ import (
 )
 
 // partitionOf resolves a topic and partition for the admin handlers.
+// In cluster mode a partition another group owns is NOT_LEADER_OR_FOLLOWER.
 func (b *Broker) partitionOf(name string, index int32) (*partition.Partition, int16) {
 	t := b.lookup(name)
+	if b.cl != nil {
+		t = b.cl.local(name)
+		if _, foreign := b.cl.foreign(name, index); foreign {
+			return nil, errNotLeaderOrFollower
+		}
+	}
 	if t == nil || index < 0 || int(index) >= len(t.partitions) {
 		return nil, errUnknownTopicOrPartition
 	}
@@ -459,19 +466,28 @@ func (b *Broker) alterTopicConfigs(name string, edit func(map[string]string) err
 	if validateOnly {
 		return 0, ""
 	}
-	nt := *t
-	nt.overrides = next
-	nt.settings = resolveSettings(&b.cfg, next)
-	if err := b.saveTopic(&nt); err != nil {
+	if err := b.setTopicConfigsLocked(t, next); err != nil {
 		return errKafkaStorageError, err.Error()
+	}
+	return 0, ""
+}
+
+// setTopicConfigsLocked installs configs as t's overrides, saved and in
+// force. The caller holds b.mu and has validated them.
+func (b *Broker) setTopicConfigsLocked(t *topic, configs map[string]string) error {
+	nt := *t
+	nt.overrides = configs
+	nt.settings = resolveSettings(&b.cfg, configs)
+	if err := b.saveTopic(&nt); err != nil {
+		return err
 	}
 	b.topics[nt.name], b.byID[nt.id] = &nt, &nt
 	opts := b.storageOptions(&nt)
 	for _, p := range nt.partitions {
 		p.Log().Reconfigure(opts.SegmentBytes, opts.RetentionMs, opts.RetentionBytes)
 	}
-	b.log.Info("altered topic configs", "topic", name, "configs", next)
-	return 0, ""
+	b.log.Info("altered topic configs", "topic", t.name, "configs", configs)
+	return nil
 }
 
 // alterResource applies edit to a topic resource; broker settings come
@@ -481,6 +497,8 @@ func (b *Broker) alterResource(typ int8, name string, validateOnly bool, edit fu
 	var msg string
 	if typ != 2 {
 		code, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
+	} else if b.cl != nil {
+		code, msg = b.cl.alterTopicConfigs(name, edit, validateOnly)
 	} else {
 		code, msg = b.alterTopicConfigs(name, edit, validateOnly)
 	}

@@ -35,7 +35,17 @@ type api struct {
 	forwardNow   func(b *Broker, req kmsg.Request) bool
 	onFollower   func(b *Broker, req kmsg.Request) kmsg.Response
 	forwardFail  func(b *Broker, req kmsg.Request, code int16) kmsg.Response
+	coordinator  func(req kmsg.Request) coordinatorKind
 }
+
+// coordinatorKind says which coordinator serves a request.
+type coordinatorKind int8
+
+const (
+	noCoordinator coordinatorKind = iota
+	groupCoordinator
+	txnCoordinator
+)
 
 // apiDef is how an api_*.go file registers its API, typed by its request.
 type apiDef[R kmsg.Request] struct {
@@ -68,6 +78,10 @@ type apiDef[R kmsg.Request] struct {
 	// forwardFail answers when forwarding failed with a retriable code
 	// (nil: code in every error field).
 	forwardFail func(b *Broker, r R, code int16) kmsg.Response
+	// coordinator names the coordinator that serves the request (nil:
+	// none). In cluster mode a group that does not host it answers
+	// NOT_COORDINATOR.
+	coordinator func(r R) coordinatorKind
 }
 
 // apis holds the registered APIs by key; versions is what ApiVersions
@@ -112,6 +126,9 @@ func register[R kmsg.Request](d apiDef[R]) {
 	if d.forwardFail != nil {
 		a.forwardFail = func(b *Broker, req kmsg.Request, code int16) kmsg.Response { return d.forwardFail(b, req.(R), code) }
 	}
+	if d.coordinator != nil {
+		a.coordinator = func(req kmsg.Request) coordinatorKind { return d.coordinator(req.(R)) }
+	}
 	apis[key] = a
 	versions[key] = d.versions
 }
@@ -120,6 +137,13 @@ func register[R kmsg.Request](d apiDef[R]) {
 // the leader can answer, then the ACLs apply, then the API's handler.
 func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, waitFunc) {
 	a := apis[req.Key]
+	if b.cl != nil && a.coordinator != nil {
+		if kind := a.coordinator(req.Body); kind != noCoordinator && !b.cl.coordinates(kind) {
+			// Another group hosts it: the client asks FindCoordinator
+			// again, which names that group's leader.
+			return b.notCoordinatorCode(req.Body, errNotCoordinator), nil
+		}
+	}
 	if b.following() {
 		if !cn.viaForward && a.forwards(b, req.Body) {
 			return nil, func(ctx context.Context) kmsg.Response { return b.forward(ctx, cn, req) }
@@ -307,6 +331,11 @@ func refuseWith[R kmsg.Request](code int16) func(*Broker, R) kmsg.Response {
 	}
 }
 
+// groupAPI and txnAPI are the coordinator rules of group and transaction
+// coordinator requests.
+func groupAPI[R kmsg.Request](R) coordinatorKind { return groupCoordinator }
+func txnAPI[R kmsg.Request](R) coordinatorKind   { return txnCoordinator }
+
 // notCoordinatorOnFollower is the follower answer of group and
 // transaction coordinator requests (notCoordinator).
 func notCoordinatorOnFollower[R kmsg.Request](b *Broker, r R) kmsg.Response {
@@ -338,6 +367,21 @@ func (b *Broker) securityOnFollowerCode(req kmsg.Request, code int16) (kmsg.Resp
 	if host, port, ok := b.repl.endpoint(b.repl.leaderID()); ok {
 		msg += fmt.Sprintf(" (%s)", net.JoinHostPort(host, fmt.Sprint(port)))
 	}
+	return securityRefusal(req, code, msg)
+}
+
+// clusterSecurityRefusal refuses an ACL or credential change in cluster
+// mode: they would hold in one group only, as the metadata log does not
+// carry them yet. Users in the config file apply on every broker.
+func clusterSecurityRefusal(req kmsg.Request) kmsg.Response {
+	resp, _ := securityRefusal(req, errInvalidRequest,
+		"ACL and SCRAM user changes are not supported in cluster mode yet: they would apply to one replication group only; list users in Server.Users on every broker")
+	return resp
+}
+
+// securityRefusal answers an ACL or credential change with code and msg
+// in each entry.
+func securityRefusal(req kmsg.Request, code int16, msg string) (kmsg.Response, bool) {
 	switch r := req.(type) {
 	case *kmsg.CreateACLsRequest:
 		resp := r.ResponseKind().(*kmsg.CreateACLsResponse)

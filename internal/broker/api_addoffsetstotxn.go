@@ -21,6 +21,7 @@ func init() {
 			}
 			return whole(r, z.allowed(opRead, resGroup, r.Group), errGroupAuthorizationFailed)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.AddOffsetsToTxnRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.AddOffsetsToTxnRequest],
+		coordinator: txnAPI[*kmsg.AddOffsetsToTxnRequest],
 	})
 }

@@ -16,8 +16,9 @@ func init() {
 		serve: func(b *Broker, _ *conn, r *kmsg.AddPartitionsToTxnRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
 			return nil, func(ctx context.Context) kmsg.Response { return b.txns.AddPartitions(ctx, r) }
 		},
-		authorize:  (*authz).addPartitionsToTxn,
-		onFollower: notCoordinatorOnFollower[*kmsg.AddPartitionsToTxnRequest],
+		authorize:   (*authz).addPartitionsToTxn,
+		onFollower:  notCoordinatorOnFollower[*kmsg.AddPartitionsToTxnRequest],
+		coordinator: txnAPI[*kmsg.AddPartitionsToTxnRequest],
 	})
 }
 

@@ -16,6 +16,7 @@ func init() {
 		authorize: func(z *authz, r *kmsg.ConsumerGroupDescribeRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			return perGroup(z, r, r.Groups, opDescribe, run)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.ConsumerGroupDescribeRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.ConsumerGroupDescribeRequest],
+		coordinator: groupAPI[*kmsg.ConsumerGroupDescribeRequest],
 	})
 }

@@ -35,6 +35,7 @@ func init() {
 			}
 			return nil, nil, false
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.ConsumerGroupHeartbeatRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.ConsumerGroupHeartbeatRequest],
+		coordinator: groupAPI[*kmsg.ConsumerGroupHeartbeatRequest],
 	})
 }

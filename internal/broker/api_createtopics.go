@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/protocol"
@@ -12,6 +14,9 @@ func init() {
 	register(apiDef[*kmsg.CreateTopicsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 7},
 		serve: func(b *Broker, _ *conn, r *kmsg.CreateTopicsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
+			if b.cl != nil {
+				return nil, func(ctx context.Context) kmsg.Response { return b.cl.createTopics(ctx, r) }
+			}
 			return b.handleCreateTopics(r), nil
 		},
 		authorize: func(z *authz, r *kmsg.CreateTopicsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {

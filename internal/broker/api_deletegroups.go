@@ -16,6 +16,7 @@ func init() {
 		authorize: func(z *authz, r *kmsg.DeleteGroupsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			return perGroup(z, r, r.Groups, opDelete, run)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.DeleteGroupsRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.DeleteGroupsRequest],
+		coordinator: groupAPI[*kmsg.DeleteGroupsRequest],
 	})
 }

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/protocol"
@@ -12,6 +14,9 @@ func init() {
 	register(apiDef[*kmsg.DeleteTopicsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 6},
 		serve: func(b *Broker, _ *conn, r *kmsg.DeleteTopicsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
+			if b.cl != nil {
+				return nil, func(ctx context.Context) kmsg.Response { return b.cl.deleteTopics(ctx, r) }
+			}
 			return b.handleDeleteTopics(r), nil
 		},
 		authorize:   (*authz).deleteTopics,

@@ -30,5 +30,8 @@ func (b *Broker) handleDescribeCluster(r *kmsg.DescribeClusterRequest) kmsg.Resp
 			resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: e.id, Host: e.host, Port: e.port})
 		}
 	}
+	if b.cl != nil {
+		b.cl.describeCluster(resp)
+	}
 	return resp
 }

@@ -16,6 +16,7 @@ func init() {
 		authorize: func(z *authz, r *kmsg.DescribeGroupsRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			return perGroup(z, r, r.Groups, opDescribe, run)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.DescribeGroupsRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.DescribeGroupsRequest],
+		coordinator: groupAPI[*kmsg.DescribeGroupsRequest],
 	})
 }

@@ -13,8 +13,9 @@ func init() {
 		serve: func(b *Broker, _ *conn, r *kmsg.DescribeTransactionsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
 			return b.txns.DescribeTransactions(r), nil
 		},
-		authorize:  (*authz).describeTransactions,
-		onFollower: notCoordinatorOnFollower[*kmsg.DescribeTransactionsRequest],
+		authorize:   (*authz).describeTransactions,
+		onFollower:  notCoordinatorOnFollower[*kmsg.DescribeTransactionsRequest],
+		coordinator: txnAPI[*kmsg.DescribeTransactionsRequest],
 	})
 }
 

@@ -19,6 +19,7 @@ func init() {
 		authorize: func(z *authz, r *kmsg.EndTxnRequest, _ runFunc) (kmsg.Response, waitFunc, bool) {
 			return whole(r, z.allowed(opWrite, resTxnID, r.TransactionalID), errTxnIDAuthorizationFailed)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.EndTxnRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.EndTxnRequest],
+		coordinator: txnAPI[*kmsg.EndTxnRequest],
 	})
 }

@@ -32,19 +32,27 @@ func fetchOnFollower(b *Broker, q *kmsg.FetchRequest) kmsg.Response {
 	mirror(reflect.ValueOf(q).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
 	resp.ErrorCode, resp.SessionID = 0, 0
 	id := r.leaderID()
+	var hints leaderHints
 	for i := range resp.Topics {
+		name := b.fetchTopicName(q, &q.Topics[i])
 		for j := range resp.Topics[i].Partitions {
 			p := &resp.Topics[i].Partitions[j]
 			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
 			p.PreferredReadReplica = -1
 			p.RecordBatches = []byte{}
-			if id >= 0 {
-				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, b.epoch.Load()
+			h := b.leaderHintFor(name, p.Partition, id)
+			if h.leader >= 0 {
+				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = h.leader, h.epoch
+				hints.add(h.leader)
 			}
 		}
 	}
-	if host, port, ok := r.endpoint(id); ok && q.Version >= 12 {
-		resp.Brokers = []kmsg.FetchResponseBroker{{NodeID: id, Host: host, Port: port}}
+	if q.Version >= 12 {
+		for _, id := range hints {
+			if host, port, ok := b.hintEndpoint(id); ok {
+				resp.Brokers = append(resp.Brokers, kmsg.FetchResponseBroker{NodeID: id, Host: host, Port: port})
+			}
+		}
 	}
 	return resp
 }

@@ -28,6 +28,9 @@ func init() {
 // handleFindCoordinator names this broker: it coordinates every group
 // and transaction.
 func (b *Broker) handleFindCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	if b.cl != nil && (r.CoordinatorType == 0 || r.CoordinatorType == 1) {
+		return b.cl.findCoordinator(r)
+	}
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	host, port := b.Advertised()
 	answer := func(key string) (int16, *string) {
@@ -99,10 +102,19 @@ func (z *authz) findCoordinator(r *kmsg.FindCoordinatorRequest, run runFunc) kms
 // findCoordinatorOnFollower names the leader, which coordinates every
 // group and transaction.
 func findCoordinatorOnFollower(b *Broker, q *kmsg.FindCoordinatorRequest) kmsg.Response {
+	if b.cl != nil {
+		return b.cl.findCoordinator(q)
+	}
 	r := b.repl
-	resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	id := r.leaderID()
 	host, port, ok := r.endpoint(id)
+	return coordinatorAnswer(q, id, host, port, ok)
+}
+
+// coordinatorAnswer names broker id at host:port as the coordinator of
+// every key asked about, or COORDINATOR_NOT_AVAILABLE when !ok.
+func coordinatorAnswer(q *kmsg.FindCoordinatorRequest, id int32, host string, port int32, ok bool) kmsg.Response {
+	resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	code := int16(0)
 	if id < 0 || !ok {
 		code = errCoordinatorNotAvailable

@@ -14,7 +14,8 @@ func init() {
 		serve: func(b *Broker, cn *conn, r *kmsg.HeartbeatRequest, req protocol.Request) (kmsg.Response, waitFunc) {
 			return b.groups.Heartbeat(r), nil
 		},
-		authorize:  groupRead(func(r *kmsg.HeartbeatRequest) string { return r.Group }),
-		onFollower: notCoordinatorOnFollower[*kmsg.HeartbeatRequest],
+		authorize:   groupRead(func(r *kmsg.HeartbeatRequest) string { return r.Group }),
+		onFollower:  notCoordinatorOnFollower[*kmsg.HeartbeatRequest],
+		coordinator: groupAPI[*kmsg.HeartbeatRequest],
 	})
 }

@@ -33,6 +33,12 @@ func init() {
 		forwardFail: func(b *Broker, r *kmsg.InitProducerIDRequest, _ int16) kmsg.Response {
 			return refuseWith[*kmsg.InitProducerIDRequest](errCoordinatorNotAvailable)(b, r)
 		},
+		coordinator: func(r *kmsg.InitProducerIDRequest) coordinatorKind {
+			if r.TransactionalID != nil {
+				return txnCoordinator
+			}
+			return noCoordinator
+		},
 	})
 }
 

@@ -20,7 +20,8 @@ func init() {
 			}
 			return nil, func(ctx context.Context) kmsg.Response { return b.groups.JoinGroup(ctx, r, clientID, host) }
 		},
-		authorize:  groupRead(func(r *kmsg.JoinGroupRequest) string { return r.Group }),
-		onFollower: notCoordinatorOnFollower[*kmsg.JoinGroupRequest],
+		authorize:   groupRead(func(r *kmsg.JoinGroupRequest) string { return r.Group }),
+		onFollower:  notCoordinatorOnFollower[*kmsg.JoinGroupRequest],
+		coordinator: groupAPI[*kmsg.JoinGroupRequest],
 	})
 }

@@ -13,7 +13,8 @@ func init() {
 		serve: func(b *Broker, cn *conn, r *kmsg.LeaveGroupRequest, req protocol.Request) (kmsg.Response, waitFunc) {
 			return b.groups.LeaveGroup(r), nil
 		},
-		authorize:  groupRead(func(r *kmsg.LeaveGroupRequest) string { return r.Group }),
-		onFollower: notCoordinatorOnFollower[*kmsg.LeaveGroupRequest],
+		authorize:   groupRead(func(r *kmsg.LeaveGroupRequest) string { return r.Group }),
+		onFollower:  notCoordinatorOnFollower[*kmsg.LeaveGroupRequest],
+		coordinator: groupAPI[*kmsg.LeaveGroupRequest],
 	})
 }

@@ -33,6 +33,9 @@ func (b *Broker) metadataForwards(q *kmsg.MetadataRequest) bool {
 	if b.cfg.AutoCreateTopics == nil || !*b.cfg.AutoCreateTopics || !(q.AllowAutoTopicCreation || q.Version < 4) {
 		return false
 	}
+	if b.cl != nil {
+		return false // any broker proposes the topic to the metadata log
+	}
 	for _, t := range q.Topics {
 		if t.Topic != nil && b.lookup(*t.Topic) == nil {
 			return true
@@ -42,6 +45,9 @@ func (b *Broker) metadataForwards(q *kmsg.MetadataRequest) bool {
 }
 
 func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
+	if b.cl != nil {
+		return b.cl.metadata(r, true)
+	}
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	host, port := b.Advertised()
 	resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: b.nodeID, Host: host, Port: port}}

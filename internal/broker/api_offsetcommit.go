@@ -20,6 +20,7 @@ func init() {
 			}
 			return perTopic(z, r, r.Topics, func(t kmsg.OffsetCommitRequestTopic) string { return t.Topic }, opRead, run)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.OffsetCommitRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.OffsetCommitRequest],
+		coordinator: groupAPI[*kmsg.OffsetCommitRequest],
 	})
 }

@@ -20,6 +20,7 @@ func init() {
 			}
 			return perTopic(z, r, r.Topics, func(t kmsg.OffsetDeleteRequestTopic) string { return t.Topic }, opRead, run)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.OffsetDeleteRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.OffsetDeleteRequest],
+		coordinator: groupAPI[*kmsg.OffsetDeleteRequest],
 	})
 }

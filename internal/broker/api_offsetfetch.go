@@ -18,7 +18,8 @@ func init() {
 			resp, wait := z.offsetFetch(r, run)
 			return resp, wait, true
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.OffsetFetchRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.OffsetFetchRequest],
+		coordinator: groupAPI[*kmsg.OffsetFetchRequest],
 	})
 }
 

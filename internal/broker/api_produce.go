@@ -60,17 +60,24 @@ func produceOnFollower(b *Broker, q *kmsg.ProduceRequest) kmsg.Response {
 	resp := q.ResponseKind().(*kmsg.ProduceResponse)
 	mirror(reflect.ValueOf(q).Elem(), reflect.ValueOf(resp).Elem(), errNotLeaderOrFollower)
 	id := r.leaderID()
+	var hints leaderHints
 	for i := range resp.Topics {
 		for j := range resp.Topics[i].Partitions {
 			p := &resp.Topics[i].Partitions[j]
 			p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
-			if id >= 0 {
-				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = id, b.epoch.Load()
+			h := b.leaderHintFor(resp.Topics[i].Topic, p.Partition, id)
+			if h.leader >= 0 {
+				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = h.leader, h.epoch
+				hints.add(h.leader)
 			}
 		}
 	}
-	if host, port, ok := r.endpoint(id); ok && q.Version >= 10 {
-		resp.Brokers = []kmsg.ProduceResponseBroker{{NodeID: id, Host: host, Port: port}}
+	if q.Version >= 10 {
+		for _, id := range hints {
+			if host, port, ok := b.hintEndpoint(id); ok {
+				resp.Brokers = append(resp.Brokers, kmsg.ProduceResponseBroker{NodeID: id, Host: host, Port: port})
+			}
+		}
 	}
 	return resp
 }

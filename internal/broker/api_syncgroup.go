@@ -16,7 +16,8 @@ func init() {
 		serve: func(b *Broker, cn *conn, r *kmsg.SyncGroupRequest, req protocol.Request) (kmsg.Response, waitFunc) {
 			return nil, func(ctx context.Context) kmsg.Response { return b.groups.SyncGroup(ctx, r) }
 		},
-		authorize:  groupRead(func(r *kmsg.SyncGroupRequest) string { return r.Group }),
-		onFollower: notCoordinatorOnFollower[*kmsg.SyncGroupRequest],
+		authorize:   groupRead(func(r *kmsg.SyncGroupRequest) string { return r.Group }),
+		onFollower:  notCoordinatorOnFollower[*kmsg.SyncGroupRequest],
+		coordinator: groupAPI[*kmsg.SyncGroupRequest],
 	})
 }

@@ -25,6 +25,7 @@ func init() {
 			}
 			return perTopic(z, r, r.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) string { return t.Topic }, opRead, run)
 		},
-		onFollower: notCoordinatorOnFollower[*kmsg.TxnOffsetCommitRequest],
+		onFollower:  notCoordinatorOnFollower[*kmsg.TxnOffsetCommitRequest],
+		coordinator: groupAPI[*kmsg.TxnOffsetCommitRequest],
 	})
 }

@@ -28,6 +28,9 @@ func (b *Broker) fetchTopicName(r *kmsg.FetchRequest, rt *kmsg.FetchRequestTopic
 	if t := b.topicByID(rt.TopicID); t != nil {
 		return t.name
 	}
+	if b.cl != nil {
+		return b.cl.current().byID[rt.TopicID]
+	}
 	return ""
 }
 

@@ -91,6 +91,8 @@ type Broker struct {
 	// repl is the replication group this broker is part of, nil on a
 	// single node.
 	repl *replica
+	// cl is cluster mode's metadata side (cluster.go), nil outside it.
+	cl *clusterMode
 
 	// servers are the client listeners (failover mode closes their
 	// connections when this replica stops leading).
@@ -131,6 +133,10 @@ type topic struct {
 	overrides  map[string]string
 	settings   topicSettings
 	partitions []*partition.Partition
+	// metaIndex is, in cluster mode, an index of the metadata log at
+	// which this broker's copy held the topic (0: not known to have): only
+	// a copy at or past it may conclude that the topic was deleted.
+	metaIndex uint64
 }
 
 // topicMeta is the on-disk description of a topic (topic.json).
@@ -139,6 +145,7 @@ type topicMeta struct {
 	ID         string
 	Partitions int
 	Configs    map[string]string
+	MetaIndex  uint64 `json:",omitempty"`
 }
 
 // Option configures a Broker.
@@ -194,6 +201,9 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	} else if failoverReplication(&cfg) {
 		// The epoch comes from the group's Raft log once a leader serves.
 		b.repl = newReplica(b)
+		if clusterEnabled(&cfg) {
+			b.cl = newClusterMode(b)
+		}
 	}
 	b.newDiskHealth()
 	b.newSegmentPool()
@@ -215,6 +225,10 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 	b.disk.Poll()
 	if err := b.loadClusterID(); err != nil {
 		return nil, err
+	}
+	if b.cl != nil {
+		// Clients see one cluster, whichever group they ask.
+		b.clusterID = cfg.Cluster.ClusterId
 	}
 	b.flush = newFlusher(b)
 	b.groups = b.newGroupCoordinator()
@@ -333,7 +347,7 @@ func (b *Broker) loadTopics() error {
 		if err != nil {
 			return fmt.Errorf("%s/topic.json: %v", dir, err)
 		}
-		t := &topic{name: meta.Name, id: id, dir: dir, overrides: meta.Configs}
+		t := &topic{name: meta.Name, id: id, dir: dir, overrides: meta.Configs, metaIndex: meta.MetaIndex}
 		if t.overrides == nil {
 			t.overrides = map[string]string{}
 		}
@@ -497,7 +511,7 @@ func (b *Broker) createTopicWithIDLocked(name string, id [16]byte, n int, overri
 }
 
 func (b *Broker) saveTopic(t *topic) error {
-	meta := topicMeta{Name: t.name, ID: formatUUID(t.id), Partitions: len(t.partitions), Configs: t.overrides}
+	meta := topicMeta{Name: t.name, ID: formatUUID(t.id), Partitions: len(t.partitions), Configs: t.overrides, MetaIndex: t.metaIndex}
 	data, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return err
@@ -548,6 +562,9 @@ func internalTopic(name string) bool {
 
 // lookupOrCreate returns the topic, auto-creating it when allowed.
 func (b *Broker) lookupOrCreate(name string, allowCreate bool) (*topic, int16) {
+	if b.cl != nil {
+		return b.cl.lookupOrCreate(name, allowCreate)
+	}
 	if t := b.lookup(name); t != nil {
 		return t, 0
 	}
@@ -593,6 +610,10 @@ func (b *Broker) startLeaderLoops(ctx context.Context, wg *sync.WaitGroup) {
 	go func() { defer wg.Done(); b.retentionLoop(ctx) }()
 	go func() { defer wg.Done(); b.groups.RunLeader(ctx) }()
 	go func() { defer wg.Done(); b.txns.Run(ctx) }()
+	if b.cl != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.cl.runLeader(ctx) }()
+	}
 }
 
 // retentionLoop enforces topic retention and compaction until ctx ends.

@@ -28,6 +28,7 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 		return resp, nil
 	}
 	var targets []fetchTarget
+	var hints leaderHints
 	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
 	for ti := range r.Topics {
 		rt := &r.Topics[ti]
@@ -38,6 +39,10 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 			b.mu.RUnlock()
 		} else {
 			t = b.lookup(rt.Topic)
+		}
+		name := b.fetchTopicName(r, rt)
+		if b.cl != nil && t != nil && b.cl.local(t.name) == nil {
+			t = nil // not (or no longer) the metadata's topic
 		}
 		out := &resp.Topics[ti]
 		out.Topic, out.TopicID = rt.Topic, rt.TopicID
@@ -51,7 +56,13 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 			op.PreferredReadReplica = -1
 			// Never null: librdkafka rejects a MessageSetSize of -1.
 			op.RecordBatches = []byte{}
+			h, foreign := b.foreignPartition(name, rp.Partition)
 			switch {
+			case foreign:
+				// Another group owns it: name its leader (KIP-951).
+				op.ErrorCode = errNotLeaderOrFollower
+				op.CurrentLeader.LeaderID, op.CurrentLeader.LeaderEpoch = h.leader, h.epoch
+				hints.add(h.leader)
 			case t == nil && r.Version >= 13:
 				op.ErrorCode = errUnknownTopicID
 			case t == nil || rp.Partition < 0 || int(rp.Partition) >= len(t.partitions):
@@ -62,6 +73,13 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 				op.ErrorCode = errUnknownLeaderEpoch
 			default:
 				targets = append(targets, fetchTarget{p: t.partitions[rp.Partition], req: rp, out: op})
+			}
+		}
+	}
+	if r.Version >= 16 {
+		for _, id := range hints {
+			if host, port, ok := b.cl.current().endpoint(id); ok {
+				resp.Brokers = append(resp.Brokers, kmsg.FetchResponseBroker{NodeID: id, Host: host, Port: port})
 			}
 		}
 	}

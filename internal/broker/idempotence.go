@@ -50,6 +50,15 @@ func (b *Broker) nextProducerID() (int64, error) {
 		b.pidNext++
 		return id, nil
 	}
+	if b.cl != nil {
+		// Unique across the cluster: the metadata log hands out blocks.
+		start, limit, err := b.cl.allocateProducerIDs(b.ctx)
+		if err != nil {
+			return 0, err
+		}
+		b.pidNext, b.pidLimit = start+1, limit
+		return start, nil
+	}
 	p, err := b.internalPartition(producerIDsTopic, nil)
 	if err != nil {
 		return 0, err

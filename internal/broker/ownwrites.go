@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/coordinator"
@@ -59,6 +60,9 @@ const ownWriteTimeout = 10 * time.Second
 // internalPartition returns partition 0 of an internal topic, creating the
 // topic on first use.
 func (b *Broker) internalPartition(name string, configs map[string]string) (*partition.Partition, error) {
+	if b.cl != nil && slices.Contains(coordinatorTopics, name) {
+		return b.cl.coordinatorPartition(name)
+	}
 	if t := b.lookup(name); t != nil {
 		return t.partitions[0], nil
 	}

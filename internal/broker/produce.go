@@ -34,10 +34,11 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 	// partitions of this answer: if one of them is not durable in time,
 	// no partition of the produce may be reported written.
 	stateWaits := len(waits)
+	var hints leaderHints
 	for _, rt := range r.Topics {
 		var t *topic
 		code := errInvalidTopicException
-		if !internalTopic(rt.Topic) {
+		if !internalTopic(rt.Topic) && !allForeign(b, rt.Topic, rt.Partitions, func(p kmsg.ProduceRequestTopicPartition) int32 { return p.Partition }) {
 			t, code = b.lookupOrCreate(rt.Topic, true)
 		}
 		out := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
@@ -49,6 +50,13 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 			res.BaseOffset = -1
 			res.LogAppendTime = -1
 			res.LogStartOffset = -1
+			if h, foreign := b.foreignPartition(rt.Topic, rp.Partition); foreign {
+				// Another group owns it: name its leader (KIP-951).
+				res.ErrorCode = errNotLeaderOrFollower
+				res.CurrentLeader.LeaderID, res.CurrentLeader.LeaderEpoch = h.leader, h.epoch
+				hints.add(h.leader)
+				continue
+			}
 			if t == nil {
 				res.ErrorCode = code
 				continue
@@ -78,6 +86,13 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 			waits = append(waits, produceWait{p: p, end: end.last + 1, result: res})
 		}
 		resp.Topics = append(resp.Topics, out)
+	}
+	if r.Version >= 10 {
+		for _, id := range hints {
+			if host, port, ok := b.cl.current().endpoint(id); ok {
+				resp.Brokers = append(resp.Brokers, kmsg.ProduceResponseBroker{NodeID: id, Host: host, Port: port})
+			}
+		}
 	}
 	// Each result points into its topic's Partitions array, which copying
 	// the topic into resp.Topics shares rather than moves.

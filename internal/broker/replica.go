@@ -513,8 +513,13 @@ func (r *replica) start(ctx context.Context) (err error) {
 	return nil
 }
 
-// stop ends replication: the HTTP server and the follower.
+// stop ends replication: the metadata node of cluster mode (whose last
+// act is to end this broker's lease, so it goes first), the HTTP server
+// and the follower.
 func (r *replica) stop() {
+	if r.b.cl != nil {
+		r.b.cl.stop()
+	}
 	if r.srv != nil {
 		// Let in-flight fetches (long-polls end within their wait) finish
 		// before the logs close.

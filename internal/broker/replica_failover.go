@@ -166,6 +166,12 @@ func (r *replica) startFailover(ctx context.Context, mux *http.ServeMux, log *sl
 	}
 	r.node = node
 	mux.Handle("/replication/raft/", node.Handler())
+	if r.b.cl != nil {
+		if err := r.b.cl.start(ctx, mux, r); err != nil {
+			r.tr.Close()
+			return fmt.Errorf("cluster mode: start the metadata node: %w", err)
+		}
+	}
 	r.fol = shipping.NewFollower(shipping.FollowerConfig{ReplicaID: r.self, Token: r.cfg.Token, TLS: r.tls.ClientConfig(), Logger: log, Pause: r.fetchPause, Fatal: r.b.fatal}, sink{r})
 	if err := r.fol.Start(ctx); err != nil {
 		r.tr.Close()

@@ -93,6 +93,12 @@ func (b *Broker) notCoordinator(req kmsg.Request) kmsg.Response {
 	if b.repl.role.leading() {
 		code = errCoordinatorLoadProgress
 	}
+	return b.notCoordinatorCode(req, code)
+}
+
+// notCoordinatorCode answers a coordinator request with code in every
+// error field.
+func (b *Broker) notCoordinatorCode(req kmsg.Request, code int16) kmsg.Response {
 	resp := req.ResponseKind()
 	mirror(reflect.ValueOf(req).Elem(), reflect.ValueOf(resp).Elem(), code)
 	return resp

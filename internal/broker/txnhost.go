@@ -26,6 +26,12 @@ func newTxnCoordinator(b *Broker) *txncoord.Coordinator {
 type txnHost struct{ b *Broker }
 
 func (h txnHost) Partition(topic string, index int32) *partition.Partition {
+	if _, foreign := h.b.foreignPartition(topic, index); foreign {
+		// Transactions over another group's partitions need markers
+		// written there, which is not built: such a partition is
+		// unknown to this coordinator.
+		return nil
+	}
 	t := h.b.lookup(topic)
 	if t == nil || index < 0 || int(index) >= len(t.partitions) {
 		return nil

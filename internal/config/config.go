@@ -137,8 +137,9 @@ type Server struct {
 	LogLevel string
 	// Replication configures the replication group (docs/REPLICATION.md).
 	Replication *Replication
-	// Cluster is the partition-splitting cluster mode, which this version
-	// parses and validates but does not run.
+	// Cluster joins this replication group to a cluster of groups that
+	// split the partitions between them (docs/CLUSTER.md). It is being
+	// built: it runs only with Experimental set.
 	Cluster *Cluster
 	// Users are the SASL users at start; runtime changes override them. With
 	// at least one user, clients must log in (docs/SECURITY.md).
@@ -202,12 +203,31 @@ type Failover struct {
 	Enabled bool
 }
 
-// Cluster is the multi-broker mode that splits partitions across brokers;
-// this version parses and validates it but does not run it.
+// Cluster is cluster mode: this broker's replication group is one of
+// several that split the partitions between them, placed by a metadata
+// log of its own (docs/CLUSTER.md).
 type Cluster struct {
 	Enabled bool
-	NodeId  int
-	Peers   []Peer
+	// Experimental must be true: cluster mode is not finished (consumer
+	// groups, transactions, ACLs and moves are not yet cluster-wide).
+	Experimental bool
+	// ClusterId names the cluster; every broker of it has the same.
+	ClusterId string
+	// BrokerId is unique in the cluster and equal to Replication.ReplicaId.
+	BrokerId int
+	// GroupId names this broker's replication group; every broker of the
+	// group has the same.
+	GroupId string
+	// MetadataVoters are the 3 or 5 brokers that hold the metadata log,
+	// by id and replication address (host:port); the same list on every
+	// broker of the cluster.
+	MetadataVoters []MetadataVoter
+}
+
+// MetadataVoter is one voter of the cluster's metadata log.
+type MetadataVoter struct {
+	Id      int
+	Address string
 }
 
 // Defaults used when a key is absent.
@@ -515,11 +535,7 @@ func (s *Server) Validate() error {
 	}
 	s.validateSecurity(bad)
 	if c := s.Cluster; c != nil && c.Enabled {
-		if s.Replication != nil && s.Replication.Failover.Enabled {
-			bad("Cluster", "failover replication cannot be combined with Server.Cluster: a replication group holds copies of the same data, not a split of partitions")
-		} else {
-			bad("Cluster.Enabled", "cluster mode is not supported by this version of MoonMQ; use a replication group (Server.Replication) instead")
-		}
+		errs = append(errs, c.validate(s)...)
 	}
 	if r := s.Replication; r != nil {
 		errs = append(errs, r.validate(s)...)
@@ -531,10 +547,6 @@ func (r *Replication) validate(s *Server) []error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("key %q: %s", "Replication."+key, fmt.Sprintf(format, args...)))
-	}
-	if r.Failover.Enabled && s.Cluster != nil && s.Cluster.Enabled {
-		// Reported once by the caller under "Cluster".
-		return nil
 	}
 	if !r.Enabled {
 		return nil
@@ -697,6 +709,62 @@ func validHostname(h string) bool {
 	}
 	for _, r := range h {
 		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// validate checks an enabled Cluster block against the rest of s.
+func (c *Cluster) validate(s *Server) []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("key %q: %s", "Cluster."+key, fmt.Sprintf(format, args...)))
+	}
+	if !c.Experimental {
+		bad("Experimental", "cluster mode is not finished (consumer groups, transactions, ACLs and partition moves are not yet cluster-wide; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+	}
+	r := s.Replication
+	if r == nil || !r.Enabled || !r.Failover.Enabled {
+		bad("Enabled", "each broker of a cluster is a member of a failover replication group: set Replication.Enabled and Replication.Failover.Enabled")
+	} else if c.BrokerId != r.ReplicaId {
+		bad("BrokerId", "%d must equal Replication.ReplicaId (%d): a broker has one id in its group and in the cluster", c.BrokerId, r.ReplicaId)
+	}
+	if c.BrokerId <= 0 {
+		bad("BrokerId", "%d must be a positive integer, unique in the cluster", c.BrokerId)
+	}
+	if strings.TrimSpace(c.ClusterId) == "" {
+		bad("ClusterId", "is empty: name the cluster, the same on every broker")
+	}
+	if !validGroupID(c.GroupId) {
+		bad("GroupId", "%q must be 1-64 letters, digits, '.', '_' or '-', the same on every broker of the group", c.GroupId)
+	}
+	if n := len(c.MetadataVoters); n != 3 && n != 5 {
+		bad("MetadataVoters", "%d voters: the metadata log needs 3 or 5", n)
+	}
+	seen := map[int]bool{}
+	for i, v := range c.MetadataVoters {
+		switch {
+		case v.Id <= 0:
+			bad(fmt.Sprintf("MetadataVoters[%d].Id", i), "%d must be a positive broker id", v.Id)
+		case seen[v.Id]:
+			bad(fmt.Sprintf("MetadataVoters[%d].Id", i), "%d is listed twice", v.Id)
+		}
+		seen[v.Id] = true
+		if _, _, err := net.SplitHostPort(v.Address); err != nil {
+			bad(fmt.Sprintf("MetadataVoters[%d].Address", i), "%q: %v (want the voter's replication host:port)", v.Address, err)
+		}
+	}
+	return errs
+}
+
+// validGroupID reports whether id can name a replication group.
+func validGroupID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
 			return false
 		}
 	}

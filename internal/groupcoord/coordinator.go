@@ -39,6 +39,9 @@ const Topic = "__consumer_offsets"
 // last record of each key, which is all a reload needs.
 func topicConfigs() map[string]string { return map[string]string{"cleanup.policy": "compact"} }
 
+// TopicConfigs are the configs the coordinator gives its topic.
+func TopicConfigs() map[string]string { return topicConfigs() }
+
 // Host is what the coordinator needs of the broker besides the Writer.
 type Host interface {
 	// Partitions is how many partitions topic has (0: no such topic):

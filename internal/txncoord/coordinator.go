@@ -145,6 +145,9 @@ func New(cfg Config) *Coordinator {
 // keeps each id's last state, which is all a reload needs.
 func stateConfigs() map[string]string { return map[string]string{"cleanup.policy": "compact"} }
 
+// StateConfigs are the configs the coordinator gives its state topic.
+func StateConfigs() map[string]string { return stateConfigs() }
+
 func (c *Coordinator) entry(id string, create bool) *entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()

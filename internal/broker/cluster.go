@@ -1,0 +1,906 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/cluster/meta"
+	"github.com/moonmq/moonmq/internal/cluster/metanode"
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/groupcoord"
+	"github.com/moonmq/moonmq/internal/partition"
+	"github.com/moonmq/moonmq/internal/txncoord"
+)
+
+// Cluster mode (docs/CLUSTER.md): this broker's replication group is one
+// of several, and the cluster's metadata log says which group owns which
+// partition. clusterMode is the broker's side of it. It runs the metadata
+// node (a voter or an observer), keeps an immutable view of the applied
+// metadata for the request paths, and, while this broker leads its
+// group, publishes the group's state and makes the group's topics match
+// the metadata log. Every group holds every partition of every topic;
+// it serves only the ones it owns and refuses the others with the owner's
+// leader as the hint (KIP-951), so that a move later has a copy to fill.
+//
+// The metadata log is the only source of topics in cluster mode: the
+// request handlers propose to it and never create or delete a topic
+// themselves; the leader's reconcile pass is the one writer of the
+// group's topic registry (followers copy it through the manifest, as in
+// any replication group).
+type clusterMode struct {
+	b     *Broker
+	group string
+	self  int32
+	log   *slog.Logger
+
+	node *metanode.Node
+	view atomic.Pointer[clusterView]
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// lastWarn limits the leader loop's warnings while the metadata log
+	// has no leader (they would come every pass).
+	lastWarn atomic.Int64
+}
+
+// clusterView is one reading of the applied metadata, rebuilt whenever it
+// changes, so that produce and fetch check ownership without a lock.
+type clusterView struct {
+	applied uint64
+	topics  map[string]meta.Topic
+	byID    map[[16]byte]string
+	groups  map[string]meta.Group
+	brokers map[int32]meta.Broker
+	// members lists each group's registered brokers, by id.
+	members map[string][]int32
+}
+
+// clusterLeaderTick is how often the group leader re-checks the metadata
+// when nothing changed (a failed proposal is retried then).
+const clusterLeaderTick = 500 * time.Millisecond
+
+// clusterProposeTimeout bounds one proposal to the metadata log.
+const clusterProposeTimeout = 10 * time.Second
+
+// clusterEnabled reports whether cfg runs cluster mode.
+func clusterEnabled(cfg *config.Server) bool { return cfg.Cluster != nil && cfg.Cluster.Enabled }
+
+func newClusterMode(b *Broker) *clusterMode {
+	c := &clusterMode{b: b, group: b.cfg.Cluster.GroupId, self: int32(b.cfg.Cluster.BrokerId),
+		log: b.log.With("component", "cluster")}
+	c.view.Store(&clusterView{topics: map[string]meta.Topic{}, byID: map[[16]byte]string{},
+		groups: map[string]meta.Group{}, brokers: map[int32]meta.Broker{}, members: map[string][]int32{}})
+	return c
+}
+
+// start runs the metadata node with its handler on the replication port
+// and the goroutine that keeps the view current. Stop ends both.
+func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica) error {
+	voters := map[int32]string{}
+	for _, v := range c.b.cfg.Cluster.MetadataVoters {
+		voters[int32(v.Id)] = v.Address
+	}
+	host, port := c.b.Advertised()
+	node, err := metanode.New(metanode.Config{
+		ID: c.self, GroupID: c.group, Voters: voters,
+		ClientAddress:      net.JoinHostPort(host, strconv.Itoa(int(port))),
+		ReplicationAddress: net.JoinHostPort(r.cfg.ReplicateHost, strconv.Itoa(r.cfg.ReplicatePort)),
+		DataDir:            c.b.cfg.DataDir, FS: c.b.fs, Token: r.cfg.Token, TLS: r.tls.ClientConfig(),
+		Now: c.b.clock.Now, Logger: c.b.log,
+	})
+	if err != nil {
+		return err
+	}
+	c.node = node
+	mux.Handle(metanode.HandlerPrefix, node.Handler())
+	if err := node.Start(ctx); err != nil {
+		return err
+	}
+	vctx, cancel := context.WithCancel(ctx)
+	c.cancel = cancel
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.watch(vctx) }()
+	c.log.Info("cluster mode: metadata node started", "cluster", c.b.cfg.Cluster.ClusterId, "group", c.group,
+		"voter", slices.Contains(slices.Collect(maps.Keys(voters)), c.self))
+	return nil
+}
+
+// stop ends the metadata node (its lease ends with it) and the watcher.
+func (c *clusterMode) stop() {
+	if c.node == nil {
+		return
+	}
+	c.node.Stop()
+	c.cancel()
+	c.wg.Wait()
+}
+
+// watch rebuilds the view at each change of the applied metadata.
+func (c *clusterMode) watch(ctx context.Context) {
+	for {
+		changed := c.node.Changed()
+		c.rebuildView()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+func (c *clusterMode) rebuildView() {
+	v := &clusterView{topics: map[string]meta.Topic{}, byID: map[[16]byte]string{},
+		groups: map[string]meta.Group{}, brokers: map[int32]meta.Broker{}, members: map[string][]int32{}}
+	c.node.Read(func(s *meta.State, applied uint64) {
+		v.applied = applied
+		for _, t := range s.Topics() {
+			v.topics[t.Name] = t
+			v.byID[[16]byte(t.ID)] = t.Name
+		}
+		for _, g := range s.Groups() {
+			v.groups[g.ID] = g
+		}
+		for _, br := range s.Brokers() {
+			v.brokers[br.ID] = br
+			v.members[br.Group] = append(v.members[br.Group], br.ID)
+		}
+	})
+	for _, m := range v.members {
+		slices.Sort(m)
+	}
+	c.view.Store(v)
+}
+
+// current is the latest view.
+func (c *clusterMode) current() *clusterView { return c.view.Load() }
+
+// partition returns what the metadata says of a partition.
+func (v *clusterView) partition(topic string, index int32) (meta.Partition, bool) {
+	t, ok := v.topics[topic]
+	if !ok || index < 0 || int(index) >= len(t.Partitions) {
+		return meta.Partition{}, false
+	}
+	return t.Partitions[index], true
+}
+
+// leaderHint is the owner's leader and epoch of a partition another group
+// owns: what a refusal names so the client goes there.
+type leaderHint struct {
+	leader, epoch int32
+}
+
+// foreign reports whether a partition of this topic is owned by another
+// group, and that group's leader. A partition the metadata does not know
+// (yet) is not foreign: the caller's own checks answer it.
+func (c *clusterMode) foreign(topic string, index int32) (leaderHint, bool) {
+	v := c.current()
+	p, ok := v.partition(topic, index)
+	if !ok || p.Owner == c.group {
+		return leaderHint{}, false
+	}
+	g, ok := v.groups[p.Owner]
+	if !ok || g.Leader < 0 {
+		return leaderHint{leader: -1, epoch: -1}, true
+	}
+	return leaderHint{leader: g.Leader, epoch: p.LeaderEpoch}, true
+}
+
+// endpoint is a registered broker's client host and port.
+func (v *clusterView) endpoint(id int32) (string, int32, bool) {
+	br, ok := v.brokers[id]
+	if !ok {
+		return "", 0, false
+	}
+	host, ps, err := net.SplitHostPort(br.ClientAddress)
+	if err != nil {
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil {
+		return "", 0, false
+	}
+	return host, int32(port), true
+}
+
+// nowMs is broker time, which the metadata leader stamps leases with.
+func (c *clusterMode) nowMs() int64 { return c.b.clock.Now().UnixMilli() }
+
+// propose sends a command to the metadata log, bounded in time.
+func (c *clusterMode) propose(ctx context.Context, cmd metanode.Command) (metanode.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, clusterProposeTimeout)
+	defer cancel()
+	return c.node.Propose(ctx, cmd)
+}
+
+// runLeader is the group leader's loop: publish the group's state, make
+// sure the coordinators' topics exist, and make the group's topics match
+// the metadata. It runs while this broker leads its group.
+func (c *clusterMode) runLeader(ctx context.Context) {
+	t := time.NewTicker(clusterLeaderTick)
+	defer t.Stop()
+	for {
+		changed := c.node.Changed()
+		c.leaderPass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+func (c *clusterMode) leaderPass(ctx context.Context) {
+	r := c.b.repl
+	if r == nil || !r.role.serving() {
+		return
+	}
+	if err := c.publishGroupState(ctx, r); err != nil && ctx.Err() == nil {
+		c.warn("cluster mode: publishing the group's state to the metadata log failed; retrying", "err", err)
+	}
+	if err := c.ensureCoordinatorTopics(ctx); err != nil && ctx.Err() == nil {
+		c.warn("cluster mode: creating the coordinators' topics in the metadata log failed; retrying", "err", err)
+	}
+	c.reconcile()
+}
+
+// warn logs at most one warning per 30 seconds.
+func (c *clusterMode) warn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	if last := c.lastWarn.Load(); now-last < int64(30*time.Second) || !c.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	c.log.Warn(msg, args...)
+}
+
+// publishGroupState writes this group's leader, term and ISR to the
+// metadata log when what it holds differs, so every broker of the
+// cluster names the right leader for the group's partitions.
+func (c *clusterMode) publishGroupState(ctx context.Context, r *replica) error {
+	want := meta.GroupStateRecord{GroupID: c.group, Leader: c.self, Term: c.b.epoch.Load(), ISR: r.committedISR()}
+	slices.Sort(want.ISR)
+	if g, ok := c.current().groups[c.group]; ok && g.Leader == want.Leader && g.Term == want.Term && slices.Equal(g.ISR, want.ISR) {
+		return nil
+	}
+	_, err := c.propose(ctx, metanode.Command{PublishGroupState: &want})
+	if err == nil {
+		c.log.Info("cluster mode: published the group's state", "leader", want.Leader, "term", want.Term, "isr", want.ISR)
+	}
+	return err
+}
+
+// coordinatorTopics are the internal topics whose owner group hosts the
+// cluster's coordinators: one partition each, for now.
+var coordinatorTopics = []string{offsetsTopic, txncoord.StateTopic}
+
+// internalTopicConfigs are the configs the coordinators give their topics.
+func internalTopicConfigs(name string) map[string]string {
+	switch name {
+	case offsetsTopic:
+		return groupcoord.TopicConfigs()
+	case txncoord.StateTopic:
+		return txncoord.StateConfigs()
+	}
+	return nil
+}
+
+// ensureCoordinatorTopics creates the coordinators' topics in the
+// metadata log if no group did yet. Another leader's concurrent creation
+// wins and is fine.
+func (c *clusterMode) ensureCoordinatorTopics(ctx context.Context) error {
+	for _, name := range coordinatorTopics {
+		if _, ok := c.current().topics[name]; ok {
+			continue
+		}
+		_, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: 1, Configs: internalTopicConfigs(name)}})
+		if metanode.ErrorCode(err) == errTopicAlreadyExists {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// reconcile makes the group's topics match the metadata: it creates the
+// topics the metadata has (with its ids and configs), grows their
+// partitions, and deletes the topics the metadata no longer has. A local
+// topic is deleted only once this copy of the metadata has seen it (its
+// metaIndex): a leader whose copy lags must not delete what it has not
+// heard of yet.
+func (c *clusterMode) reconcile() {
+	b := c.b
+	v := c.current()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.repl.role.serving() {
+		return // a follower's topics are its leader's manifest
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.topics)) {
+		mt := v.topics[name]
+		configs := c.topicConfigs(name)
+		lt := b.topics[name]
+		if lt != nil && lt.id != [16]byte(mt.ID) {
+			if lt.metaIndex == 0 || lt.metaIndex > v.applied {
+				continue // not known to be replaced: a newer copy will say
+			}
+			c.log.Info("cluster mode: replacing a topic the metadata log re-created", "topic", name)
+			if err := b.deleteTopicLocked(lt); err != nil {
+				c.log.Error("cluster mode: deleting a replaced topic failed", "topic", name, "err", err)
+				continue
+			}
+			lt = nil
+		}
+		if lt == nil {
+			t, err := b.createTopicWithIDLocked(name, [16]byte(mt.ID), len(mt.Partitions), configs)
+			if err != nil {
+				c.log.Error("cluster mode: creating a topic of the metadata log failed", "topic", name, "err", err)
+				continue
+			}
+			c.stamp(t, v.applied)
+			continue
+		}
+		if lt.metaIndex == 0 {
+			c.stamp(lt, v.applied)
+			lt = b.topics[name]
+		}
+		if len(mt.Partitions) > len(lt.partitions) {
+			if err := b.addPartitionsLocked(lt, len(mt.Partitions)); err != nil {
+				c.log.Error("cluster mode: adding partitions failed", "topic", name, "err", err)
+				continue
+			}
+			lt = b.topics[name]
+		}
+		if !maps.Equal(configs, lt.overrides) {
+			if err := b.setTopicConfigsLocked(lt, configs); err != nil {
+				c.log.Error("cluster mode: saving a topic's configs failed", "topic", name, "err", err)
+			}
+		}
+	}
+	for name, lt := range b.topics {
+		if _, ok := v.topics[name]; ok || lt.metaIndex == 0 || lt.metaIndex > v.applied {
+			continue
+		}
+		c.log.Info("cluster mode: deleting a topic the metadata log deleted", "topic", name)
+		if err := b.deleteTopicLocked(lt); err != nil {
+			c.log.Error("cluster mode: deleting a topic failed", "topic", name, "err", err)
+		}
+	}
+}
+
+// stamp records that the metadata copy at index holds t. The caller holds
+// b.mu.
+func (c *clusterMode) stamp(t *topic, index uint64) {
+	nt := *t
+	nt.metaIndex = index
+	if err := c.b.saveTopic(&nt); err != nil {
+		c.log.Error("cluster mode: saving a topic failed", "topic", t.name, "err", err)
+		return
+	}
+	c.b.topics[nt.name], c.b.byID[nt.id] = &nt, &nt
+}
+
+// topicConfigs are a topic's configs as the metadata holds them.
+func (c *clusterMode) topicConfigs(name string) map[string]string {
+	var out map[string]string
+	c.node.Read(func(s *meta.State, _ uint64) { out = s.Configs(meta.ResourceTopic, name) })
+	return out
+}
+
+// waitLocal waits until the group holds the metadata's topic name (the
+// leader's reconcile pass creates it), for at most d.
+func (c *clusterMode) waitLocal(ctx context.Context, name string, d time.Duration) *topic {
+	deadline := time.Now().Add(d)
+	for {
+		mt, known := c.current().topics[name]
+		if t := c.b.lookup(name); t != nil && known && t.id == [16]byte(mt.ID) && len(t.partitions) >= len(mt.Partitions) {
+			return t
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-c.node.Changed():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// coordinatorGroupLeader is the broker that coordinates keys of the given
+// FindCoordinator type: the leader of the group owning the coordinators'
+// topic. ok is false while there is none.
+func (c *clusterMode) coordinatorLeader(coordinatorType int8) (int32, bool) {
+	name := offsetsTopic
+	if coordinatorType == 1 {
+		name = txncoord.StateTopic
+	}
+	v := c.current()
+	p, ok := v.partition(name, 0)
+	if !ok {
+		return -1, false
+	}
+	g, ok := v.groups[p.Owner]
+	if !ok || g.Leader < 0 {
+		return -1, false
+	}
+	return g.Leader, true
+}
+
+// coordinates reports whether this group hosts the coordinator of the
+// given kind.
+func (c *clusterMode) coordinates(kind coordinatorKind) bool {
+	name := offsetsTopic
+	if kind == txnCoordinator {
+		name = txncoord.StateTopic
+	}
+	p, ok := c.current().partition(name, 0)
+	return ok && p.Owner == c.group
+}
+
+// allocateProducerIDs takes the next block of producer ids from the
+// metadata log: ids are unique across the cluster.
+func (c *clusterMode) allocateProducerIDs(ctx context.Context) (start, limit int64, err error) {
+	res, err := c.propose(ctx, metanode.Command{AllocateProducerIDs: &metanode.AllocateProducerIDs{BrokerID: c.self}})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, rec := range res.Records {
+		if r, ok := rec.(meta.ProducerIdsRecord); ok {
+			return r.NextProducerID - meta.ProducerIdBlockSize, r.NextProducerID, nil
+		}
+	}
+	return 0, 0, errors.New("the metadata log answered a producer-id allocation without a block")
+}
+
+// findCoordinator names the leader of the group hosting the coordinator
+// asked for.
+func (c *clusterMode) findCoordinator(q *kmsg.FindCoordinatorRequest) kmsg.Response {
+	for _, key := range append([]string{q.CoordinatorKey}, q.CoordinatorKeys...) {
+		if key == "" && (q.Version < 4) {
+			resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
+			resp.ErrorCode, resp.NodeID, resp.Port = errInvalidGroupID, -1, -1
+			return resp
+		}
+	}
+	id, ok := c.coordinatorLeader(q.CoordinatorType)
+	var host string
+	var port int32
+	if ok {
+		host, port, ok = c.current().endpoint(id)
+	}
+	return coordinatorAnswer(q, id, host, port, ok)
+}
+
+// metadata answers Metadata from the metadata copy: every live broker of
+// every group, and each partition's owner group's leader, brokers and ISR.
+// A topic asked for that the metadata lacks is created through it when
+// allowed.
+func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.MetadataResponse {
+	b := c.b
+	resp := r.ResponseKind().(*kmsg.MetadataResponse)
+	id := b.clusterID
+	resp.ClusterID = &id
+	resp.ControllerID = b.repl.leaderID()
+	now := c.nowMs()
+	v := c.current()
+	for _, bid := range slices.Sorted(maps.Keys(v.brokers)) {
+		if !v.brokers[bid].Live(now) && bid != c.self {
+			continue
+		}
+		if host, port, ok := v.endpoint(bid); ok {
+			resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: bid, Host: host, Port: port})
+		}
+	}
+	var names []string
+	var missing []kmsg.MetadataResponseTopic
+	if r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0) {
+		names = slices.Sorted(maps.Keys(v.topics))
+	} else {
+		for _, rt := range r.Topics {
+			var name string
+			switch {
+			case rt.Topic != nil:
+				name = *rt.Topic
+			case rt.TopicID != [16]byte{}:
+				n, ok := v.byID[rt.TopicID]
+				if !ok {
+					missing = append(missing, kmsg.MetadataResponseTopic{ErrorCode: errUnknownTopicID, TopicID: rt.TopicID})
+					continue
+				}
+				name = n
+			default:
+				missing = append(missing, kmsg.MetadataResponseTopic{ErrorCode: errInvalidRequest})
+				continue
+			}
+			if _, ok := v.topics[name]; !ok {
+				code := c.autoCreate(name, allowCreate && (r.AllowAutoTopicCreation || r.Version < 4))
+				if code == 0 {
+					v = c.current()
+				}
+				if _, ok := v.topics[name]; !ok {
+					n := name
+					missing = append(missing, kmsg.MetadataResponseTopic{ErrorCode: code, Topic: &n})
+					continue
+				}
+			}
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		mt := v.topics[name]
+		n := name
+		out := kmsg.MetadataResponseTopic{Topic: &n, TopicID: [16]byte(mt.ID), IsInternal: internalTopic(name)}
+		for _, p := range mt.Partitions {
+			mp := kmsg.NewMetadataResponseTopicPartition()
+			mp.Partition = p.Partition
+			mp.Leader, mp.LeaderEpoch = -1, -1
+			mp.Replicas = slices.Clone(v.members[p.Owner])
+			if g, ok := v.groups[p.Owner]; ok && g.Leader >= 0 {
+				mp.Leader, mp.LeaderEpoch, mp.ISR = g.Leader, p.LeaderEpoch, slices.Clone(g.ISR)
+			} else {
+				mp.ErrorCode = errLeaderNotAvailable
+			}
+			if mp.Replicas == nil {
+				mp.Replicas = []int32{}
+			}
+			if mp.ISR == nil {
+				mp.ISR = []int32{}
+			}
+			out.Partitions = append(out.Partitions, mp)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	resp.Topics = append(resp.Topics, missing...)
+	return resp
+}
+
+// autoCreate creates a topic a client named (Server.AutoCreateTopics)
+// through the metadata log. It returns 0 once the metadata has it, else
+// the code to answer: UNKNOWN_TOPIC_OR_PARTITION when it may not be
+// created, LEADER_NOT_AVAILABLE (retriable) when the creation failed for
+// now.
+func (c *clusterMode) autoCreate(name string, allow bool) int16 {
+	b := c.b
+	if !allow || b.cfg.AutoCreateTopics == nil || !*b.cfg.AutoCreateTopics || internalTopic(name) {
+		return errUnknownTopicOrPartition
+	}
+	if err := validTopicName(name); err != nil {
+		return errInvalidTopicException
+	}
+	_, err := c.propose(b.ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: int32(b.cfg.DefaultPartitions)}})
+	if code := metanode.ErrorCode(err); code != 0 && code != errTopicAlreadyExists {
+		c.warn("cluster mode: auto-creating a topic failed", "topic", name, "err", err)
+		return errLeaderNotAvailable
+	}
+	return 0
+}
+
+// describeCluster answers DescribeCluster from the metadata copy.
+func (c *clusterMode) describeCluster(resp *kmsg.DescribeClusterResponse) {
+	now := c.nowMs()
+	v := c.current()
+	resp.Brokers = resp.Brokers[:0]
+	for _, bid := range slices.Sorted(maps.Keys(v.brokers)) {
+		if !v.brokers[bid].Live(now) && bid != c.self {
+			continue
+		}
+		if host, port, ok := v.endpoint(bid); ok {
+			br := kmsg.NewDescribeClusterResponseBroker()
+			br.NodeID, br.Host, br.Port = bid, host, port
+			resp.Brokers = append(resp.Brokers, br)
+		}
+	}
+}
+
+// lookupOrCreate is the broker's lookupOrCreate in cluster mode: a topic
+// is the metadata's, and this group serves it once its leader created it
+// locally.
+func (c *clusterMode) lookupOrCreate(name string, allowCreate bool) (*topic, int16) {
+	if t := c.local(name); t != nil {
+		return t, 0
+	}
+	if _, ok := c.current().topics[name]; !ok {
+		if code := c.autoCreate(name, allowCreate); code != 0 {
+			return nil, code
+		}
+	}
+	if t := c.waitLocal(c.b.ctx, name, 2*time.Second); t != nil {
+		return t, 0
+	}
+	return nil, errLeaderNotAvailable
+}
+
+// local is the group's copy of the metadata's topic name, nil while the
+// group has none (or only an older topic of that name).
+func (c *clusterMode) local(name string) *topic {
+	t := c.b.lookup(name)
+	if t == nil {
+		return nil
+	}
+	if mt, ok := c.current().topics[name]; !ok || [16]byte(mt.ID) != t.id {
+		return nil
+	}
+	return t
+}
+
+// createTopics creates topics through the metadata log; the groups that
+// own their partitions create them locally as their leaders see them.
+func (c *clusterMode) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) kmsg.Response {
+	b := c.b
+	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+	seen := map[string]int{}
+	for _, rt := range r.Topics {
+		seen[rt.Topic]++
+	}
+	for _, rt := range r.Topics {
+		out := kmsg.NewCreateTopicsResponseTopic()
+		out.Topic = rt.Topic
+		fail := func(code int16, msg string) {
+			out.ErrorCode = code
+			out.ErrorMessage = &msg
+		}
+		n := int(rt.NumPartitions)
+		if n == -1 {
+			n = b.cfg.DefaultPartitions
+		}
+		configs := map[string]string{}
+		var cfgErr error
+		for _, cf := range rt.Configs {
+			if err := validateTopicConfig(cf.Name, cf.Value); err != nil {
+				cfgErr = err
+				break
+			}
+			configs[cf.Name] = *cf.Value
+		}
+		_, exists := c.current().topics[rt.Topic]
+		switch err := validTopicName(rt.Topic); {
+		case seen[rt.Topic] > 1:
+			fail(errInvalidRequest, "topic listed more than once in the request")
+		case err != nil:
+			fail(errInvalidTopicException, err.Error())
+		case internalTopic(rt.Topic):
+			fail(errInvalidTopicException, rt.Topic+" is an internal topic: the broker creates it")
+		case exists:
+			fail(errTopicAlreadyExists, "topic "+rt.Topic+" already exists")
+		case len(rt.ReplicaAssignment) > 0:
+			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: each partition lives on every broker of the group that owns it")
+		case n < 1 || n > meta.MaxPartitionsPerCommand:
+			fail(errInvalidPartitions, fmt.Sprintf("partition count must be between 1 and %d", meta.MaxPartitionsPerCommand))
+		case rt.ReplicationFactor != -1 && int(rt.ReplicationFactor) != len(b.repl.ids):
+			fail(errInvalidReplicationFact, fmt.Sprintf("every broker of a group holds each of its partitions: use replication factor %d or -1", len(b.repl.ids)))
+		case cfgErr != nil:
+			fail(errInvalidConfig, cfgErr.Error())
+		case r.ValidateOnly:
+		default:
+			res, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: rt.Topic, Partitions: int32(n), Configs: configs}})
+			if err != nil {
+				fail(metanode.ErrorCode(err), err.Error())
+				break
+			}
+			for _, rec := range res.Records {
+				if tr, ok := rec.(meta.TopicRecord); ok {
+					out.TopicID = [16]byte(tr.TopicID)
+				}
+			}
+		}
+		if out.ErrorCode == 0 {
+			out.NumPartitions = int32(n)
+			out.ReplicationFactor = int16(len(b.repl.ids))
+			for _, k := range sortedConfigKeys() {
+				v, src := b.configValue(configs, k)
+				out.Configs = append(out.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: k, Value: &v, Source: int8(src)})
+			}
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// deleteTopics deletes topics through the metadata log.
+func (c *clusterMode) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	type ask struct {
+		name *string
+		id   [16]byte
+	}
+	var asks []ask
+	if r.Version >= 6 {
+		for _, t := range r.Topics {
+			asks = append(asks, ask{t.Topic, t.TopicID})
+		}
+	} else {
+		for i := range r.TopicNames {
+			asks = append(asks, ask{&r.TopicNames[i], [16]byte{}})
+		}
+	}
+	for _, a := range asks {
+		out := kmsg.NewDeleteTopicsResponseTopic()
+		out.Topic, out.TopicID = a.name, a.id
+		v := c.current()
+		name, known := "", false
+		if a.name != nil {
+			name = *a.name
+			_, known = v.topics[name]
+		} else {
+			name, known = v.byID[a.id]
+		}
+		switch {
+		case !known && a.name == nil:
+			out.ErrorCode = errUnknownTopicID
+		case !known:
+			out.ErrorCode = errUnknownTopicOrPartition
+		case internalTopic(name):
+			out.ErrorCode = errInvalidTopicException
+		default:
+			n := name
+			out.Topic, out.TopicID = &n, [16]byte(v.topics[name].ID)
+			if _, err := c.propose(ctx, metanode.Command{DeleteTopic: &metanode.DeleteTopic{Name: name}}); err != nil {
+				out.ErrorCode = metanode.ErrorCode(err)
+				msg := err.Error()
+				out.ErrorMessage = &msg
+			}
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// createPartitions grows topics through the metadata log.
+func (c *clusterMode) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	for _, rt := range r.Topics {
+		out := kmsg.NewCreatePartitionsResponseTopic()
+		out.Topic = rt.Topic
+		fail := func(code int16, msg string) {
+			out.ErrorCode = code
+			out.ErrorMessage = &msg
+		}
+		mt, ok := c.current().topics[rt.Topic]
+		switch {
+		case !ok:
+			fail(errUnknownTopicOrPartition, "no topic "+rt.Topic)
+		case internalTopic(rt.Topic):
+			fail(errInvalidTopicException, "internal topics keep their partition count")
+		case int(rt.Count) <= len(mt.Partitions):
+			fail(errInvalidPartitions, "partition count can only grow")
+		case len(rt.Assignment) > 0:
+			fail(errInvalidReplicaAssign, "manual replica assignment is not supported")
+		case r.ValidateOnly:
+		default:
+			if _, err := c.propose(ctx, metanode.Command{CreatePartitions: &metanode.CreatePartitions{Name: rt.Topic, Total: rt.Count}}); err != nil {
+				fail(metanode.ErrorCode(err), err.Error())
+			}
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// alterTopicConfigs changes a topic's configs through the metadata log,
+// one SetConfig per key that changes.
+func (c *clusterMode) alterTopicConfigs(name string, edit func(map[string]string) error, validateOnly bool) (int16, string) {
+	if _, ok := c.current().topics[name]; !ok {
+		return errUnknownTopicOrPartition, "no topic " + name
+	}
+	if internalTopic(name) {
+		return errInvalidTopicException, name + " is an internal topic: its configs are the broker's"
+	}
+	cur := c.topicConfigs(name)
+	next := maps.Clone(cur)
+	if err := edit(next); err != nil {
+		return errInvalidConfig, err.Error()
+	}
+	for k, v := range next {
+		if err := validateTopicConfig(k, &v); err != nil {
+			return errInvalidConfig, err.Error()
+		}
+		if v == "" {
+			return errInvalidConfig, fmt.Sprintf("%s: an empty value cannot be stored in cluster mode", k)
+		}
+	}
+	if validateOnly {
+		return 0, ""
+	}
+	keys := map[string]bool{}
+	for k := range cur {
+		keys[k] = true
+	}
+	for k := range next {
+		keys[k] = true
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if cur[k] == next[k] {
+			continue
+		}
+		sc := &metanode.SetConfig{ResourceType: meta.ResourceTopic, ResourceName: name, Key: k, Value: next[k]}
+		if _, err := c.propose(c.b.ctx, metanode.Command{SetConfig: sc}); err != nil {
+			return metanode.ErrorCode(err), err.Error()
+		}
+	}
+	return 0, ""
+}
+
+// foreignPartition reports, in cluster mode, whether another group owns
+// the partition, with its leader.
+func (b *Broker) foreignPartition(topic string, index int32) (leaderHint, bool) {
+	if b.cl == nil {
+		return leaderHint{}, false
+	}
+	return b.cl.foreign(topic, index)
+}
+
+// allForeign reports whether another group owns every partition asked
+// for, so the request needs nothing of this group's copy of the topic.
+func allForeign[P any](b *Broker, topic string, parts []P, index func(P) int32) bool {
+	if b.cl == nil || len(parts) == 0 {
+		return false
+	}
+	for _, p := range parts {
+		if _, foreign := b.cl.foreign(topic, index(p)); !foreign {
+			return false
+		}
+	}
+	return true
+}
+
+// leaderHints collects the distinct leaders an answer names, whose
+// endpoints it then lists (KIP-951).
+type leaderHints []int32
+
+func (h *leaderHints) add(id int32) {
+	if id >= 0 && !slices.Contains(*h, id) {
+		*h = append(*h, id)
+	}
+}
+
+// leaderHintFor is the leader a follower's refusal names for a partition:
+// the owner group's in cluster mode when another group owns it, else this
+// group's leader, groupLeader.
+func (b *Broker) leaderHintFor(topic string, index int32, groupLeader int32) leaderHint {
+	if h, foreign := b.foreignPartition(topic, index); foreign {
+		return h
+	}
+	return leaderHint{leader: groupLeader, epoch: b.epoch.Load()}
+}
+
+// hintEndpoint is the client endpoint of a broker a refusal names.
+func (b *Broker) hintEndpoint(id int32) (string, int32, bool) {
+	if b.cl != nil {
+		if host, port, ok := b.cl.current().endpoint(id); ok {
+			return host, port, true
+		}
+	}
+	return b.repl.endpoint(id)
+}
+
+// coordinatorPartition is partition 0 of a coordinators' topic: created in
+// the metadata log if needed, then in this group by its leader's reconcile
+// pass. Only the owner group's coordinator writes to it.
+func (c *clusterMode) coordinatorPartition(name string) (*partition.Partition, error) {
+	if t := c.local(name); t != nil && len(t.partitions) > 0 {
+		return t.partitions[0], nil
+	}
+	if err := c.ensureCoordinatorTopics(c.b.ctx); err != nil {
+		return nil, err
+	}
+	t := c.waitLocal(c.b.ctx, name, 5*time.Second)
+	if t == nil || len(t.partitions) == 0 {
+		return nil, fmt.Errorf("cluster mode: %s is not created in this group yet", name)
+	}
+	return t.partitions[0], nil
+}

@@ -1,0 +1,270 @@
+package replication_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/recordbatch"
+)
+
+// twoGroups starts a cluster of two failover groups in process: g1 of
+// brokers 1-3 and g2 of brokers 4-6, with the metadata log on brokers 1, 2
+// and 4. It returns the brokers by id.
+func twoGroups(t *testing.T) map[int]*node {
+	tl := &testLog{t: t}
+	t.Cleanup(func() { tl.mu.Lock(); tl.done = true; tl.mu.Unlock() })
+	ns := map[int]*node{}
+	groups := map[string][]int{"g1": {1, 2, 3}, "g2": {4, 5, 6}}
+	for _, ids := range groups {
+		for _, id := range ids {
+			cfg := config.Default()
+			cfg.Port = freePort(t)
+			cfg.Host = "127.0.0.1"
+			cfg.MetricsPort = 0
+			cfg.DataDir = t.TempDir()
+			cfg.Replication = &config.Replication{
+				Enabled: true, ReplicaId: id, Role: "follower",
+				ReplicateHost: "127.0.0.1", ReplicatePort: freePort(t),
+				Token: token, AckTimeout: 5, IsrLagSeconds: 5,
+				Failover: config.Failover{Enabled: true},
+			}
+			if id == ids[0] {
+				cfg.Replication.Role = "leader"
+			}
+			ns[id] = &node{id: id, cfg: cfg}
+		}
+	}
+	var voters []config.MetadataVoter
+	for _, id := range []int{1, 2, 4} {
+		voters = append(voters, config.MetadataVoter{Id: id, Address: ns[id].replAddr()})
+	}
+	for group, ids := range groups {
+		for _, id := range ids {
+			n := ns[id]
+			r := n.cfg.Replication
+			r.ClientAddress = n.addr()
+			for _, o := range ids {
+				if o != id {
+					r.Peers = append(r.Peers, config.Peer{Id: o, Address: ns[o].replAddr(), ClientAddress: ns[o].addr()})
+				}
+			}
+			n.cfg.Cluster = &config.Cluster{Enabled: true, Experimental: true, ClusterId: "test-cluster",
+				BrokerId: id, GroupId: group, MetadataVoters: voters}
+			if err := n.cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for id := 1; id <= 6; id++ {
+		ns[id].start(t, tl)
+	}
+	t.Cleanup(func() {
+		for _, n := range ns {
+			if n.in != nil {
+				n.in.Close()
+			}
+		}
+	})
+	return ns
+}
+
+// ownersOf waits until Metadata from the broker at seed names a leader for
+// every partition of topic and returns each partition's leader.
+func ownersOf(t *testing.T, seed, topic string, partitions int) []int32 {
+	t.Helper()
+	adm := kadm.NewClient(client(t, seed))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		td, err := adm.ListTopics(context.Background(), topic)
+		if err == nil && td[topic].Err == nil && len(td[topic].Partitions) == partitions {
+			leaders := make([]int32, partitions)
+			ok := true
+			for _, p := range td[topic].Partitions {
+				leaders[p.Partition] = p.Leader
+				ok = ok && p.Leader >= 0 && p.Err == nil
+			}
+			if ok {
+				return leaders
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic %s through %s: no leader for every partition: %v %+v", topic, seed, err, td)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestClusterTwoGroupsSplitATopic: a topic created through any broker is
+// split between the two groups; Metadata from any broker lists all six
+// brokers and names, for each partition, the leader of the group owning
+// it; a producer bootstrapped on one broker writes every partition, and a
+// consumer bootstrapped on a broker of the other group reads them all back
+// with a consumer group whose coordinator lives in one of the groups.
+func TestClusterTwoGroupsSplitATopic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	const topic, parts = "split", 4
+	adm := kadm.NewClient(client(t, ns[5].addr()))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		// The groups must first elect their leaders and register; until
+		// then creation fails with a retriable error.
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
+		if err == nil && resp.Err == nil {
+			break
+		}
+		if errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create topic through broker 5: %v %v", err, resp.Err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	leaders := ownersOf(t, ns[3].addr(), topic, parts)
+	inGroup := func(id int32, ids ...int32) bool { return slices.Contains(ids, id) }
+	var g1, g2 int
+	for _, l := range leaders {
+		switch {
+		case inGroup(l, 1, 2, 3):
+			g1++
+		case inGroup(l, 4, 5, 6):
+			g2++
+		default:
+			t.Fatalf("leader %d of a partition is no broker", l)
+		}
+	}
+	if g1 == 0 || g2 == 0 {
+		t.Fatalf("partition leaders %v: the topic is not split between the groups", leaders)
+	}
+
+	// Every broker answers Metadata with all six brokers.
+	for id := 1; id <= 6; id++ {
+		md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, client(t, ns[id].addr()))
+		if err != nil {
+			t.Fatalf("metadata from broker %d: %v", id, err)
+		}
+		if len(md.Brokers) != 6 {
+			deadline := time.Now().Add(30 * time.Second)
+			for len(md.Brokers) != 6 && time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+				md, _ = kmsg.NewPtrMetadataRequest().RequestWith(ctx, client(t, ns[id].addr()))
+			}
+			if len(md.Brokers) != 6 {
+				t.Fatalf("broker %d lists %d brokers, want 6: %+v", id, len(md.Brokers), md.Brokers)
+			}
+		}
+		if md.ClusterID == nil || *md.ClusterID != "test-cluster" {
+			t.Fatalf("broker %d names cluster %v", id, md.ClusterID)
+		}
+	}
+
+	// A broker of the group that does not own a partition refuses a
+	// produce to it and names the owner's leader (KIP-951).
+	for p, l := range leaders {
+		other := 1
+		if inGroup(l, 1, 2, 3) {
+			other = 4
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 10, -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = int32(p)
+		rp.Records = oneBatch(t, []byte("refused"))
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		cl := client(t, ns[other].addr())
+		if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cl.Broker(other).Request(ctx, req)
+		if err != nil {
+			t.Fatalf("produce to broker %d: %v", other, err)
+		}
+		pr := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		if pr.ErrorCode != kerr.NotLeaderForPartition.Code || pr.CurrentLeader.LeaderID != l {
+			t.Fatalf("produce of partition %d to broker %d: code %d leader %d, want NOT_LEADER_OR_FOLLOWER naming %d",
+				p, other, pr.ErrorCode, pr.CurrentLeader.LeaderID, l)
+		}
+		brokers := resp.(*kmsg.ProduceResponse).Brokers
+		if len(brokers) != 1 || brokers[0].NodeID != l || brokers[0].Port != int32(ns[int(l)].cfg.Port) {
+			t.Fatalf("produce to broker %d: endpoints %+v, want broker %d's", other, brokers, l)
+		}
+		break
+	}
+
+	// A producer that knows only broker 3 writes every partition.
+	const n = 400
+	prod := client(t, ns[3].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Value: []byte(strconv.Itoa(i))})
+	}
+	if err := prod.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce through broker 3: %v", err)
+	}
+	perPart := map[int32]int{}
+	for _, r := range recs {
+		perPart[r.Partition]++
+	}
+	if len(perPart) != parts {
+		t.Fatalf("records went to partitions %v, want all %d", perPart, parts)
+	}
+
+	// A consumer group bootstrapped on broker 6 reads everything.
+	cons := client(t, ns[6].addr(), kgo.ConsumeTopics(topic), kgo.ConsumerGroup("readers"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	seen := map[string]bool{}
+	cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
+	defer ccancel()
+	for len(seen) < n {
+		fs := cons.PollFetches(cctx)
+		if cctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records", len(seen), n)
+		}
+		fs.EachError(func(tp string, p int32, err error) { t.Logf("fetch %s/%d: %v", tp, p, err) })
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
+	}
+	if err := cons.CommitUncommittedOffsets(cctx); err != nil {
+		t.Fatalf("commit through the group coordinator: %v", err)
+	}
+	offs, err := kadm.NewClient(client(t, ns[2].addr())).FetchOffsets(cctx, "readers")
+	if err != nil {
+		t.Fatalf("fetch the group's offsets through broker 2: %v", err)
+	}
+	var committed int64
+	offs.Each(func(o kadm.OffsetResponse) { committed += o.At })
+	if committed != n {
+		t.Fatalf("the group committed %d records in all, want %d: %+v", committed, n, offs)
+	}
+}
+
+// oneBatch is a record batch of one record.
+func oneBatch(t *testing.T, value []byte) []byte {
+	t.Helper()
+	b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1},
+		[]recordbatch.Record{{Value: value, Timestamp: time.Now().UnixMilli()}})
+	if err != nil {
+		t.Fatal(fmt.Errorf("encode a batch: %w", err))
+	}
+	return b
+}
