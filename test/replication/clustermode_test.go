@@ -268,3 +268,92 @@ func oneBatch(t *testing.T, value []byte) []byte {
 	}
 	return b
 }
+
+// TestClusterGroupFailsOverAlone: when the leader of one group stops, that
+// group elects another and publishes it; every broker then names the new
+// leader for that group's partitions, the other group's leader stays, and
+// producing to every partition goes on with nothing acknowledged lost.
+func TestClusterGroupFailsOverAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	const topic, parts = "failover", 4
+	adm := kadm.NewClient(client(t, ns[2].addr()))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
+		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create topic: %v %v", err, resp.Err)
+		}
+	}
+	before := ownersOf(t, ns[3].addr(), topic, parts)
+	produce := func(seed string, from, n int) {
+		t.Helper()
+		cl := client(t, seed, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		var recs []*kgo.Record
+		for i := from; i < from+n; i++ {
+			recs = append(recs, &kgo.Record{Value: []byte(strconv.Itoa(i))})
+		}
+		if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce through %s: %v", seed, err)
+		}
+	}
+	produce(ns[3].addr(), 0, 200)
+
+	// Stop the leader of g2 (the group of broker 4, 5, 6).
+	var g2Leader int32 = -1
+	for _, l := range before {
+		if l >= 4 {
+			g2Leader = l
+		}
+	}
+	if g2Leader < 0 {
+		t.Fatalf("no partition of %s in g2: leaders %v", topic, before)
+	}
+	ns[int(g2Leader)].in.Close()
+	ns[int(g2Leader)].in = nil
+
+	// Every partition has a leader again, g2's is another broker, g1's is
+	// the same.
+	var after []int32
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		after = ownersOf(t, ns[1].addr(), topic, parts)
+		moved := true
+		for p := range after {
+			if before[p] == g2Leader && (after[p] == g2Leader || after[p] < 4) {
+				moved = false
+			}
+		}
+		if moved {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaders before %v, after %v: g2 did not fail over from %d", before, after, g2Leader)
+		}
+	}
+	for p := range after {
+		if before[p] < 4 && after[p] != before[p] {
+			t.Fatalf("partition %d of g1 changed leader from %d to %d when g2's leader stopped", p, before[p], after[p])
+		}
+	}
+	produce(ns[1].addr(), 200, 200)
+
+	// Everything acknowledged is there, read through a broker of g1.
+	cons := client(t, ns[2].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for len(seen) < 400 {
+		fs := cons.PollFetches(cctx)
+		if cctx.Err() != nil {
+			t.Fatalf("consumed %d of 400 acknowledged records", len(seen))
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
+	}
+}
