@@ -37,6 +37,8 @@ commands:
                           consumer groups: committed offsets and lag as
                           kafka-consumer-groups prints them, deletion, and
                           resetting an idle group's offsets (moonmq group -h)
+  cluster status          cluster mode: groups, their leaders and brokers, each
+                          partition's owner group (moonmq cluster -h)
   bench [flags]           benchmark a Kafka-protocol broker (moonmq bench -h)
   chaos [flags]           fault-injection run: a replication group of this
                           binary's processes under seeded faults, every client
@@ -67,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.Topic(ctx, args[1:], stdout, stderr)
 	case "group", "groups":
 		return cli.Group(ctx, args[1:], stdout, stderr)
+	case "cluster":
+		return cli.Cluster(ctx, args[1:], stdout, stderr)
 	case "bench":
 		if err := bench.Command(ctx, args[1:], stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "moonmq bench:", err)

@@ -503,7 +503,10 @@ func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.
 			continue
 		}
 		if host, port, ok := v.endpoint(bid); ok {
-			resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: bid, Host: host, Port: port})
+			// The rack is the broker's group: rack-aware clients and
+			// tools (moonmq cluster status) see the failure domains.
+			rack := v.brokers[bid].Group
+			resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: bid, Host: host, Port: port, Rack: &rack})
 		}
 	}
 	var names []string
@@ -601,7 +604,8 @@ func (c *clusterMode) describeCluster(resp *kmsg.DescribeClusterResponse) {
 		}
 		if host, port, ok := v.endpoint(bid); ok {
 			br := kmsg.NewDescribeClusterResponseBroker()
-			br.NodeID, br.Host, br.Port = bid, host, port
+			rack := v.brokers[bid].Group
+			br.NodeID, br.Host, br.Port, br.Rack = bid, host, port, &rack
 			resp.Brokers = append(resp.Brokers, br)
 		}
 	}

@@ -92,6 +92,7 @@ type Option func(*options)
 
 type options struct {
 	replicas     int
+	groups       int
 	failover     bool
 	token        string
 	ackTimeout   float64
@@ -112,6 +113,13 @@ type options struct {
 // WithReplicas sets the group size (default 3). One replica runs a single
 // broker without a Replication block.
 func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
+
+// WithGroups runs a cluster of n failover groups (cluster mode,
+// docs/CLUSTER.md), each of WithReplicas replicas: replicas 1..R are group
+// g1, R+1..2R group g2, and so on. The metadata log's voters are the
+// first two replicas of g1 and the first of g2 (g1's first three with one
+// group).
+func WithGroups(n int) Option { return func(o *options) { o.groups = n } }
 
 // WithFailover chooses failover mode (true, the default) or static mode.
 func WithFailover(on bool) Option { return func(o *options) { o.failover = on } }
@@ -213,6 +221,8 @@ type Cluster struct {
 type Replica struct {
 	// ID is the ReplicaId (1..N).
 	ID int
+	// Group is its group's index (0 for g1) in a cluster (WithGroups).
+	Group int
 	// ClientPort, MetricsPort and ReplicatePort are its loopback ports.
 	ClientPort, MetricsPort, ReplicatePort int
 	// DataDir is its Server.DataDir, kept across restarts.
@@ -242,7 +252,7 @@ type process struct {
 // New writes the configuration of every replica without starting any.
 func New(t Harness, opts ...Option) *Cluster {
 	t.Helper()
-	o := options{replicas: 3, failover: true, token: "testcluster-token", ackTimeout: 5, isrLag: 1,
+	o := options{replicas: 3, groups: 1, failover: true, token: "testcluster-token", ackTimeout: 5, isrLag: 1,
 		leaderRole: 1, logLevel: "info", startTimeout: 60 * time.Second, logTail: 120,
 		server: map[string]any{}, replication: map[string]any{}}
 	for _, f := range opts {
@@ -251,15 +261,19 @@ func New(t Harness, opts ...Option) *Cluster {
 	if o.replicas < 1 {
 		t.Fatalf("testcluster: %d replicas", o.replicas)
 	}
+	if o.groups < 1 || o.groups > 1 && (o.replicas < 3 || !o.failover) {
+		t.Fatalf("testcluster: %d groups of %d replicas (failover %v): a cluster is of failover groups of 3 or 5", o.groups, o.replicas, o.failover)
+	}
 	c := &Cluster{t: t, opts: o, binary: o.binary}
 	if c.binary == "" {
 		c.binary = Binary(t)
 	}
 	logs := t.TempDir()
-	ports := freePorts(t, 3*o.replicas)
-	for i := range o.replicas {
+	n := o.replicas * o.groups
+	ports := freePorts(t, 3*n)
+	for i := range n {
 		c.Replicas = append(c.Replicas, &Replica{
-			ID: i + 1, ClientPort: ports[3*i], MetricsPort: ports[3*i+1], ReplicatePort: ports[3*i+2],
+			ID: i + 1, Group: i / o.replicas, ClientPort: ports[3*i], MetricsPort: ports[3*i+1], ReplicatePort: ports[3*i+2],
 			DataDir: t.TempDir(), LogPath: filepath.Join(logs, fmt.Sprintf("replica-%d.log", i+1)), c: c,
 		})
 	}
@@ -296,14 +310,14 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 	if o.replicas > 1 {
 		var peers []map[string]any
 		for _, p := range c.Replicas {
-			if p != r {
+			if p != r && p.Group == r.Group {
 				peers = append(peers, map[string]any{"Id": p.ID,
 					"Address":       c.linkAddr(Link{ReplicationLink, r.ID, p.ID}, p.ReplicateAddr()),
 					"ClientAddress": c.linkAddr(Link{ClientLink, 0, p.ID}, p.ClientAddr())})
 			}
 		}
 		role := "follower"
-		if r.ID == o.leaderRole {
+		if r.ID-r.Group*o.replicas == o.leaderRole {
 			role = "leader"
 		}
 		repl := map[string]any{
@@ -319,6 +333,15 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 			repl[k] = v
 		}
 		s["Replication"] = repl
+	}
+	if o.groups > 1 {
+		var voters []map[string]any
+		for _, id := range []int{1, 2, o.replicas + 1} {
+			v := c.Replicas[id-1]
+			voters = append(voters, map[string]any{"Id": id, "Address": c.linkAddr(Link{ReplicationLink, r.ID, id}, v.ReplicateAddr())})
+		}
+		s["Cluster"] = map[string]any{"Enabled": true, "Experimental": true, "ClusterId": "testcluster",
+			"BrokerId": r.ID, "GroupId": r.GroupID(), "MetadataVoters": voters}
 	}
 	for k, v := range o.server {
 		s[k] = v
@@ -760,12 +783,41 @@ func (c *Cluster) Up() []*Replica {
 	return out
 }
 
+// GroupID is the replica's Cluster.GroupId: g1, g2, ...
+func (r *Replica) GroupID() string { return fmt.Sprintf("g%d", r.Group+1) }
+
+// InGroup returns the replicas of group g (0 for g1).
+func (c *Cluster) InGroup(g int) []*Replica {
+	var out []*Replica
+	for _, r := range c.Replicas {
+		if r.Group == g {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // ServingLeader returns the replica that reports itself the serving
 // leader now (the highest epoch if, briefly, two do), or nil.
 func (c *Cluster) ServingLeader() (*Replica, status.Replication) {
+	return servingLeaderAmong(c.Up())
+}
+
+// ServingLeaderOf is ServingLeader among the replicas of group g.
+func (c *Cluster) ServingLeaderOf(g int) (*Replica, status.Replication) {
+	var up []*Replica
+	for _, r := range c.Up() {
+		if r.Group == g {
+			up = append(up, r)
+		}
+	}
+	return servingLeaderAmong(up)
+}
+
+func servingLeaderAmong(rs []*Replica) (*Replica, status.Replication) {
 	var best *Replica
 	var bestSt status.Replication
-	for _, r := range c.Up() {
+	for _, r := range rs {
 		st, err := r.Status()
 		if err != nil || !serving(st) {
 			continue

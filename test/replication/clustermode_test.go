@@ -1,11 +1,13 @@
 package replication_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 )
@@ -208,6 +211,27 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 			t.Fatalf("produce to broker %d: endpoints %+v, want broker %d's", other, brokers, l)
 		}
 		break
+	}
+
+	// moonmq cluster status shows both groups and each partition's owner.
+	var out, errOut bytes.Buffer
+	if code := cli.Cluster(ctx, []string{"status", "--bootstrap", ns[6].addr()}, &out, &errOut); code != 0 {
+		t.Fatalf("moonmq cluster status: exit %d: %s", code, errOut.String())
+	}
+	status := out.String()
+	for _, want := range []string{"Cluster: test-cluster ", "Brokers: 6 Groups: 2", "Group: g1 Leader: ", "Group: g2 Leader: "} {
+		if !strings.Contains(status, want) {
+			t.Fatalf("moonmq cluster status lacks %q:\n%s", want, status)
+		}
+	}
+	for p, l := range leaders {
+		g := "g1"
+		if l >= 4 {
+			g = "g2"
+		}
+		if want := fmt.Sprintf("Partition: %s/%d Group: %s Leader: %d ", topic, p, g, l); !strings.Contains(status, want) {
+			t.Fatalf("moonmq cluster status lacks %q:\n%s", want, status)
+		}
 	}
 
 	// A producer that knows only broker 3 writes every partition.
