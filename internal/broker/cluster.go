@@ -198,6 +198,26 @@ func (c *clusterMode) foreign(topic string, index int32) (leaderHint, bool) {
 	return leaderHint{leader: g.Leader, epoch: p.LeaderEpoch}, true
 }
 
+// listed are the brokers clients are told of, by id: those whose lease
+// runs and, in a group that published its state, that are in its ISR. A
+// broker that died drops out when its group's leader takes it out of the
+// ISR (IsrLagSeconds), or when its lease ends if it led the group, not
+// only at the end of its lease: clients that send a request to every
+// broker (ListGroups) would otherwise wait for a dead one. self is always
+// listed.
+func (v *clusterView) listed(nowMs int64, self int32) []int32 {
+	var out []int32
+	for _, id := range slices.Sorted(maps.Keys(v.brokers)) {
+		br := v.brokers[id]
+		g, published := v.groups[br.Group]
+		inSync := !published || g.Leader < 0 || slices.Contains(g.ISR, id)
+		if id == self || br.Live(nowMs) && inSync {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // endpoint is a registered broker's client host and port.
 func (v *clusterView) endpoint(id int32) (string, int32, bool) {
 	br, ok := v.brokers[id]
@@ -496,12 +516,8 @@ func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.
 	id := b.clusterID
 	resp.ClusterID = &id
 	resp.ControllerID = b.repl.leaderID()
-	now := c.nowMs()
 	v := c.current()
-	for _, bid := range slices.Sorted(maps.Keys(v.brokers)) {
-		if !v.brokers[bid].Live(now) && bid != c.self {
-			continue
-		}
+	for _, bid := range v.listed(c.nowMs(), c.self) {
 		if host, port, ok := v.endpoint(bid); ok {
 			// The rack is the broker's group: rack-aware clients and
 			// tools (moonmq cluster status) see the failure domains.
@@ -595,13 +611,10 @@ func (c *clusterMode) autoCreate(name string, allow bool) int16 {
 
 // describeCluster answers DescribeCluster from the metadata copy.
 func (c *clusterMode) describeCluster(resp *kmsg.DescribeClusterResponse) {
-	now := c.nowMs()
+	self := c.self
 	v := c.current()
 	resp.Brokers = resp.Brokers[:0]
-	for _, bid := range slices.Sorted(maps.Keys(v.brokers)) {
-		if !v.brokers[bid].Live(now) && bid != c.self {
-			continue
-		}
+	for _, bid := range v.listed(c.nowMs(), self) {
 		if host, port, ok := v.endpoint(bid); ok {
 			br := kmsg.NewDescribeClusterResponseBroker()
 			rack := v.brokers[bid].Group

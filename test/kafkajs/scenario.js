@@ -49,8 +49,8 @@ async function main() {
   // Transactions (two committed, one aborted), read below by the
   // read_committed group consumer.
   const committed = new Set();
+  const tp = kafka.producer({ transactionalId: `kafkajs-tx-${topic}`, idempotent: true, maxInFlightRequests: 1 });
   try {
-    const tp = kafka.producer({ transactionalId: `kafkajs-tx-${topic}`, idempotent: true, maxInFlightRequests: 1 });
     await tp.connect();
     for (let t = 0; t < 3; t++) {
       const commit = t !== 1;
@@ -70,10 +70,12 @@ async function main() {
         if (commit) committed.add(v);
       }
     }
-    await tp.disconnect();
     emit({ check: 'transactions' });
   } catch (e) {
     errors.push(`transactions: ${e.message}`);
+  } finally {
+    // Also after a failure: its open connections would keep node running.
+    await tp.disconnect().catch(() => {});
   }
 
   const seen = new Set();
