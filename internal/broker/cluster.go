@@ -106,6 +106,7 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	}
 	c.node = node
 	mux.Handle(metanode.HandlerPrefix, node.Handler())
+	c.mountTxnHandlers(mux)
 	if err := node.Start(ctx); err != nil {
 		return err
 	}
@@ -303,7 +304,9 @@ func (c *clusterMode) publishGroupState(ctx context.Context, r *replica) error {
 }
 
 // coordinatorTopics are the internal topics whose owner group hosts the
-// cluster's coordinators: one partition each, for now.
+// cluster's coordinators: one partition each, for now, in one group (a
+// transaction's offset commits are checked against its state under one
+// lock, TxnOffsetCommit), the offsets topic's owner.
 var coordinatorTopics = []string{offsetsTopic, txncoord.StateTopic}
 
 // internalTopicConfigs are the configs the coordinators give their topics.
@@ -322,10 +325,27 @@ func internalTopicConfigs(name string) map[string]string {
 // wins and is fine.
 func (c *clusterMode) ensureCoordinatorTopics(ctx context.Context) error {
 	for _, name := range coordinatorTopics {
-		if _, ok := c.current().topics[name]; ok {
+		// The applied state itself, not the view: the view may not
+		// show the offsets topic this pass just created yet.
+		var exists bool
+		var owner string
+		c.node.Read(func(s *meta.State, _ uint64) {
+			_, exists = s.Topic(name)
+			if t, ok := s.Topic(offsetsTopic); ok && len(t.Partitions) > 0 {
+				owner = t.Partitions[0].Owner
+			}
+		})
+		if exists {
 			continue
 		}
-		_, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: 1, Configs: internalTopicConfigs(name)}})
+		var place meta.Placement
+		if name != offsetsTopic {
+			if owner == "" {
+				return fmt.Errorf("%s: waiting for %s", name, offsetsTopic)
+			}
+			place.Groups = []string{owner}
+		}
+		_, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: 1, Configs: internalTopicConfigs(name), Placement: place}})
 		if metanode.ErrorCode(err) == errTopicAlreadyExists {
 			continue
 		}

@@ -222,17 +222,39 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 			if err != nil || !h.Transactional() || h.Control() || b.lookup(rt.Topic) == nil {
 				continue
 			}
+			if _, foreign := b.foreignPartition(rt.Topic, rp.Partition); foreign {
+				continue // refused below: another group's
+			}
+			if b.remoteTxnCoordinator() && openHere(b.lookup(rt.Topic), rp.Partition, h.ProducerID) {
+				continue // added with its first batch here
+			}
 			k := producerKey{h.ProducerID, h.ProducerEpoch}
 			adds[k] = append(adds[k], txn.TP{Topic: rt.Topic, Partition: rp.Partition})
 		}
 	}
 	var waits []produceWait
 	for k, tps := range adds {
+		if b.remoteTxnCoordinator() {
+			// Added (durably) by the coordinator's group before the
+			// data; a refusal here is the check's to answer.
+			b.cl.remoteTxnCheck(b.ctx, k.pid, k.epoch, tps, true)
+			continue
+		}
 		if p, end, code := b.txns.AddImplicitAll(k.pid, k.epoch, tps); code == 0 && p != nil {
 			waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
 		}
 	}
 	return waits
+}
+
+// openHere reports whether the producer has a transaction open on the
+// partition.
+func openHere(t *topic, index int32, pid int64) bool {
+	if t == nil || index < 0 || int(index) >= len(t.partitions) {
+		return false
+	}
+	_, open := t.partitions[index].OpenTransactions()[pid]
+	return open
 }
 
 type appended struct {
@@ -270,9 +292,11 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			return res, errInvalidRecord, "clients may not write control batches"
 		}
 		if h.Transactional() {
-			if version >= 12 {
+			if version >= 12 && !b.remoteTxnCoordinator() {
 				// Transactions v2: the first produce to a partition
-				// adds it to the transaction.
+				// adds it to the transaction. (With the coordinator
+				// in another group, addTxnPartitions asked it to, and
+				// the append's check verifies it did.)
 				if code := b.txns.AddImplicit(b.ctx, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: t.name, Partition: p.Index}); code != 0 {
 					return res, code, "could not add the partition to the producer's transaction"
 				}
@@ -285,6 +309,17 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 	}
 	txnCheck := func(h recordbatch.Header) int16 {
 		return b.txns.CheckProduce(h.ProducerID, h.ProducerEpoch, t.name, p.Index)
+	}
+	if b.remoteTxnCoordinator() {
+		// Under p's append lock, as the local check: the coordinator
+		// answers before it writes a marker here, which waits for the
+		// lock, so a batch it admits lands before the marker.
+		txnCheck = func(h recordbatch.Header) int16 {
+			if _, open := p.OpenTransactions()[h.ProducerID]; open {
+				return 0 // verified with the transaction's first batch here
+			}
+			return b.cl.remoteTxnCheck(b.ctx, h.ProducerID, h.ProducerEpoch, []txn.TP{{Topic: t.name, Partition: p.Index}}, false)
+		}
 	}
 	a, err := p.AppendClient(batches, headers, txnCheck)
 	var refused *partition.Refusal

@@ -2,9 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/partition"
+	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/txncoord"
 )
 
@@ -27,9 +29,8 @@ type txnHost struct{ b *Broker }
 
 func (h txnHost) Partition(topic string, index int32) *partition.Partition {
 	if _, foreign := h.b.foreignPartition(topic, index); foreign {
-		// Transactions over another group's partitions need markers
-		// written there, which is not built: such a partition is
-		// unknown to this coordinator.
+		// Another group's: its markers go there (Remote), and this
+		// group's empty copy is not the partition.
 		return nil
 	}
 	t := h.b.lookup(topic)
@@ -40,6 +41,12 @@ func (h txnHost) Partition(topic string, index int32) *partition.Partition {
 }
 
 func (h txnHost) Partitions() []*partition.Partition {
+	if h.b.remoteTxnCoordinator() {
+		// The coordinator is in another group: this group's local
+		// coordinator has no transactions, and must not take the
+		// coordinator's open ones here for orphans.
+		return nil
+	}
 	var ps []*partition.Partition
 	for _, t := range h.b.sortedTopics() {
 		ps = append(ps, t.partitions...)
@@ -52,6 +59,18 @@ func (txnHost) Internal(topic string) bool { return internalTopic(topic) }
 func (h txnHost) NextProducerID() (int64, error) { return h.b.nextProducerID() }
 
 func (h txnHost) Leading() bool { return !h.b.following() && !h.b.fenced() }
+
+func (h txnHost) Remote(topic string, index int32) bool {
+	_, foreign := h.b.foreignPartition(topic, index)
+	return foreign
+}
+
+func (h txnHost) WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, tps []txn.TP) error {
+	if h.b.cl == nil {
+		return errors.New("no other group outside cluster mode")
+	}
+	return h.b.cl.writeRemoteMarkers(ctx, pid, epoch, commit, tps)
+}
 
 // ExpireTransactionalIDs deletes the transactional ids idle for
 // TransactionalIdExpirationMs as of now and returns how many (see

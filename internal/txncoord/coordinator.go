@@ -58,6 +58,14 @@ type Host interface {
 	// Leading reports whether this broker writes its own state now: it
 	// is neither a follower nor a failover replica that lost its lead.
 	Leading() bool
+	// Remote reports whether a partition lives in another replication
+	// group of a cluster (docs/CLUSTER.md): it may join a transaction,
+	// and its markers go through WriteRemoteMarkers.
+	Remote(topic string, index int32) bool
+	// WriteRemoteMarkers writes the producer's commit or abort marker to
+	// partitions of other groups, and returns once each is durable
+	// there, or with an error when ctx ends first: the caller retries.
+	WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, tps []txn.TP) error
 }
 
 // Offsets is the group coordinator's side of a transaction that commits
@@ -303,7 +311,30 @@ func (c *Coordinator) AddImplicitAll(pid int64, epoch int16, tps []txn.TP) (*par
 // joinable reports whether a partition may join a transaction: it exists
 // and is not one of the broker's own topics.
 func (c *Coordinator) joinable(tp txn.TP) bool {
-	return c.host.Partition(tp.Topic, tp.Partition) != nil && !c.host.Internal(tp.Topic)
+	return (c.host.Partition(tp.Topic, tp.Partition) != nil || c.host.Remote(tp.Topic, tp.Partition)) && !c.host.Internal(tp.Topic)
+}
+
+// hasRemote reports whether a transaction holds a partition of another
+// group.
+func (c *Coordinator) hasRemote(m *txn.Metadata) bool {
+	for tp := range m.Partitions {
+		if c.host.Partition(tp.Topic, tp.Partition) == nil && c.host.Remote(tp.Topic, tp.Partition) {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkerBatch is the control batch that commits or aborts a producer's
+// transaction on a partition.
+func MarkerBatch(pid int64, epoch int16, commit bool, nowMs int64) ([]byte, error) {
+	typ := txn.ControlAbort
+	if commit {
+		typ = txn.ControlCommit
+	}
+	return recordbatch.Encode(recordbatch.BatchOptions{
+		ProducerID: pid, ProducerEpoch: epoch, BaseSequence: -1, Transactional: true, Control: true,
+	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0), Timestamp: nowMs}})
 }
 
 // writeState appends m to StateTopic and waits until durable.
@@ -352,21 +383,19 @@ func (c *Coordinator) transition(ctx context.Context, e *entry, m *txn.Metadata)
 // in also; committed offsets of the transaction become visible once their
 // marker is.
 func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partition.Wait) error {
-	typ := txn.ControlAbort
-	if commit {
-		typ = txn.ControlCommit
-	}
-	batch0, err := recordbatch.Encode(recordbatch.BatchOptions{
-		ProducerID: m.ProducerID, ProducerEpoch: m.Epoch, BaseSequence: -1, Transactional: true, Control: true,
-	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0), Timestamp: c.cfg.Clock.Now().UnixMilli()}})
+	batch0, err := MarkerBatch(m.ProducerID, m.Epoch, commit, c.cfg.Clock.Now().UnixMilli())
 	if err != nil {
 		return err
 	}
 	waits := also
 	offsetsTouched := false
+	var remote []txn.TP
 	for _, tp := range m.SortedPartitions() {
 		p := c.host.Partition(tp.Topic, tp.Partition)
 		if p == nil {
+			if c.host.Remote(tp.Topic, tp.Partition) {
+				remote = append(remote, tp)
+			}
 			continue // deleted since (or never valid): nothing to mark
 		}
 		batch := append([]byte(nil), batch0...)
@@ -382,10 +411,20 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	// deadline for all: the waits run out together, as one wait would.
 	wctx, cancel := context.WithTimeout(c.cfg.Ctx, markerTimeout)
 	defer cancel()
+	remoteDone := make(chan error, 1)
+	if len(remote) > 0 {
+		go func() { remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, remote) }()
+	} else {
+		remoteDone <- nil
+	}
 	for _, w := range waits {
 		if c.w.Wait(wctx, w.P, w.Offset) != nil {
+			<-remoteDone
 			return coordinator.ErrCommitTimeout
 		}
+	}
+	if err := <-remoteDone; err != nil {
+		return fmt.Errorf("markers in other groups: %w", err)
 	}
 	if offsetsTouched {
 		c.offsets.EndTxn(m.ProducerID, commit)
@@ -467,7 +506,10 @@ func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int
 		}
 	}
 	var also []partition.Wait
-	if prepared.Epoch == m.Epoch+1 {
+	// The one-round path needs every marker where recoverFromMarkers
+	// looks: a transaction over another group's partitions writes its
+	// decision durably before any marker.
+	if prepared.Epoch == m.Epoch+1 && !c.hasRemote(prepared) {
 		// One durable round: the decision and its markers are written
 		// together. The markers carry the new epoch, which no other
 		// write of this producer can have before the decision is

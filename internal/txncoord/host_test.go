@@ -2,6 +2,7 @@ package txncoord
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"sort"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
+	"github.com/moonmq/moonmq/internal/txn"
 )
 
 // testHost is a broker reduced to what the coordinator asks of it: local
@@ -135,4 +137,11 @@ func (testWriter) Wait(ctx context.Context, p *partition.Partition, end int64) e
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return p.WaitCommitted(ctx, end)
+}
+
+// The test host is one broker: no partition is in another group.
+func (*testHost) Remote(string, int32) bool { return false }
+
+func (*testHost) WriteRemoteMarkers(context.Context, int64, int16, bool, []txn.TP) error {
+	return errors.New("the test host has no other group")
 }

@@ -93,6 +93,12 @@ func (c *Coordinator) load(ctx context.Context) error {
 			e.mu.Lock()
 			err := c.finish(e)
 			e.mu.Unlock()
+			if err != nil && c.hasRemote(m) {
+				// Another group may be down: this group serves
+				// meanwhile, and Run retries the markers.
+				c.log.Warn("completing a decided transaction over other groups failed; retrying", "transactional_id", m.ID, "err", err)
+				continue
+			}
 			if err != nil {
 				return err
 			}

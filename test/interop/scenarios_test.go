@@ -326,9 +326,8 @@ func scenarioCluster(t *testing.T, sc scenario) (*testcluster.Cluster, *testclus
 }
 
 // clusterLacks are the driver checks cluster mode does not pass yet
-// (docs/CLUSTER.md): transactions across groups, and ACL and SCRAM user
-// changes, which it refuses.
-var clusterLacks = map[string]bool{"transactions": true, "scram_users": true, "acls": true}
+// (docs/CLUSTER.md): ACL and SCRAM user changes, which it refuses.
+var clusterLacks = map[string]bool{"scram_users": true, "acls": true}
 
 // clusterScenario starts sc.groups groups in cluster mode, waits until
 // every group serves with its whole ISR and every broker's Metadata lists
@@ -455,11 +454,7 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 			t.Fatalf("aborted transactional record %s read by read_committed", v)
 		}
 	}
-	// Transactions across groups are not built (docs/CLUSTER.md, step
-	// 4): in cluster mode a client's transaction over a topic split
-	// between the groups fails and aborts, which the checks above judge;
-	// it is not required to commit.
-	if d.groupReadsTxn && sc.groups <= 1 {
+	if d.groupReadsTxn {
 		for v := range res.txnCommitted {
 			if res.consumed[v] == 0 {
 				t.Fatalf("the read_committed group never read committed transactional record %s", v)

@@ -381,3 +381,115 @@ func TestClusterGroupFailsOverAlone(t *testing.T) {
 		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
 	}
 }
+
+// TestClusterTransactionSpansGroups: a transaction over every partition of
+// a topic split between two groups is all or nothing for read_committed
+// readers: the coordinator's group writes the markers of the other
+// group's partitions there, and that group checks the producer's first
+// batch on each partition with the coordinator.
+func TestClusterTransactionSpansGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	const topic, parts = "txn-split", 4
+	adm := kadm.NewClient(client(t, ns[5].addr()))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
+		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create topic: %v %v", err, resp.Err)
+		}
+	}
+	leaders := ownersOf(t, ns[4].addr(), topic, parts)
+	t.Logf("partition leaders %v", leaders)
+
+	prod := client(t, ns[6].addr(), kgo.TransactionalID("spans-groups"), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(20*time.Second))
+	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	txn := func(name string, commit bool) {
+		t.Helper()
+		if err := prod.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for p := range int32(parts) {
+			for i := range 5 {
+				r := &kgo.Record{Partition: p, Value: fmt.Appendf(nil, "%s-%d-%d", name, p, i)}
+				if err := prod.ProduceSync(tctx, r).FirstErr(); err != nil {
+					t.Fatalf("%s: produce to partition %d (leader %d): %v", name, p, leaders[p], err)
+				}
+			}
+		}
+		if err := prod.EndTransaction(tctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatalf("%s: end transaction (commit %v): %v", name, commit, err)
+		}
+	}
+	txn("committed", true)
+	txn("aborted", false)
+	txn("committed2", true)
+
+	// read_committed, through a broker of the other group than the
+	// producer's: every committed record, no aborted one, and every
+	// partition readable to its end (no transaction left open).
+	cons := client(t, ns[1].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ends, err := kadm.NewClient(cons).ListEndOffsets(tctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for deadline := time.Now().Add(30 * time.Second); len(got) < 2*parts*5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("read %d of %d committed records (end offsets %v)", len(got), 2*parts*5, ends)
+		}
+		pctx, pcancel := context.WithTimeout(tctx, time.Second)
+		fs := cons.PollFetches(pctx)
+		pcancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			v := string(r.Value)
+			if strings.HasPrefix(v, "aborted") {
+				t.Fatalf("read_committed read aborted record %s", v)
+			}
+			got[v] = true
+		})
+	}
+	for p := range int32(parts) {
+		for _, name := range []string{"committed", "committed2"} {
+			for i := range 5 {
+				if v := fmt.Sprintf("%s-%d-%d", name, p, i); !got[v] {
+					t.Fatalf("committed record %s (partition %d, leader %d) not read", v, p, leaders[p])
+				}
+			}
+		}
+	}
+	// The last stable offset of every partition reached its end: no
+	// partition of either group holds an open transaction.
+	lso := kmsg.NewPtrListOffsetsRequest()
+	lso.IsolationLevel = 1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for p := range int32(parts) {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	lso.Topics = append(lso.Topics, rt)
+	shards := cons.RequestSharded(tctx, lso)
+	for _, sh := range shards {
+		if sh.Err != nil {
+			t.Fatalf("ListOffsets read_committed: %v", sh.Err)
+		}
+		for _, tr := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, pr := range tr.Partitions {
+				end, _ := ends.Lookup(topic, pr.Partition)
+				if pr.ErrorCode != 0 || pr.Offset != end.Offset {
+					t.Fatalf("partition %d: last stable offset %d (code %d), end %d: a transaction is left open", pr.Partition, pr.Offset, pr.ErrorCode, end.Offset)
+				}
+			}
+		}
+	}
+}
