@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"net"
@@ -60,10 +61,14 @@ type clusterMode struct {
 // changes, so that produce and fetch check ownership without a lock.
 type clusterView struct {
 	applied uint64
-	topics  map[string]meta.Topic
-	byID    map[[16]byte]string
-	groups  map[string]meta.Group
-	brokers map[int32]meta.Broker
+	// topicsDigest changes when a topic, its partitions or its configs
+	// change (not with leases and group states): the reconcile pass
+	// runs only then.
+	topicsDigest uint64
+	topics       map[string]meta.Topic
+	byID         map[[16]byte]string
+	groups       map[string]meta.Group
+	brokers      map[int32]meta.Broker
 	// members lists each group's registered brokers, by id.
 	members map[string][]int32
 }
@@ -147,10 +152,17 @@ func (c *clusterMode) rebuildView() {
 		groups: map[string]meta.Group{}, brokers: map[int32]meta.Broker{}, members: map[string][]int32{}}
 	c.node.Read(func(s *meta.State, applied uint64) {
 		v.applied = applied
+		h := fnv.New64a()
 		for _, t := range s.Topics() {
 			v.topics[t.Name] = t
 			v.byID[[16]byte(t.ID)] = t.Name
+			fmt.Fprintf(h, "%s/%s/%d;", t.Name, t.ID, len(t.Partitions))
+			configs := s.Configs(meta.ResourceTopic, t.Name)
+			for _, k := range slices.Sorted(maps.Keys(configs)) {
+				fmt.Fprintf(h, "%s=%s;", k, configs[k])
+			}
 		}
+		v.topicsDigest = h.Sum64()
 		for _, g := range s.Groups() {
 			v.groups[g.ID] = g
 		}
@@ -196,7 +208,7 @@ func (c *clusterMode) foreign(topic string, index int32) (leaderHint, bool) {
 	if !ok || g.Leader < 0 {
 		return leaderHint{leader: -1, epoch: -1}, true
 	}
-	return leaderHint{leader: g.Leader, epoch: p.LeaderEpoch}, true
+	return leaderHint{leader: g.Leader, epoch: partitionEpoch(p, g)}, true
 }
 
 // listed are the brokers clients are told of, by id: those whose lease
@@ -206,17 +218,45 @@ func (c *clusterMode) foreign(topic string, index int32) (leaderHint, bool) {
 // only at the end of its lease: clients that send a request to every
 // broker (ListGroups) would otherwise wait for a dead one. self is always
 // listed.
-func (v *clusterView) listed(nowMs int64, self int32) []int32 {
+func (c *clusterMode) listed(v *clusterView, nowMs int64) []int32 {
 	var out []int32
 	for _, id := range slices.Sorted(maps.Keys(v.brokers)) {
 		br := v.brokers[id]
-		g, published := v.groups[br.Group]
+		g, published := c.groupState(v, br.Group)
 		inSync := !published || g.Leader < 0 || slices.Contains(g.ISR, id)
-		if id == self || br.Live(nowMs) && inSync {
+		if id == c.self || br.Live(nowMs) && inSync {
 			out = append(out, id)
 		}
 	}
 	return out
+}
+
+// groupState is a group's leader, term and ISR: for this broker's own
+// group what the group itself knows now, for the others what they
+// published. A group's failover so reaches the clients of its own
+// brokers also while the metadata log has no leader to take the
+// publication.
+func (c *clusterMode) groupState(v *clusterView, id string) (meta.Group, bool) {
+	if id == c.group {
+		if r := c.b.repl; r != nil {
+			if l := r.leaderID(); l >= 0 {
+				isr := r.committedISR()
+				slices.Sort(isr)
+				return meta.Group{ID: id, Leader: l, Term: c.b.epoch.Load(), ISR: isr}, true
+			}
+		}
+	}
+	g, ok := v.groups[id]
+	return g, ok
+}
+
+// partitionEpoch is the leader epoch a partition exposes, at its owner's
+// term as groupState gives it.
+func partitionEpoch(p meta.Partition, g meta.Group) int32 {
+	if e, ok := meta.LeaderEpoch(p.EpochBase, g.Term); ok {
+		return e
+	}
+	return p.LeaderEpoch
 }
 
 // endpoint is a registered broker's client host and port.
@@ -252,9 +292,10 @@ func (c *clusterMode) propose(ctx context.Context, cmd metanode.Command) (metano
 func (c *clusterMode) runLeader(ctx context.Context) {
 	t := time.NewTicker(clusterLeaderTick)
 	defer t.Stop()
+	var reconciled *uint64 // the digest the last clean pass matched
 	for {
 		changed := c.node.Changed()
-		c.leaderPass(ctx)
+		c.leaderPass(ctx, &reconciled)
 		select {
 		case <-ctx.Done():
 			return
@@ -264,7 +305,7 @@ func (c *clusterMode) runLeader(ctx context.Context) {
 	}
 }
 
-func (c *clusterMode) leaderPass(ctx context.Context) {
+func (c *clusterMode) leaderPass(ctx context.Context, reconciled **uint64) {
 	r := c.b.repl
 	if r == nil || !r.role.serving() {
 		return
@@ -275,7 +316,14 @@ func (c *clusterMode) leaderPass(ctx context.Context) {
 	if err := c.ensureCoordinatorTopics(ctx); err != nil && ctx.Err() == nil {
 		c.warn("cluster mode: creating the coordinators' topics in the metadata log failed; retrying", "err", err)
 	}
-	c.reconcile()
+	v := c.current()
+	if *reconciled != nil && **reconciled == v.topicsDigest {
+		return // the topics are as the last clean pass left them
+	}
+	if c.reconcile(v) {
+		d := v.topicsDigest
+		*reconciled = &d
+	}
 }
 
 // warn logs at most one warning per 30 seconds.
@@ -361,26 +409,30 @@ func (c *clusterMode) ensureCoordinatorTopics(ctx context.Context) error {
 // partitions, and deletes the topics the metadata no longer has. A local
 // topic is deleted only once this copy of the metadata has seen it (its
 // metaIndex): a leader whose copy lags must not delete what it has not
-// heard of yet.
-func (c *clusterMode) reconcile() {
+// heard of yet. It reports whether the group's topics now match v (a
+// failed step, or a topic left for a newer copy, makes the next pass try
+// again).
+func (c *clusterMode) reconcile(v *clusterView) (clean bool) {
 	b := c.b
-	v := c.current()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.repl.role.serving() {
-		return // a follower's topics are its leader's manifest
+		return false // a follower's topics are its leader's manifest
 	}
+	clean = true
 	for _, name := range slices.Sorted(maps.Keys(v.topics)) {
 		mt := v.topics[name]
 		configs := c.topicConfigs(name)
 		lt := b.topics[name]
 		if lt != nil && lt.id != [16]byte(mt.ID) {
 			if lt.metaIndex == 0 || lt.metaIndex > v.applied {
+				clean = false
 				continue // not known to be replaced: a newer copy will say
 			}
 			c.log.Info("cluster mode: replacing a topic the metadata log re-created", "topic", name)
 			if err := b.deleteTopicLocked(lt); err != nil {
 				c.log.Error("cluster mode: deleting a replaced topic failed", "topic", name, "err", err)
+				clean = false
 				continue
 			}
 			lt = nil
@@ -389,6 +441,7 @@ func (c *clusterMode) reconcile() {
 			t, err := b.createTopicWithIDLocked(name, [16]byte(mt.ID), len(mt.Partitions), configs)
 			if err != nil {
 				c.log.Error("cluster mode: creating a topic of the metadata log failed", "topic", name, "err", err)
+				clean = false
 				continue
 			}
 			c.stamp(t, v.applied)
@@ -401,6 +454,7 @@ func (c *clusterMode) reconcile() {
 		if len(mt.Partitions) > len(lt.partitions) {
 			if err := b.addPartitionsLocked(lt, len(mt.Partitions)); err != nil {
 				c.log.Error("cluster mode: adding partitions failed", "topic", name, "err", err)
+				clean = false
 				continue
 			}
 			lt = b.topics[name]
@@ -408,6 +462,7 @@ func (c *clusterMode) reconcile() {
 		if !maps.Equal(configs, lt.overrides) {
 			if err := b.setTopicConfigsLocked(lt, configs); err != nil {
 				c.log.Error("cluster mode: saving a topic's configs failed", "topic", name, "err", err)
+				clean = false
 			}
 		}
 	}
@@ -418,8 +473,10 @@ func (c *clusterMode) reconcile() {
 		c.log.Info("cluster mode: deleting a topic the metadata log deleted", "topic", name)
 		if err := b.deleteTopicLocked(lt); err != nil {
 			c.log.Error("cluster mode: deleting a topic failed", "topic", name, "err", err)
+			clean = false
 		}
 	}
+	return clean
 }
 
 // stamp records that the metadata copy at index holds t. The caller holds
@@ -474,7 +531,7 @@ func (c *clusterMode) coordinatorLeader(coordinatorType int8) (int32, bool) {
 	if !ok {
 		return -1, false
 	}
-	g, ok := v.groups[p.Owner]
+	g, ok := c.groupState(v, p.Owner)
 	if !ok || g.Leader < 0 {
 		return -1, false
 	}
@@ -537,7 +594,7 @@ func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.
 	resp.ClusterID = &id
 	resp.ControllerID = b.repl.leaderID()
 	v := c.current()
-	for _, bid := range v.listed(c.nowMs(), c.self) {
+	for _, bid := range c.listed(v, c.nowMs()) {
 		if host, port, ok := v.endpoint(bid); ok {
 			// The rack is the broker's group: rack-aware clients and
 			// tools (moonmq cluster status) see the failure domains.
@@ -589,8 +646,8 @@ func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.
 			mp.Partition = p.Partition
 			mp.Leader, mp.LeaderEpoch = -1, -1
 			mp.Replicas = slices.Clone(v.members[p.Owner])
-			if g, ok := v.groups[p.Owner]; ok && g.Leader >= 0 {
-				mp.Leader, mp.LeaderEpoch, mp.ISR = g.Leader, p.LeaderEpoch, slices.Clone(g.ISR)
+			if g, ok := c.groupState(v, p.Owner); ok && g.Leader >= 0 {
+				mp.Leader, mp.LeaderEpoch, mp.ISR = g.Leader, partitionEpoch(p, g), slices.Clone(g.ISR)
 			} else {
 				mp.ErrorCode = errLeaderNotAvailable
 			}
@@ -631,10 +688,9 @@ func (c *clusterMode) autoCreate(name string, allow bool) int16 {
 
 // describeCluster answers DescribeCluster from the metadata copy.
 func (c *clusterMode) describeCluster(resp *kmsg.DescribeClusterResponse) {
-	self := c.self
 	v := c.current()
 	resp.Brokers = resp.Brokers[:0]
-	for _, bid := range v.listed(c.nowMs(), self) {
+	for _, bid := range c.listed(v, c.nowMs()) {
 		if host, port, ok := v.endpoint(bid); ok {
 			br := kmsg.NewDescribeClusterResponseBroker()
 			rack := v.brokers[bid].Group

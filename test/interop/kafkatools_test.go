@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var (
@@ -124,6 +125,9 @@ func runKafkaTools(t *testing.T, sc scenario) {
 	out := kafkaTool(t, "", "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b, "--create", "--topic", topic,
 		"--partitions", "3", "--replication-factor", rf)
 	mustContain(t, "kafka-topics --create", out, "Created topic "+topic+".")
+	// --alter lists the topics of whichever broker it asks, and a
+	// follower copies the leader's topic list within a manifest round.
+	waitTopicEverywhere(t, boot, topic)
 	out = kafkaTool(t, "", "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b, "--alter", "--topic", topic, "--partitions", "4")
 	describe := func() string {
 		// A follower copies the leader's topic list within a manifest
@@ -236,4 +240,37 @@ func tailLines(s string, n int) string {
 		ls = ls[len(ls)-n:]
 	}
 	return strings.Join(ls, "\n")
+}
+
+// waitTopicEverywhere waits until every broker in addrs lists topic.
+func waitTopicEverywhere(t *testing.T, addrs []string, topic string) {
+	t.Helper()
+	for _, a := range addrs {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			req := kmsg.NewPtrMetadataRequest()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+			cancel()
+			found := false
+			if err == nil {
+				for _, mt := range resp.(*kmsg.MetadataResponse).Topics {
+					found = found || mt.Topic != nil && *mt.Topic == topic && mt.ErrorCode == 0
+				}
+			}
+			if found {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("broker %s does not list topic %s after 30 s: %v", a, topic, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cl.Close()
+	}
 }

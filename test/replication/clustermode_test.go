@@ -493,3 +493,110 @@ func TestClusterTransactionSpansGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTransactionAcrossFailovers: a transaction over both groups
+// commits whole when the other group's leader stops before the commit
+// (its markers wait for the new leader), and when the coordinator's group
+// leader stops before the commit (the new coordinator finishes it).
+func TestClusterTransactionAcrossFailovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	const topic, parts = "txn-failover", 4
+	adm := kadm.NewClient(client(t, ns[2].addr()))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
+		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create topic: %v %v", err, resp.Err)
+		}
+	}
+	leaders := ownersOf(t, ns[3].addr(), topic, parts)
+	// Seeds in both groups, so the client survives either leader's stop.
+	seeds := []string{ns[2].addr(), ns[3].addr(), ns[5].addr(), ns[6].addr()}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID("across-failovers"),
+		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	tctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorType, fc.CoordinatorKey = 1, "across-failovers"
+	fcr, err := fc.RequestWith(tctx, prod)
+	if err != nil || fcr.ErrorCode != 0 {
+		t.Fatalf("find the transaction coordinator: %v %d", err, fcr.ErrorCode)
+	}
+	coordGroup := func(id int32) int { return int(id-1) / 3 }
+	cg := coordGroup(fcr.NodeID)
+	t.Logf("partition leaders %v, transaction coordinator %d (group g%d)", leaders, fcr.NodeID, cg+1)
+
+	produceAll := func(name string) {
+		t.Helper()
+		for p := range int32(parts) {
+			r := &kgo.Record{Partition: p, Value: fmt.Appendf(nil, "%s-%d", name, p)}
+			if err := prod.ProduceSync(tctx, r).FirstErr(); err != nil {
+				t.Fatalf("%s: produce to partition %d: %v", name, p, err)
+			}
+		}
+	}
+	leaderOf := func(g int) int {
+		for _, l := range ownersOf(t, seeds[0], topic, parts) {
+			if coordGroup(l) == g {
+				return int(l)
+			}
+		}
+		t.Fatalf("no partition led in group g%d", g+1)
+		return 0
+	}
+	stop := func(id int) {
+		t.Helper()
+		for i, s := range seeds {
+			if s == ns[id].addr() {
+				seeds = append(seeds[:i:i], seeds[i+1:]...)
+				break
+			}
+		}
+		ns[id].in.Close()
+		ns[id].in = nil
+		t.Logf("stopped broker %d", id)
+	}
+
+	// The other group's leader stops before the commit.
+	produceAll("first")
+	stop(leaderOf(1 - cg))
+	if err := prod.EndTransaction(tctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit with the other group failing over: %v", err)
+	}
+
+	// The coordinator's group leader stops before the commit.
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produceAll("second")
+	stop(leaderOf(cg))
+	if err := prod.EndTransaction(tctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit with the coordinator's group failing over: %v", err)
+	}
+
+	cons := client(t, seeds[0], kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	got := map[string]bool{}
+	for deadline := time.Now().Add(60 * time.Second); len(got) < 2*parts; {
+		if time.Now().After(deadline) {
+			t.Fatalf("read_committed read %v, want both transactions on all %d partitions", got, parts)
+		}
+		pctx, pcancel := context.WithTimeout(tctx, time.Second)
+		fs := cons.PollFetches(pctx)
+		pcancel()
+		fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
+	}
+}
