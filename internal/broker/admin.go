@@ -107,10 +107,31 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 }
 
 func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
+	return b.createTopics(r, localTopics{b})
+}
+
+// topicCreator is where CreateTopics creates: this broker's registry
+// (localTopics), or the metadata log in cluster mode (clusterMode).
+type topicCreator interface {
+	// exists reports whether the topic exists already.
+	exists(name string) bool
+	// maxPartitions is the most partitions one topic may be created with.
+	maxPartitions() int
+	// create creates the topic, or answers why not.
+	create(name string, n int, configs map[string]string) (id [16]byte, code int16, msg string)
+}
+
+// createTopics checks each topic of a CreateTopics request the same way
+// wherever it is created, and has c create the valid ones.
+func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest, c topicCreator) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
 	seen := map[string]int{}
 	for _, rt := range r.Topics {
 		seen[rt.Topic]++
+	}
+	copies := 1
+	if b.repl != nil {
+		copies = len(b.repl.ids)
 	}
 	for _, rt := range r.Topics {
 		out := kmsg.NewCreateTopicsResponseTopic()
@@ -132,7 +153,6 @@ func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 			}
 			overrides[c.Name] = *c.Value
 		}
-		b.mu.Lock()
 		switch err := validTopicName(rt.Topic); {
 		case seen[rt.Topic] > 1:
 			fail(errInvalidRequest, "topic listed more than once in the request")
@@ -140,35 +160,30 @@ func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 			fail(errInvalidTopicException, err.Error())
 		case internalTopic(rt.Topic):
 			fail(errInvalidTopicException, rt.Topic+" is an internal topic: the broker creates it")
-		case b.topics[rt.Topic] != nil:
+		case c.exists(rt.Topic):
 			fail(errTopicAlreadyExists, "topic "+rt.Topic+" already exists")
 		case len(rt.ReplicaAssignment) > 0:
-			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: every partition lives on the single broker")
-		case n < 1 || n > 100000:
-			fail(errInvalidPartitions, "partition count must be between 1 and 100000")
+			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: each partition lives on every broker of its group (or on the single broker)")
+		case n < 1 || n > c.maxPartitions():
+			fail(errInvalidPartitions, fmt.Sprintf("partition count must be between 1 and %d", c.maxPartitions()))
 		case b.repl == nil && rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
 			fail(errInvalidReplicationFact, "this broker stores one copy of each partition: use replication factor 1 or -1")
-		case b.repl != nil && rt.ReplicationFactor != -1 && int(rt.ReplicationFactor) != len(b.repl.ids):
-			fail(errInvalidReplicationFact, fmt.Sprintf("every replica of the group holds every partition: use replication factor %d or -1", len(b.repl.ids)))
+		case b.repl != nil && rt.ReplicationFactor != -1 && int(rt.ReplicationFactor) != copies:
+			fail(errInvalidReplicationFact, fmt.Sprintf("every replica of the group holds every partition: use replication factor %d or -1", copies))
 		case cfgErr != nil:
 			fail(errInvalidConfig, cfgErr.Error())
 		case r.ValidateOnly:
 		default:
-			t, err := b.createTopicLocked(rt.Topic, n, overrides)
-			if err != nil {
-				b.log.Error("create topic failed", "topic", rt.Topic, "err", err)
-				fail(errKafkaStorageError, err.Error())
+			id, code, msg := c.create(rt.Topic, n, overrides)
+			if code != 0 {
+				fail(code, msg)
 				break
 			}
-			out.TopicID = t.id
+			out.TopicID = id
 		}
-		b.mu.Unlock()
 		if out.ErrorCode == 0 {
 			out.NumPartitions = int32(n)
-			out.ReplicationFactor = 1
-			if b.repl != nil {
-				out.ReplicationFactor = int16(len(b.repl.ids))
-			}
+			out.ReplicationFactor = int16(copies)
 			for _, k := range sortedConfigKeys() {
 				v, src := b.configValue(overrides, k)
 				out.Configs = append(out.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: k, Value: &v, Source: int8(src)})
@@ -177,6 +192,28 @@ func (b *Broker) handleCreateTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		resp.Topics = append(resp.Topics, out)
 	}
 	return resp
+}
+
+// localTopics creates topics in this broker's registry.
+type localTopics struct{ b *Broker }
+
+func (l localTopics) exists(name string) bool { return l.b.lookup(name) != nil }
+
+func (localTopics) maxPartitions() int { return 100000 }
+
+func (l localTopics) create(name string, n int, configs map[string]string) ([16]byte, int16, string) {
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.topics[name] != nil {
+		return [16]byte{}, errTopicAlreadyExists, "topic " + name + " already exists"
+	}
+	t, err := b.createTopicLocked(name, n, configs)
+	if err != nil {
+		b.log.Error("create topic failed", "topic", name, "err", err)
+		return [16]byte{}, errKafkaStorageError, err.Error()
+	}
+	return t.id, 0, ""
 }
 
 func (b *Broker) handleDeleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {

@@ -734,74 +734,33 @@ func (c *clusterMode) local(name string) *topic {
 // createTopics creates topics through the metadata log; the groups that
 // own their partitions create them locally as their leaders see them.
 func (c *clusterMode) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) kmsg.Response {
-	b := c.b
-	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
-	seen := map[string]int{}
-	for _, rt := range r.Topics {
-		seen[rt.Topic]++
+	return c.b.createTopics(r, metaTopics{c, ctx})
+}
+
+// metaTopics creates topics in the metadata log.
+type metaTopics struct {
+	c   *clusterMode
+	ctx context.Context
+}
+
+func (m metaTopics) exists(name string) bool {
+	_, ok := m.c.current().topics[name]
+	return ok
+}
+
+func (metaTopics) maxPartitions() int { return meta.MaxPartitionsPerCommand }
+
+func (m metaTopics) create(name string, n int, configs map[string]string) ([16]byte, int16, string) {
+	res, err := m.c.propose(m.ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: int32(n), Configs: configs}})
+	if err != nil {
+		return [16]byte{}, metanode.ErrorCode(err), err.Error()
 	}
-	for _, rt := range r.Topics {
-		out := kmsg.NewCreateTopicsResponseTopic()
-		out.Topic = rt.Topic
-		fail := func(code int16, msg string) {
-			out.ErrorCode = code
-			out.ErrorMessage = &msg
+	for _, rec := range res.Records {
+		if tr, ok := rec.(meta.TopicRecord); ok {
+			return [16]byte(tr.TopicID), 0, ""
 		}
-		n := int(rt.NumPartitions)
-		if n == -1 {
-			n = b.cfg.DefaultPartitions
-		}
-		configs := map[string]string{}
-		var cfgErr error
-		for _, cf := range rt.Configs {
-			if err := validateTopicConfig(cf.Name, cf.Value); err != nil {
-				cfgErr = err
-				break
-			}
-			configs[cf.Name] = *cf.Value
-		}
-		_, exists := c.current().topics[rt.Topic]
-		switch err := validTopicName(rt.Topic); {
-		case seen[rt.Topic] > 1:
-			fail(errInvalidRequest, "topic listed more than once in the request")
-		case err != nil:
-			fail(errInvalidTopicException, err.Error())
-		case internalTopic(rt.Topic):
-			fail(errInvalidTopicException, rt.Topic+" is an internal topic: the broker creates it")
-		case exists:
-			fail(errTopicAlreadyExists, "topic "+rt.Topic+" already exists")
-		case len(rt.ReplicaAssignment) > 0:
-			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: each partition lives on every broker of the group that owns it")
-		case n < 1 || n > meta.MaxPartitionsPerCommand:
-			fail(errInvalidPartitions, fmt.Sprintf("partition count must be between 1 and %d", meta.MaxPartitionsPerCommand))
-		case rt.ReplicationFactor != -1 && int(rt.ReplicationFactor) != len(b.repl.ids):
-			fail(errInvalidReplicationFact, fmt.Sprintf("every broker of a group holds each of its partitions: use replication factor %d or -1", len(b.repl.ids)))
-		case cfgErr != nil:
-			fail(errInvalidConfig, cfgErr.Error())
-		case r.ValidateOnly:
-		default:
-			res, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: rt.Topic, Partitions: int32(n), Configs: configs}})
-			if err != nil {
-				fail(metanode.ErrorCode(err), err.Error())
-				break
-			}
-			for _, rec := range res.Records {
-				if tr, ok := rec.(meta.TopicRecord); ok {
-					out.TopicID = [16]byte(tr.TopicID)
-				}
-			}
-		}
-		if out.ErrorCode == 0 {
-			out.NumPartitions = int32(n)
-			out.ReplicationFactor = int16(len(b.repl.ids))
-			for _, k := range sortedConfigKeys() {
-				v, src := b.configValue(configs, k)
-				out.Configs = append(out.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: k, Value: &v, Source: int8(src)})
-			}
-		}
-		resp.Topics = append(resp.Topics, out)
 	}
-	return resp
+	return [16]byte{}, 0, ""
 }
 
 // deleteTopics deletes topics through the metadata log.

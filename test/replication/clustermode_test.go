@@ -82,6 +82,23 @@ func twoGroups(t *testing.T) map[int]*node {
 	return ns
 }
 
+// createTopic creates topic with partitions through the broker at seed,
+// retrying while the groups elect their leaders and register (creation
+// fails with a retriable error until then).
+func createTopic(t *testing.T, seed, topic string, partitions int32) {
+	t.Helper()
+	adm := kadm.NewClient(client(t, seed))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		resp, err := adm.CreateTopic(context.Background(), partitions, -1, nil, topic)
+		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create topic %s through %s: %v %v", topic, seed, err, resp.Err)
+		}
+	}
+}
+
 // ownersOf waits until Metadata from the broker at seed names a leader for
 // every partition of topic and returns each partition's leader.
 func ownersOf(t *testing.T, seed, topic string, partitions int) []int32 {
@@ -121,23 +138,7 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 	ns := twoGroups(t)
 	ctx := context.Background()
 	const topic, parts = "split", 4
-	adm := kadm.NewClient(client(t, ns[5].addr()))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		// The groups must first elect their leaders and register; until
-		// then creation fails with a retriable error.
-		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
-		if err == nil && resp.Err == nil {
-			break
-		}
-		if errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic through broker 5: %v %v", err, resp.Err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	createTopic(t, ns[5].addr(), topic, parts)
 
 	leaders := ownersOf(t, ns[3].addr(), topic, parts)
 	inGroup := func(id int32, ids ...int32) bool { return slices.Contains(ids, id) }
@@ -304,16 +305,7 @@ func TestClusterGroupFailsOverAlone(t *testing.T) {
 	ns := twoGroups(t)
 	ctx := context.Background()
 	const topic, parts = "failover", 4
-	adm := kadm.NewClient(client(t, ns[2].addr()))
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
-		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic: %v %v", err, resp.Err)
-		}
-	}
+	createTopic(t, ns[2].addr(), topic, parts)
 	before := ownersOf(t, ns[3].addr(), topic, parts)
 	produce := func(seed string, from, n int) {
 		t.Helper()
@@ -394,16 +386,7 @@ func TestClusterTransactionSpansGroups(t *testing.T) {
 	ns := twoGroups(t)
 	ctx := context.Background()
 	const topic, parts = "txn-split", 4
-	adm := kadm.NewClient(client(t, ns[5].addr()))
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
-		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic: %v %v", err, resp.Err)
-		}
-	}
+	createTopic(t, ns[5].addr(), topic, parts)
 	leaders := ownersOf(t, ns[4].addr(), topic, parts)
 	t.Logf("partition leaders %v", leaders)
 
@@ -505,16 +488,7 @@ func TestClusterTransactionAcrossFailovers(t *testing.T) {
 	ns := twoGroups(t)
 	ctx := context.Background()
 	const topic, parts = "txn-failover", 4
-	adm := kadm.NewClient(client(t, ns[2].addr()))
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
-		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic: %v %v", err, resp.Err)
-		}
-	}
+	createTopic(t, ns[2].addr(), topic, parts)
 	leaders := ownersOf(t, ns[3].addr(), topic, parts)
 	// Seeds in both groups, so the client survives either leader's stop.
 	seeds := []string{ns[2].addr(), ns[3].addr(), ns[5].addr(), ns[6].addr()}
