@@ -216,23 +216,31 @@ func (l localTopics) create(name string, n int, configs map[string]string) ([16]
 	return t.id, 0, ""
 }
 
-func (b *Broker) handleDeleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
-	resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
-	type ask struct {
-		name *string
-		id   [16]byte
-	}
-	var asks []ask
+// deleteAsk is one topic a DeleteTopics request names: by name, or (v6+)
+// by id when name is nil.
+type deleteAsk struct {
+	name *string
+	id   [16]byte
+}
+
+// deleteAsks lists the topics a DeleteTopics request names.
+func deleteAsks(r *kmsg.DeleteTopicsRequest) []deleteAsk {
+	var asks []deleteAsk
 	if r.Version >= 6 {
 		for _, t := range r.Topics {
-			asks = append(asks, ask{t.Topic, t.TopicID})
+			asks = append(asks, deleteAsk{t.Topic, t.TopicID})
 		}
-	} else {
-		for i := range r.TopicNames {
-			asks = append(asks, ask{&r.TopicNames[i], [16]byte{}})
-		}
+		return asks
 	}
-	for _, a := range asks {
+	for i := range r.TopicNames {
+		asks = append(asks, deleteAsk{&r.TopicNames[i], [16]byte{}})
+	}
+	return asks
+}
+
+func (b *Broker) handleDeleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	for _, a := range deleteAsks(r) {
 		out := kmsg.NewDeleteTopicsResponseTopic()
 		out.Topic, out.TopicID = a.name, a.id
 		b.mu.Lock()

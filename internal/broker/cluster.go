@@ -766,21 +766,7 @@ func (m metaTopics) create(name string, n int, configs map[string]string) ([16]b
 // deleteTopics deletes topics through the metadata log.
 func (c *clusterMode) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
-	type ask struct {
-		name *string
-		id   [16]byte
-	}
-	var asks []ask
-	if r.Version >= 6 {
-		for _, t := range r.Topics {
-			asks = append(asks, ask{t.Topic, t.TopicID})
-		}
-	} else {
-		for i := range r.TopicNames {
-			asks = append(asks, ask{&r.TopicNames[i], [16]byte{}})
-		}
-	}
-	for _, a := range asks {
+	for _, a := range deleteAsks(r) {
 		out := kmsg.NewDeleteTopicsResponseTopic()
 		out.Topic, out.TopicID = a.name, a.id
 		v := c.current()
