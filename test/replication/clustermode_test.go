@@ -281,6 +281,40 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 	if committed != n {
 		t.Fatalf("the group committed %d records in all, want %d: %+v", committed, n, offs)
 	}
+
+	// Admin changes through one group are seen through the other.
+	adm1 := kadm.NewClient(client(t, ns[1].addr()))
+	if _, err := adm1.CreatePartitions(cctx, 2, topic); err != nil {
+		t.Fatalf("create partitions through broker 1: %v", err)
+	}
+	ownersOf(t, ns[5].addr(), topic, parts+2)
+	if _, err := adm1.AlterTopicConfigs(cctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kmsg.StringPtr("3600000")}}, topic); err != nil {
+		t.Fatalf("alter configs through broker 1: %v", err)
+	}
+	adm6 := kadm.NewClient(client(t, ns[6].addr()))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rc, err := adm6.DescribeTopicConfigs(cctx, topic)
+		if err == nil {
+			if c, err := rc.On(topic, nil); err == nil && hasConfig(c, "retention.ms", "3600000") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the config change through broker 1 is not seen through broker 6: %v %+v", err, rc)
+		}
+	}
+	if _, err := adm1.DeleteTopics(cctx, topic); err != nil {
+		t.Fatalf("delete topic through broker 1: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		td, err := adm6.ListTopics(cctx)
+		if err == nil && !td.Has(topic) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker 6 still lists the deleted topic: %v", err)
+		}
+	}
 }
 
 // oneBatch is a record batch of one record.
