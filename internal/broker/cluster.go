@@ -102,19 +102,19 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	node, err := metanode.New(metanode.Config{
 		ID: c.self, GroupID: c.group, Voters: voters,
 		ClientAddress:      net.JoinHostPort(host, strconv.Itoa(int(port))),
-		ReplicationAddress: net.JoinHostPort(r.cfg.ReplicateHost, strconv.Itoa(r.cfg.ReplicatePort)),
+		ReplicationAddress: replicationAddress(voters[c.self], r.cfg.ReplicateHost, host, r.cfg.ReplicatePort),
 		DataDir:            c.b.cfg.DataDir, FS: c.b.fs, Token: r.cfg.Token, TLS: r.tls.ClientConfig(),
 		Now: c.b.clock.Now, Logger: c.b.log,
 	})
 	if err != nil {
 		return err
 	}
-	c.node = node
 	mux.Handle(metanode.HandlerPrefix, node.Handler())
 	c.mountTxnHandlers(mux)
 	if err := node.Start(ctx); err != nil {
 		return err
 	}
+	c.node = node
 	vctx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
 	c.wg.Add(1)
@@ -122,6 +122,21 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	c.log.Info("cluster mode: metadata node started", "cluster", c.b.cfg.Cluster.ClusterId, "group", c.group,
 		"voter", slices.Contains(slices.Collect(maps.Keys(voters)), c.self))
 	return nil
+}
+
+// replicationAddress is the replication address this broker registers,
+// where other groups' brokers reach it: its MetadataVoters entry if it is
+// a voter, else ReplicateHost, or the client address's host when
+// ReplicateHost binds every interface.
+func replicationAddress(voterAddr, replicateHost, clientHost string, port int) string {
+	if voterAddr != "" {
+		return voterAddr
+	}
+	h := replicateHost
+	if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+		h = clientHost
+	}
+	return net.JoinHostPort(h, strconv.Itoa(port))
 }
 
 // stop ends the metadata node (its lease ends with it) and the watcher.

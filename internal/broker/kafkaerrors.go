@@ -53,6 +53,7 @@ var (
 	// A static-mode follower (Kafka's NOT_LEADER_OR_FOLLOWER is the code
 	// kerr still calls NotLeaderForPartition).
 	errNotLeaderOrFollower     = kerr.NotLeaderForPartition.Code
+	errConcurrentTransactions  = kerr.ConcurrentTransactions.Code
 	errCoordinatorLoadProgress = kerr.CoordinatorLoadInProgress.Code
 	errNotController           = kerr.NotController.Code
 

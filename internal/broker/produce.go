@@ -310,15 +310,27 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 	txnCheck := func(h recordbatch.Header) int16 {
 		return b.txns.CheckProduce(h.ProducerID, h.ProducerEpoch, t.name, p.Index)
 	}
-	if b.remoteTxnCoordinator() {
-		// Under p's append lock, as the local check: the coordinator
-		// answers before it writes a marker here, which waits for the
-		// lock, so a batch it admits lands before the marker.
+	if h := headers[0]; b.remoteTxnCoordinator() && h.Transactional() {
+		// The coordinator is asked before the append lock is taken (a
+		// round trip must not hold up the partition's other
+		// producers). A marker of this producer appended in between
+		// means the transaction the answer was about may have ended:
+		// the batch is refused then, as retriable, rather than opening
+		// a transaction the coordinator no longer knows.
+		_, open := p.OpenTransactions()[h.ProducerID]
+		marker, _ := p.LastMarker(h.ProducerID)
+		code := int16(0)
+		if !open {
+			code = b.cl.remoteTxnCheck(b.ctx, h.ProducerID, h.ProducerEpoch, []txn.TP{{Topic: t.name, Partition: p.Index}}, false)
+		}
 		txnCheck = func(h recordbatch.Header) int16 {
 			if _, open := p.OpenTransactions()[h.ProducerID]; open {
 				return 0 // verified with the transaction's first batch here
 			}
-			return b.cl.remoteTxnCheck(b.ctx, h.ProducerID, h.ProducerEpoch, []txn.TP{{Topic: t.name, Partition: p.Index}}, false)
+			if now, _ := p.LastMarker(h.ProducerID); code == 0 && now != marker {
+				return errConcurrentTransactions
+			}
+			return code
 		}
 	}
 	a, err := p.AppendClient(batches, headers, txnCheck)
