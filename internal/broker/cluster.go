@@ -343,7 +343,7 @@ func (c *clusterMode) leaderPass(ctx context.Context, reconciled **uint64) {
 
 // warn logs at most one warning per 30 seconds.
 func (c *clusterMode) warn(msg string, args ...any) {
-	now := time.Now().UnixNano()
+	now := c.b.clock.Now().UnixNano()
 	if last := c.lastWarn.Load(); now-last < int64(30*time.Second) || !c.lastWarn.CompareAndSwap(last, now) {
 		return
 	}

@@ -22,7 +22,8 @@ import (
 const TopicUsage = `usage: moonmq topic describe [--bootstrap HOST:PORT[,HOST:PORT...]] [--config FILE] [TOPIC...]
        moonmq topic list     [--bootstrap HOST:PORT[,HOST:PORT...]] [--config FILE]
 
-describe prints each topic as kafka-topics --describe does:
+describe prints each topic as kafka-topics --describe does (in cluster mode
+with each partition's owner group after its number, "Group: g1"):
   Topic: events TopicId: ... PartitionCount: 1 ReplicationFactor: 3 Configs: retention.ms=60000
   Topic: events Partition: 0 Leader: 1 Replicas: 1,2,3 Isr: 1,2,3 Epoch: 2 LogStart: 0 HighWatermark: 42
 Without TOPIC it describes every topic but the internal ones. list prints
@@ -47,6 +48,9 @@ type TopicView struct {
 // PartitionView is one partition as `topic describe` prints it.
 type PartitionView struct {
 	Partition int32
+	// Group is the replication group that owns the partition in cluster
+	// mode (its replicas' rack), "" otherwise.
+	Group string
 	// Leader is -1 when there is none.
 	Leader                 int32
 	Epoch                  int32
@@ -111,6 +115,25 @@ func BuildTopicViews(topics kadm.TopicDetails, configs kadm.ResourceConfigs, sta
 	return out
 }
 
+// SetGroups names each partition's owner group from its replicas' rack,
+// which a broker in cluster mode sets to its group (docs/CLUSTER.md).
+func SetGroups(views []TopicView, brokers kadm.BrokerDetails) {
+	rack := map[int32]string{}
+	for _, b := range brokers {
+		if b.Rack != nil {
+			rack[b.NodeID] = *b.Rack
+		}
+	}
+	for i := range views {
+		for j := range views[i].Partitions {
+			p := &views[i].Partitions[j]
+			if len(p.Replicas) > 0 {
+				p.Group = rack[p.Replicas[0]]
+			}
+		}
+	}
+}
+
 // FormatTopics prints topics as kafka-topics --describe does, one header
 // line per topic and one line per partition, fields separated by spaces.
 func FormatTopics(w io.Writer, topics []TopicView) {
@@ -137,6 +160,9 @@ func FormatTopics(w io.Writer, topics []TopicView) {
 func partitionLine(topic string, p PartitionView) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Topic: %s Partition: %d", topic, p.Partition)
+	if p.Group != "" {
+		fmt.Fprintf(&b, " Group: %s", p.Group)
+	}
 	if p.Err != "" && len(p.Replicas) == 0 {
 		fmt.Fprintf(&b, " Error: %s", p.Err)
 		return b.String()
@@ -239,6 +265,9 @@ func Topic(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ends, _ = adm.ListEndOffsets(ctx, found...)
 	}
 	views := BuildTopicViews(tds, cfgs, starts, ends)
+	if bs, err := adm.BrokerMetadata(ctx); err == nil {
+		SetGroups(views, bs.Brokers)
+	}
 	if len(views) == 0 {
 		fmt.Fprintln(stderr, "moonmq topic: no topics")
 		return 0

@@ -235,6 +235,21 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 		}
 	}
 
+	// moonmq topic describe names each partition's owner group too.
+	out.Reset()
+	if code := cli.Topic(ctx, []string{"describe", "--bootstrap", ns[2].addr(), topic}, &out, &errOut); code != 0 {
+		t.Fatalf("moonmq topic describe: exit %d: %s", code, errOut.String())
+	}
+	for p, l := range leaders {
+		g := "g1"
+		if l >= 4 {
+			g = "g2"
+		}
+		if want := fmt.Sprintf("Partition: %d Group: %s Leader: %d ", p, g, l); !strings.Contains(out.String(), want) {
+			t.Fatalf("moonmq topic describe lacks %q:\n%s", want, out.String())
+		}
+	}
+
 	// A producer that knows only broker 3 writes every partition.
 	const n = 400
 	prod := client(t, ns[3].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
