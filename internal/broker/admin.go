@@ -15,12 +15,13 @@ import (
 // partitionOf resolves a topic and partition for the admin handlers.
 // In cluster mode a partition another group owns is NOT_LEADER_OR_FOLLOWER.
 func (b *Broker) partitionOf(name string, index int32) (*partition.Partition, int16) {
-	t := b.lookup(name)
-	if b.cl != nil {
+	var t *topic
+	if b.cl == nil {
+		t = b.lookup(name)
+	} else if _, foreign := b.cl.foreign(name, index); foreign {
+		return nil, errNotLeaderOrFollower
+	} else {
 		t = b.cl.local(name)
-		if _, foreign := b.cl.foreign(name, index); foreign {
-			return nil, errNotLeaderOrFollower
-		}
 	}
 	if t == nil || index < 0 || int(index) >= len(t.partitions) {
 		return nil, errUnknownTopicOrPartition

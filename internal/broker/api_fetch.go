@@ -47,12 +47,6 @@ func fetchOnFollower(b *Broker, q *kmsg.FetchRequest) kmsg.Response {
 			}
 		}
 	}
-	if q.Version >= 12 {
-		for _, id := range hints {
-			if host, port, ok := b.hintEndpoint(id); ok {
-				resp.Brokers = append(resp.Brokers, kmsg.FetchResponseBroker{NodeID: id, Host: host, Port: port})
-			}
-		}
-	}
+	resp.Brokers = hints.fetchBrokers(b, q.Version)
 	return resp
 }

@@ -72,12 +72,6 @@ func produceOnFollower(b *Broker, q *kmsg.ProduceRequest) kmsg.Response {
 			}
 		}
 	}
-	if q.Version >= 10 {
-		for _, id := range hints {
-			if host, port, ok := b.hintEndpoint(id); ok {
-				resp.Brokers = append(resp.Brokers, kmsg.ProduceResponseBroker{NodeID: id, Host: host, Port: port})
-			}
-		}
-	}
+	resp.Brokers = hints.produceBrokers(b, q.Version)
 	return resp
 }

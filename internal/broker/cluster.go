@@ -921,6 +921,30 @@ func (h *leaderHints) add(id int32) {
 	}
 }
 
+// produceBrokers are the endpoints a Produce answer of version lists for
+// the leaders it names (v10+).
+func (h leaderHints) produceBrokers(b *Broker, version int16) []kmsg.ProduceResponseBroker {
+	var out []kmsg.ProduceResponseBroker
+	for _, id := range h {
+		if host, port, ok := b.hintEndpoint(id); ok && version >= 10 {
+			out = append(out, kmsg.ProduceResponseBroker{NodeID: id, Host: host, Port: port})
+		}
+	}
+	return out
+}
+
+// fetchBrokers are the endpoints a Fetch answer of version lists for the
+// leaders it names (a tagged field: flexible versions, v12+).
+func (h leaderHints) fetchBrokers(b *Broker, version int16) []kmsg.FetchResponseBroker {
+	var out []kmsg.FetchResponseBroker
+	for _, id := range h {
+		if host, port, ok := b.hintEndpoint(id); ok && version >= 12 {
+			out = append(out, kmsg.FetchResponseBroker{NodeID: id, Host: host, Port: port})
+		}
+	}
+	return out
+}
+
 // leaderHintFor is the leader a follower's refusal names for a partition:
 // the owner group's in cluster mode when another group owns it, else this
 // group's leader, groupLeader.

@@ -40,9 +40,12 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 		} else {
 			t = b.lookup(rt.Topic)
 		}
-		name := b.fetchTopicName(r, rt)
-		if b.cl != nil && t != nil && b.cl.local(t.name) == nil {
-			t = nil // not (or no longer) the metadata's topic
+		var name string // for the ownership check, cluster mode only
+		if b.cl != nil {
+			name = b.fetchTopicName(r, rt)
+			if t != nil && b.cl.local(t.name) == nil {
+				t = nil // not (or no longer) the metadata's topic
+			}
 		}
 		out := &resp.Topics[ti]
 		out.Topic, out.TopicID = rt.Topic, rt.TopicID
@@ -76,13 +79,7 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 			}
 		}
 	}
-	if r.Version >= 16 {
-		for _, id := range hints {
-			if host, port, ok := b.cl.current().endpoint(id); ok {
-				resp.Brokers = append(resp.Brokers, kmsg.FetchResponseBroker{NodeID: id, Host: host, Port: port})
-			}
-		}
-	}
+	resp.Brokers = hints.fetchBrokers(b, r.Version)
 	maxBytes := int(r.MaxBytes)
 	if r.Version < 3 || maxBytes <= 0 {
 		maxBytes = 50 << 20

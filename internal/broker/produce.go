@@ -87,13 +87,7 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 		}
 		resp.Topics = append(resp.Topics, out)
 	}
-	if r.Version >= 10 {
-		for _, id := range hints {
-			if host, port, ok := b.cl.current().endpoint(id); ok {
-				resp.Brokers = append(resp.Brokers, kmsg.ProduceResponseBroker{NodeID: id, Host: host, Port: port})
-			}
-		}
-	}
+	resp.Brokers = hints.produceBrokers(b, r.Version)
 	// Each result points into its topic's Partitions array, which copying
 	// the topic into resp.Topics shares rather than moves.
 	if r.Acks == 0 {

@@ -211,7 +211,53 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 		if len(brokers) != 1 || brokers[0].NodeID != l || brokers[0].Port != int32(ns[int(l)].cfg.Port) {
 			t.Fatalf("produce to broker %d: endpoints %+v, want broker %d's", other, brokers, l)
 		}
+
+		// A fetch of it is refused the same way by two brokers of that
+		// group (a leader's and a follower's answers differ in code).
+		tmd := kmsg.NewPtrMetadataRequest()
+		tmd.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr(topic)}}
+		tmdr, err := tmd.RequestWith(ctx, cl)
+		if err != nil || len(tmdr.Topics) != 1 {
+			t.Fatalf("metadata of %s: %v", topic, err)
+		}
+		for _, asked := range []int{other, other + 1} {
+			fr := kmsg.NewPtrFetchRequest()
+			fr.Version, fr.ReplicaID, fr.MaxBytes = 16, -1, 1<<20
+			ft := kmsg.NewFetchRequestTopic()
+			ft.TopicID = tmdr.Topics[0].TopicID
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.Partition, fp.CurrentLeaderEpoch, fp.PartitionMaxBytes = int32(p), -1, 1<<20
+			ft.Partitions = append(ft.Partitions, fp)
+			fr.Topics = append(fr.Topics, ft)
+			fcl := client(t, ns[asked].addr())
+			if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, fcl); err != nil {
+				t.Fatal(err)
+			}
+			fresp, err := fcl.Broker(asked).Request(ctx, fr)
+			if err != nil {
+				t.Fatalf("fetch from broker %d: %v", asked, err)
+			}
+			f := fresp.(*kmsg.FetchResponse)
+			fpr := f.Topics[0].Partitions[0]
+			if fpr.ErrorCode != kerr.NotLeaderForPartition.Code || fpr.CurrentLeader.LeaderID != l ||
+				len(f.Brokers) != 1 || f.Brokers[0].NodeID != l {
+				t.Fatalf("fetch of partition %d from broker %d: code %d leader %d endpoints %+v, want NOT_LEADER_OR_FOLLOWER naming %d",
+					p, asked, fpr.ErrorCode, fpr.CurrentLeader.LeaderID, f.Brokers, l)
+			}
+		}
 		break
+	}
+
+	// ACL changes are refused with a message: they would hold in one
+	// group only.
+	ca := kmsg.NewPtrCreateACLsRequest()
+	cr := kmsg.NewCreateACLsRequestCreation()
+	cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = kmsg.ACLResourceTypeTopic, topic, kmsg.ACLResourcePatternTypeLiteral
+	cr.Principal, cr.Host, cr.Operation, cr.PermissionType = "User:x", "*", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeAllow
+	ca.Creations = append(ca.Creations, cr)
+	car, err := ca.RequestWith(ctx, client(t, ns[1].addr()))
+	if err != nil || len(car.Results) != 1 || car.Results[0].ErrorCode != kerr.InvalidRequest.Code || car.Results[0].ErrorMessage == nil {
+		t.Fatalf("CreateAcls in cluster mode: %v %+v, want INVALID_REQUEST with a message", err, car)
 	}
 
 	// moonmq cluster status shows both groups and each partition's owner.
