@@ -30,11 +30,13 @@ func newMemory(queued int64) *memory {
 	return &memory{
 		requests:  reqmem.NewBudget(queued),
 		responses: reqmem.NewBudget(queued),
-		// An eighth of the budget is plenty to keep every busy
-		// producer's frame buffer warm. Off the heap, so that the
-		// garbage collector does not let garbage grow to as much again
-		// (docs/BENCHMARKS.md: 64 producers).
-		frames: reqmem.NewOffHeapPool(queued / 8),
+		// Half the budget keeps the frames of a steady load warm: with
+		// an eighth, 64 pipelined producers missed the pool on every
+		// other frame, and mapping and faulting in each fresh buffer
+		// cost a fifth of the broker's CPU (docs/BENCHMARKS.md). Off the
+		// heap, so that the garbage collector does not let garbage grow
+		// to as much again.
+		frames: reqmem.NewOffHeapPool(queued / 2),
 	}
 }
 
@@ -79,6 +81,10 @@ func (m *memory) register(reg *prometheus.Registry) {
 			Help: "Requests whose reading waited for request memory."}, func() float64 { return float64(m.requests.Waits()) }),
 		g("moonmq_fetch_answer_bytes_in_flight", "Record bytes of fetch answers built and not yet written.", m.responses.Used),
 		g("moonmq_frame_pool_idle_bytes", "Bytes of frame buffers kept for reuse, for all connections.", m.frames.Idle),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "moonmq_frame_pool_hits_total",
+			Help: "Frame buffers lent from the pool."}, func() float64 { return float64(m.frames.Hits()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "moonmq_frame_pool_misses_total",
+			Help: "Frame buffers allocated afresh because none of their size was idle."}, func() float64 { return float64(m.frames.Misses()) }),
 	)
 }
 
@@ -87,5 +93,6 @@ func (m *memory) snapshot() status.Memory {
 		QueuedRequestBytes: m.requests.Used(), QueuedMaxRequestBytes: m.requests.Total(),
 		ReadersWaiting: m.requests.Waiting(), RequestMemoryWaits: m.requests.Waits(),
 		FetchAnswerBytes: m.responses.Used(), FramePoolIdleBytes: m.frames.Idle(),
+		FramePoolHits: m.frames.Hits(), FramePoolMisses: m.frames.Misses(),
 	}
 }

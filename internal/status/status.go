@@ -53,6 +53,11 @@ type Memory struct {
 	RequestMemoryWaits    int64 `json:"request_memory_waits"`
 	FetchAnswerBytes      int64 `json:"fetch_answer_bytes"`
 	FramePoolIdleBytes    int64 `json:"frame_pool_idle_bytes"`
+	// FramePoolHits and FramePoolMisses count frame buffers lent from the
+	// pool and allocated (mapped) afresh: a miss rate that stays high
+	// under steady load means the pool keeps too little.
+	FramePoolHits   int64 `json:"frame_pool_hits"`
+	FramePoolMisses int64 `json:"frame_pool_misses"`
 }
 
 // Expired counts what offsets retention and producer and
