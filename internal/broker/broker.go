@@ -510,6 +510,19 @@ func (b *Broker) createTopicWithIDLocked(name string, id [16]byte, n int, overri
 	return t, nil
 }
 
+// setMetaIndexLocked records that the cluster metadata copy at index
+// holds t (topic.metaIndex). A topic is copied on write, as for its
+// configs: readers hold the old one. The caller holds b.mu.
+func (b *Broker) setMetaIndexLocked(t *topic, index uint64) error {
+	nt := *t
+	nt.metaIndex = index
+	if err := b.saveTopic(&nt); err != nil {
+		return err
+	}
+	b.topics[nt.name], b.byID[nt.id] = &nt, &nt
+	return nil
+}
+
 func (b *Broker) saveTopic(t *topic) error {
 	meta := topicMeta{Name: t.name, ID: formatUUID(t.id), Partitions: len(t.partitions), Configs: t.overrides, MetaIndex: t.metaIndex}
 	data, err := json.MarshalIndent(meta, "", "  ")

@@ -497,13 +497,9 @@ func (c *clusterMode) reconcile(v *clusterView) (clean bool) {
 // stamp records that the metadata copy at index holds t. The caller holds
 // b.mu.
 func (c *clusterMode) stamp(t *topic, index uint64) {
-	nt := *t
-	nt.metaIndex = index
-	if err := c.b.saveTopic(&nt); err != nil {
+	if err := c.b.setMetaIndexLocked(t, index); err != nil {
 		c.log.Error("cluster mode: saving a topic failed", "topic", t.name, "err", err)
-		return
 	}
-	c.b.topics[nt.name], c.b.byID[nt.id] = &nt, &nt
 }
 
 // topicConfigs are a topic's configs as the metadata holds them.

@@ -703,7 +703,8 @@ func topicInfos(ts []*topic) []shipping.TopicInfo {
 		for k, v := range t.overrides {
 			cfgs[k] = v
 		}
-		out = append(out, shipping.TopicInfo{Name: t.name, ID: formatUUID(t.id), Partitions: int32(len(t.partitions)), Configs: cfgs})
+		out = append(out, shipping.TopicInfo{Name: t.name, ID: formatUUID(t.id), Partitions: int32(len(t.partitions)),
+			Configs: cfgs, MetaIndex: t.metaIndex})
 	}
 	return out
 }
@@ -827,8 +828,28 @@ func (s sink) CreateTopic(ti shipping.TopicInfo) error {
 			return err
 		}
 	}
-	_, err = b.createTopicWithIDLocked(ti.Name, id, int(ti.Partitions), ti.Configs)
-	return err
+	t, err := b.createTopicWithIDLocked(ti.Name, id, int(ti.Partitions), ti.Configs)
+	if err != nil || ti.MetaIndex == 0 {
+		return err
+	}
+	return b.setMetaIndexLocked(t, ti.MetaIndex)
+}
+
+func (s sink) SetMetaIndex(name string, index uint64) error {
+	b := s.r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := s.r.mayFollow(); err != nil {
+		return err
+	}
+	t := b.topics[name]
+	if t == nil {
+		return fmt.Errorf("no topic %s", name)
+	}
+	if t.metaIndex == index {
+		return nil
+	}
+	return b.setMetaIndexLocked(t, index)
 }
 
 func (s sink) DeleteTopic(name string) error {

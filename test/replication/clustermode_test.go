@@ -3,8 +3,11 @@ package replication_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -667,5 +670,114 @@ func TestClusterTransactionAcrossFailovers(t *testing.T) {
 		fs := cons.PollFetches(pctx)
 		pcancel()
 		fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
+	}
+}
+
+// TestClusterTopicRecreatedWhileGroupDown: a topic deleted and created
+// again under its name while a group has no leader is replaced in that
+// group once it elects one. The new leader was a follower; its copy of
+// the topic carries the metadata index its old leader's manifest gave
+// it, which tells it that its own metadata copy has seen the topic go.
+// Without that it cannot tell a re-created topic from one its copy has
+// not caught up to, keeps the old one, and serves the old incarnation's
+// records under the new one.
+func TestClusterTopicRecreatedWhileGroupDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	const topic, parts = "recreated", 4
+	produce := func(prefix string, n int) {
+		t.Helper()
+		cl := client(t, ns[1].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, "%s-%d", prefix, i)})
+		}
+		if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce %s records: %v", prefix, err)
+		}
+		cl.Close()
+	}
+	createTopic(t, ns[1].addr(), topic, parts)
+	if owners := ownersOf(t, ns[1].addr(), topic, parts); !slices.ContainsFunc(owners, func(l int32) bool { return l >= 4 }) {
+		t.Fatalf("no partition of %s in g2: leaders %v", topic, owners)
+	}
+	produce("old", 40)
+
+	// Every broker of g2 holds the topic with the index its leader's
+	// metadata copy held it at.
+	metaIndex := func(n *node) uint64 {
+		data, err := os.ReadFile(filepath.Join(n.cfg.DataDir, "topics", topic, "topic.json"))
+		if err != nil {
+			return 0
+		}
+		var m struct{ MetaIndex uint64 }
+		if json.Unmarshal(data, &m) != nil {
+			return 0
+		}
+		return m.MetaIndex
+	}
+	for _, id := range []int{4, 5, 6} {
+		for deadline := time.Now().Add(30 * time.Second); metaIndex(ns[id]) == 0; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("broker %d's copy of %s has no metadata index", id, topic)
+			}
+		}
+	}
+
+	// g2 loses its quorum (the metadata log keeps brokers 1 and 2), and
+	// the topic is deleted and created again meanwhile.
+	ns[4].stop()
+	ns[5].stop()
+	adm := kadm.NewClient(client(t, ns[1].addr()))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := adm.DeleteTopics(ctx, topic)
+		if err == nil && resp[topic].Err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delete topic through broker 1: %v %+v", err, resp)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
+		if err == nil && resp.Err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create topic %s again through broker 1: %v %v", topic, err, resp.Err)
+		}
+	}
+
+	// g2 elects a leader again; every partition of the new topic has one.
+	tl := &testLog{t: t}
+	t.Cleanup(func() { tl.mu.Lock(); tl.done = true; tl.mu.Unlock() })
+	ns[5].start(t, tl)
+	owners := ownersOf(t, ns[1].addr(), topic, parts)
+	if !slices.ContainsFunc(owners, func(l int32) bool { return l >= 4 }) {
+		t.Fatalf("no partition of the new %s in g2: leaders %v", topic, owners)
+	}
+	produce("new", 40)
+
+	// Read through g2: the new incarnation's records and nothing else.
+	cons := client(t, ns[6].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for len(seen) < 40 {
+		fs := cons.PollFetches(cctx)
+		if cctx.Err() != nil {
+			t.Fatalf("consumed %d of the 40 new records", len(seen))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if !strings.HasPrefix(string(r.Value), "new-") {
+				t.Fatalf("partition %d offset %d of the re-created topic holds %q, a record of the deleted one", r.Partition, r.Offset, r.Value)
+			}
+			seen[string(r.Value)] = true
+		})
 	}
 }

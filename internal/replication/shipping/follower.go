@@ -69,6 +69,8 @@ type Sink interface {
 	CreatePartitions(name string, count int32) error
 	// SetConfigs replaces a topic's configs.
 	SetConfigs(name string, configs map[string]string) error
+	// SetMetaIndex records a topic's TopicInfo.MetaIndex.
+	SetMetaIndex(name string, index uint64) error
 	// Partition returns the local log of tp.
 	Partition(tp replication.TopicPartition) (ReplicaLog, bool)
 	// LeaderPosition reports the leader's high watermark and log start
@@ -621,6 +623,11 @@ func (f *Follower) applyManifest(topics []TopicInfo) error {
 			if !maps.Equal(normConfigs(r.Configs), normConfigs(l.Configs)) {
 				if err := f.sink.SetConfigs(name, r.Configs); err != nil {
 					return fmt.Errorf("configure %s: %w", name, err)
+				}
+			}
+			if r.MetaIndex != l.MetaIndex {
+				if err := f.sink.SetMetaIndex(name, r.MetaIndex); err != nil {
+					return fmt.Errorf("metadata index of %s: %w", name, err)
 				}
 			}
 		}

@@ -295,6 +295,13 @@ func (s *testSink) SetConfigs(name string, configs map[string]string) error {
 	return nil
 }
 
+func (s *testSink) SetMetaIndex(name string, index uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topics[name].info.MetaIndex = index
+	return nil
+}
+
 func (s *testSink) Partition(tp replication.TopicPartition) (ReplicaLog, bool) {
 	lg := s.log(tp.Topic, tp.Partition)
 	return lg, lg != nil

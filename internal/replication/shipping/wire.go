@@ -67,6 +67,11 @@ type TopicInfo struct {
 	Partitions int32 `json:"partitions"`
 	// Configs are the topic's configs (only the explicitly set ones).
 	Configs map[string]string `json:"configs,omitempty"`
+	// MetaIndex is, in cluster mode, the index of the cluster metadata
+	// log at which the leader's copy of that log held the topic; 0
+	// outside cluster mode. A follower keeps it, so that once promoted it
+	// can tell a topic its own copy has seen from one it has not.
+	MetaIndex uint64 `json:"metaIndex,omitempty"`
 }
 
 // Manifest is the answer to GET /replication/manifest.
