@@ -71,12 +71,16 @@ const lazyFlushEvery = 50 * time.Millisecond
 const maxParallelSyncs = 16
 
 // volumeSyncAt is the number of dirty partitions from which a pass syncs
-// the volume whole. Below it, fsyncs run in parallel and the journal
-// commits them together, so a pass costs about one fsync and stays out of
-// other writers' way on the filesystem; above it, every fsync still pays
-// for a device flush, and one syncfs of 10,000 dirty files took 50-180 ms
-// against 480-830 ms for their fsyncs on this machine.
-const volumeSyncAt = 128
+// the volume whole. Every fsync pays for a device flush of its own unless
+// the filesystem's journal commits concurrent ones together, which it
+// does not always (ext4 without a journal, as on this project's
+// machines): one syncfs of 10,000 dirty files took 50-180 ms against
+// 480-830 ms for their fsyncs, and with 8 and 64 partitions a syncfs per
+// pass carried 10-14% and 37% more acks=all records per second than 8 and
+// 64 parallel fsyncs (docs/BENCHMARKS.md). A volume sync also writes back
+// whatever else is dirty on the filesystem, so the broker's own large
+// background writes (compaction) sync themselves as they go.
+const volumeSyncAt = 2
 
 // Run syncs as soon as there is work, and every lazyFlushEvery, until ctx
 // ends.

@@ -271,6 +271,10 @@ func forEachBatch(f vfs.File, size int64, fn func(pos int64, h recordbatch.Heade
 	return nil
 }
 
+// compactSyncEvery is how many bytes of a cleaned segment may be written
+// before they are synced.
+const compactSyncEvery = 8 << 20
+
 // cleanSegment writes the cleaned copy of ss to .cleaned files and fsyncs
 // them. It returns the new segment (its log file open, its indexes in
 // memory and on disk), or nil when cleaning would change nothing, in which
@@ -288,6 +292,7 @@ func (l *Log) cleanSegment(ss snapSeg, keys map[string]int64, horizon int64, max
 		}
 		return nil, err
 	}
+	var syncedPos int64
 	// emit adds a retained batch (with header h) to the cleaned segment.
 	emit := func(h recordbatch.Header, b []byte) error {
 		ie, te := ns.plan(outPos, h, l.index)
@@ -298,6 +303,18 @@ func (l *Log) cleanSegment(ss snapSeg, keys map[string]int64, horizon int64, max
 			}
 		}
 		outPos += int64(len(b))
+		if w != nil && outPos-syncedPos >= compactSyncEvery {
+			// Bounded dirty data: the produce path's volume sync
+			// would otherwise write back the whole cleaned segment
+			// before it could acknowledge anything.
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if err := out.Sync(); err != nil {
+				return err
+			}
+			syncedPos = outPos
+		}
 		return nil
 	}
 	// start begins writing at the first change: the batches before pos are
