@@ -22,6 +22,7 @@ import (
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/groupcoord"
 	"github.com/moonmq/moonmq/internal/partition"
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/txncoord"
 )
 
@@ -224,6 +225,21 @@ func (c *clusterMode) foreign(topic string, index int32) (leaderHint, bool) {
 		return leaderHint{leader: -1, epoch: -1}, true
 	}
 	return leaderHint{leader: g.Leader, epoch: partitionEpoch(p, g)}, true
+}
+
+// owner is what /stats and /metrics say of a partition's owner; false
+// when the metadata does not know the partition.
+func (c *clusterMode) owner(v *clusterView, topic string, index int32) (status.PartitionOwner, bool) {
+	p, ok := v.partition(topic, index)
+	if !ok {
+		return status.PartitionOwner{}, false
+	}
+	o := status.PartitionOwner{Group: p.Owner, Leader: -1, LeaderEpoch: -1, ISR: []int32{}, Local: p.Owner == c.group}
+	if g, ok := c.groupState(v, p.Owner); ok {
+		o.Leader, o.LeaderEpoch = g.Leader, partitionEpoch(p, g)
+		o.ISR = append(o.ISR, g.ISR...)
+	}
+	return o, true
 }
 
 // listed are the brokers clients are told of, by id: those whose lease

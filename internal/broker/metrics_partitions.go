@@ -13,6 +13,8 @@ type partitionCollector struct {
 	b *Broker
 
 	start, end, hw, size, lag *prometheus.Desc
+	// In cluster mode only: the owner group, its leader and ISR size.
+	owner, leader, isr *prometheus.Desc
 }
 
 func newPartitionCollector(b *Broker) *partitionCollector {
@@ -25,11 +27,15 @@ func newPartitionCollector(b *Broker) *partitionCollector {
 		size:  prometheus.NewDesc("moonmq_partition_size_bytes", "Bytes of the partition's segments on disk.", tp, nil),
 		lag: prometheus.NewDesc("moonmq_consumer_group_lag", "High watermark minus the group's committed offset (records not yet consumed).",
 			[]string{"group", "topic", "partition"}, nil),
+		owner: prometheus.NewDesc("moonmq_partition_owner_info", "Cluster mode: 1 for the replication group that owns the partition (local: whether it is this broker's).",
+			[]string{"topic", "partition", "owner_group", "local"}, nil),
+		leader: prometheus.NewDesc("moonmq_partition_leader", "Cluster mode: broker id of the owner group's leader, -1 while it has none.", tp, nil),
+		isr:    prometheus.NewDesc("moonmq_partition_isr_size", "Cluster mode: in-sync brokers of the owner group.", tp, nil),
 	}
 }
 
 func (c *partitionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.start, c.end, c.hw, c.size, c.lag} {
+	for _, d := range []*prometheus.Desc{c.start, c.end, c.hw, c.size, c.lag, c.owner, c.leader, c.isr} {
 		ch <- d
 	}
 }
@@ -43,6 +49,10 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 		partition int32
 	}
 	hws := map[tp]int64{}
+	var view *clusterView
+	if c.b.cl != nil {
+		view = c.b.cl.current()
+	}
 	for _, t := range c.b.sortedTopics() {
 		for _, p := range t.partitions {
 			idx := strconv.Itoa(int(p.Index))
@@ -52,6 +62,14 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.hw, hw, t.name, idx)
 			gauge(c.size, p.Log().Size(), t.name, idx)
 			hws[tp{t.name, p.Index}] = hw
+			if view == nil {
+				continue
+			}
+			if o, ok := c.b.cl.owner(view, t.name, p.Index); ok {
+				gauge(c.owner, 1, t.name, idx, o.Group, strconv.FormatBool(o.Local))
+				gauge(c.leader, int64(o.Leader), t.name, idx)
+				gauge(c.isr, int64(len(o.ISR)), t.name, idx)
+			}
 		}
 	}
 	if c.b.following() {

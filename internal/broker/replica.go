@@ -836,6 +836,17 @@ func (s sink) CreateTopic(ti shipping.TopicInfo) error {
 }
 
 func (s sink) SetMetaIndex(name string, index uint64) error {
+	return s.withTopic(name, func(b *Broker, t *topic) error {
+		if t.metaIndex == index {
+			return nil
+		}
+		return b.setMetaIndexLocked(t, index)
+	})
+}
+
+// withTopic runs f on the local topic name under the broker's lock, while
+// this replica still follows.
+func (s sink) withTopic(name string, f func(b *Broker, t *topic) error) error {
 	b := s.r.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -846,10 +857,7 @@ func (s sink) SetMetaIndex(name string, index uint64) error {
 	if t == nil {
 		return fmt.Errorf("no topic %s", name)
 	}
-	if t.metaIndex == index {
-		return nil
-	}
-	return b.setMetaIndexLocked(t, index)
+	return f(b, t)
 }
 
 func (s sink) DeleteTopic(name string) error {
@@ -867,20 +875,12 @@ func (s sink) DeleteTopic(name string) error {
 }
 
 func (s sink) CreatePartitions(name string, count int32) error {
-	b := s.r.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := s.r.mayFollow(); err != nil {
-		return err
-	}
-	t := b.topics[name]
-	if t == nil {
-		return fmt.Errorf("no topic %s", name)
-	}
-	if int(count) <= len(t.partitions) {
-		return nil
-	}
-	return b.addPartitionsLocked(t, int(count))
+	return s.withTopic(name, func(b *Broker, t *topic) error {
+		if int(count) <= len(t.partitions) {
+			return nil
+		}
+		return b.addPartitionsLocked(t, int(count))
+	})
 }
 
 func (s sink) SetConfigs(name string, configs map[string]string) error {

@@ -184,12 +184,22 @@ func (b *Broker) Snapshot() status.Stats {
 	ts := b.sortedTopics()
 	snap.Topics = len(ts)
 	snap.Partitions = []status.Partition{}
+	var view *clusterView
+	if b.cl != nil {
+		view = b.cl.current()
+	}
 	for _, t := range ts {
 		for _, p := range t.partitions {
-			snap.Partitions = append(snap.Partitions, status.Partition{
+			sp := status.Partition{
 				Topic: t.name, Partition: p.Index, LogStartOffset: p.Log().StartOffset(),
 				LogEndOffset: p.Log().EndOffset(), HighWatermark: p.HighWatermark(), SizeBytes: p.Log().Size(),
-			})
+			}
+			if view != nil {
+				if o, ok := b.cl.owner(view, t.name, p.Index); ok {
+					sp.Owner = &o
+				}
+			}
+			snap.Partitions = append(snap.Partitions, sp)
 		}
 	}
 	return snap

@@ -135,7 +135,7 @@ func FormatCluster(w io.Writer, md kadm.Metadata, ends kadm.ListedOffsets) {
 		l, ok := leads[g]
 		leader := "unknown"
 		if ok {
-			leader = fmt.Sprintf("%d Epoch: %d Isr: %s", l.leader, l.epoch, joinIDs(l.isr))
+			leader = fmt.Sprintf("%d Epoch: %d Isr: %s", l.leader, l.epoch, ids(l.isr))
 		}
 		fmt.Fprintf(w, "Group: %s Leader: %s Brokers: %s\n", g, leader, strings.Join(list, ","))
 	}
@@ -153,14 +153,6 @@ func FormatCluster(w io.Writer, md kadm.Metadata, ends kadm.ListedOffsets) {
 			hw = fmt.Sprint(o.Offset)
 		}
 		fmt.Fprintf(w, "Partition: %s/%d Group: %s Leader: %s Epoch: %d Isr: %s HighWatermark: %s\n",
-			pl.topic, p.Partition, owner, leader, p.LeaderEpoch, joinIDs(p.ISR), hw)
+			pl.topic, p.Partition, owner, leader, p.LeaderEpoch, ids(p.ISR), hw)
 	}
-}
-
-func joinIDs(ids []int32) string {
-	s := make([]string, len(ids))
-	for i, id := range ids {
-		s[i] = fmt.Sprint(id)
-	}
-	return strings.Join(s, ",")
 }

@@ -32,7 +32,8 @@ func fakeBroker() Source {
 				"node_id": 1, "cluster_id": "c-test", "role": "leader", "connections": 3,
 				"produced_bytes": n * 4096, "produced_records": n * 4, "fetched_bytes": n * 1024,
 				"partitions": []map[string]any{
-					{"topic": "orders", "partition": 0, "log_start_offset": 0, "high_watermark": 90, "log_end_offset": 100, "size_bytes": 2048},
+					{"topic": "orders", "partition": 0, "log_start_offset": 0, "high_watermark": 90, "log_end_offset": 100, "size_bytes": 2048,
+						"owner": map[string]any{"group": "g2", "leader": 4, "leader_epoch": 3, "isr": []int{4, 5}, "local": false}},
 					{"topic": "payments", "partition": 1, "log_start_offset": 5, "high_watermark": 7, "log_end_offset": 7, "size_bytes": 100},
 				},
 				"replication": map[string]any{
@@ -144,7 +145,8 @@ func chromium(t *testing.T) string {
 
 // TestStatusPageInChromium loads the page in headless Chromium and checks
 // what a person would see: the role, the replication group and its ISR, a
-// lagging follower and partition, and the throughput charts.
+// lagging follower and partition, a partition's owner group in cluster
+// mode, and the throughput charts.
 func TestStatusPageInChromium(t *testing.T) {
 	browser := chromium(t)
 	base := serveFake(t)
@@ -184,6 +186,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		`<td>orders</td>`,
 		`<td class="num lagging">10</td>`, // follower 2 and orders/0 are 10 behind
 		`<td>payments</td>`,
+		`<td>g2</td><td class="num">4</td><td>4,5</td>`, // cluster mode: the owner group of orders/0
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page does not show %s", want)

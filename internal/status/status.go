@@ -102,6 +102,23 @@ type Partition struct {
 	LogEndOffset   int64  `json:"log_end_offset"`
 	HighWatermark  int64  `json:"high_watermark"`
 	SizeBytes      int64  `json:"size_bytes"`
+	// Owner is set in cluster mode only: who serves the partition.
+	Owner *PartitionOwner `json:"owner,omitempty"`
+}
+
+// PartitionOwner is, in cluster mode, the replication group that owns a
+// partition and that group's leader, leader epoch and in-sync brokers,
+// as this broker knows them (its own group's from the group itself, the
+// others' from the metadata log).
+type PartitionOwner struct {
+	Group string `json:"group"`
+	// Leader is the owner group's leader, -1 while it has none.
+	Leader      int32   `json:"leader"`
+	LeaderEpoch int32   `json:"leader_epoch"`
+	ISR         []int32 `json:"isr"`
+	// Local is true when this broker's group is the owner: its copy is
+	// the one clients are served from.
+	Local bool `json:"local"`
 }
 
 // Replication is the body of GET /replication/status.

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +24,7 @@ import (
 	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	mstatus "github.com/moonmq/moonmq/internal/status"
 )
 
 // twoGroups starts a cluster of two failover groups in process: g1 of
@@ -37,7 +40,8 @@ func twoGroups(t *testing.T) map[int]*node {
 			cfg := config.Default()
 			cfg.Port = freePort(t)
 			cfg.Host = "127.0.0.1"
-			cfg.MetricsPort = 0
+			cfg.MetricsPort = freePort(t)
+			cfg.MetricsHost = "127.0.0.1"
 			cfg.DataDir = t.TempDir()
 			cfg.Replication = &config.Replication{
 				Enabled: true, ReplicaId: id, Role: "follower",
@@ -159,6 +163,11 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 	if g1 == 0 || g2 == 0 {
 		t.Fatalf("partition leaders %v: the topic is not split between the groups", leaders)
 	}
+
+	// /stats and /metrics of a broker of each group name each
+	// partition's owner group and its leader.
+	statsOwners(t, ns[2], topic, leaders)
+	statsOwners(t, ns[5], topic, leaders)
 
 	// Every broker answers Metadata with all six brokers.
 	for id := 1; id <= 6; id++ {
@@ -401,22 +410,16 @@ func TestClusterGroupFailsOverAlone(t *testing.T) {
 		t.Skip("starts six brokers")
 	}
 	ns := twoGroups(t)
-	ctx := context.Background()
 	const topic, parts = "failover", 4
 	createTopic(t, ns[2].addr(), topic, parts)
 	before := ownersOf(t, ns[3].addr(), topic, parts)
 	produce := func(seed string, from, n int) {
 		t.Helper()
-		cl := client(t, seed, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		var recs []*kgo.Record
+		var values []string
 		for i := from; i < from+n; i++ {
-			recs = append(recs, &kgo.Record{Value: []byte(strconv.Itoa(i))})
+			values = append(values, strconv.Itoa(i))
 		}
-		if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
-			t.Fatalf("produce through %s: %v", seed, err)
-		}
+		produceValues(t, seed, topic, values)
 	}
 	produce(ns[3].addr(), 0, 200)
 
@@ -459,17 +462,7 @@ func TestClusterGroupFailsOverAlone(t *testing.T) {
 	produce(ns[1].addr(), 200, 200)
 
 	// Everything acknowledged is there, read through a broker of g1.
-	cons := client(t, ns[2].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	seen := map[string]bool{}
-	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for len(seen) < 400 {
-		fs := cons.PollFetches(cctx)
-		if cctx.Err() != nil {
-			t.Fatalf("consumed %d of 400 acknowledged records", len(seen))
-		}
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
-	}
+	readValues(t, ns[2].addr(), topic, 400, nil)
 }
 
 // TestClusterTransactionSpansGroups: a transaction over every partition of
@@ -690,17 +683,11 @@ func TestClusterTopicRecreatedWhileGroupDown(t *testing.T) {
 	const topic, parts = "recreated", 4
 	produce := func(prefix string, n int) {
 		t.Helper()
-		cl := client(t, ns[1].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		var recs []*kgo.Record
+		var values []string
 		for i := range n {
-			recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, "%s-%d", prefix, i)})
+			values = append(values, fmt.Sprintf("%s-%d", prefix, i))
 		}
-		if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
-			t.Fatalf("produce %s records: %v", prefix, err)
-		}
-		cl.Close()
+		produceValues(t, ns[1].addr(), topic, values)
 	}
 	createTopic(t, ns[1].addr(), topic, parts)
 	if owners := ownersOf(t, ns[1].addr(), topic, parts); !slices.ContainsFunc(owners, func(l int32) bool { return l >= 4 }) {
@@ -764,18 +751,108 @@ func TestClusterTopicRecreatedWhileGroupDown(t *testing.T) {
 	produce("new", 40)
 
 	// Read through g2: the new incarnation's records and nothing else.
-	cons := client(t, ns[6].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	seen := map[string]bool{}
-	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	readValues(t, ns[6].addr(), topic, 40, func(r *kgo.Record) {
+		if !strings.HasPrefix(string(r.Value), "new-") {
+			t.Fatalf("partition %d offset %d of the re-created topic holds %q, a record of the deleted one", r.Partition, r.Offset, r.Value)
+		}
+	})
+}
+
+// statsOwners checks that n's /stats names, for every partition of topic,
+// the owner group of the leader in leaders (g1 is brokers 1-3), that
+// leader, and whether n's group is the owner; and that /metrics exports
+// the same owner.
+func statsOwners(t *testing.T, n *node, topic string, leaders []int32) {
+	t.Helper()
+	base := "http://" + n.in.MetricsAddr()
+	groupOf := func(id int32) string {
+		if id <= 3 {
+			return "g1"
+		}
+		return "g2"
+	}
+	mine := groupOf(int32(n.id))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var stats mstatus.Stats
+		var problems []string
+		resp, err := http.Get(base + "/stats")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&stats)
+			resp.Body.Close()
+		}
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		seen := 0
+		for _, p := range stats.Partitions {
+			if p.Topic != topic {
+				continue
+			}
+			seen++
+			want := leaders[p.Partition]
+			o := p.Owner
+			if o == nil || o.Group != groupOf(want) || o.Leader != want || o.Local != (o.Group == mine) || !slices.Contains(o.ISR, want) {
+				problems = append(problems, fmt.Sprintf("partition %d: owner %+v, want group %s led by %d", p.Partition, o, groupOf(want), want))
+			}
+		}
+		if seen != len(leaders) {
+			problems = append(problems, fmt.Sprintf("/stats lists %d partitions of %s, want %d", seen, topic, len(leaders)))
+		}
+		if len(problems) == 0 {
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for p, l := range leaders {
+				line := fmt.Sprintf(`moonmq_partition_owner_info{local="%t",owner_group="%s",partition="%d",topic="%s"} 1`, groupOf(l) == mine, groupOf(l), p, topic)
+				if !strings.Contains(string(body), line) {
+					t.Fatalf("/metrics of broker %d lacks %s", n.id, line)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/stats of broker %d: %s", n.id, strings.Join(problems, "; "))
+		}
+	}
+}
+
+// produceValues produces one record per value, round robin over topic's
+// partitions, through the broker at seed, and fails unless every one is
+// acknowledged.
+func produceValues(t *testing.T, seed, topic string, values []string) {
+	t.Helper()
+	cl := client(t, seed, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for len(seen) < 40 {
-		fs := cons.PollFetches(cctx)
-		if cctx.Err() != nil {
-			t.Fatalf("consumed %d of the 40 new records", len(seen))
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Value: []byte(v)}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce to %s through %s: %v", topic, seed, err)
+	}
+}
+
+// readValues reads topic from its start through the broker at seed until
+// want distinct values were seen, calling check (if set) on each record.
+func readValues(t *testing.T, seed, topic string, want int, check func(*kgo.Record)) {
+	t.Helper()
+	cons := client(t, seed, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(seen) < want {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d acknowledged records of %s through %s", len(seen), want, topic, seed)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if !strings.HasPrefix(string(r.Value), "new-") {
-				t.Fatalf("partition %d offset %d of the re-created topic holds %q, a record of the deleted one", r.Partition, r.Offset, r.Value)
+			if check != nil {
+				check(r)
 			}
 			seen[string(r.Value)] = true
 		})
