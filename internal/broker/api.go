@@ -370,15 +370,6 @@ func (b *Broker) securityOnFollowerCode(req kmsg.Request, code int16) (kmsg.Resp
 	return securityRefusal(req, code, msg)
 }
 
-// clusterSecurityRefusal refuses an ACL or credential change in cluster
-// mode: they would hold in one group only, as the metadata log does not
-// carry them yet. Users in the config file apply on every broker.
-func clusterSecurityRefusal(req kmsg.Request) kmsg.Response {
-	resp, _ := securityRefusal(req, errInvalidRequest,
-		"ACL and SCRAM user changes are not supported in cluster mode yet: they would apply to one replication group only; list users in Server.Users on every broker")
-	return resp
-}
-
 // securityRefusal answers an ACL or credential change with code and msg
 // in each entry.
 func securityRefusal(req kmsg.Request, code int16, msg string) (kmsg.Response, bool) {

@@ -16,9 +16,6 @@ func init() {
 	register(apiDef[*kmsg.AlterUserSCRAMCredentialsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 0},
 		serve: func(b *Broker, cn *conn, r *kmsg.AlterUserSCRAMCredentialsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			if b.cl != nil {
-				return clusterSecurityRefusal(r), nil
-			}
 			who := cn.aclPrincipal()
 			return nil, func(ctx context.Context) kmsg.Response { return b.handleAlterUserScramCredentials(ctx, r, who) }
 		},

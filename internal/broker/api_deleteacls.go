@@ -16,9 +16,6 @@ func init() {
 	register(apiDef[*kmsg.DeleteACLsRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 3},
 		serve: func(b *Broker, cn *conn, r *kmsg.DeleteACLsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			if b.cl != nil {
-				return clusterSecurityRefusal(r), nil
-			}
 			who := cn.aclPrincipal()
 			return nil, func(ctx context.Context) kmsg.Response { return b.handleDeleteAcls(ctx, r, who) }
 		},

@@ -53,6 +53,10 @@ type clusterMode struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// security is what was last applied of the metadata log's ACLs and
+	// users (cluster_security.go).
+	security securityMirror
+
 	// lastWarn limits the leader loop's warnings while the metadata log
 	// has no leader (they would come every pass).
 	lastWarn atomic.Int64
@@ -116,6 +120,11 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 		return err
 	}
 	c.node = node
+	// The copy the node restarted with is applied before clients are
+	// served: they must not meet a broker that has not heard of its ACLs
+	// yet.
+	c.rebuildView()
+	c.applySecurity()
 	vctx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
 	c.wg.Add(1)
@@ -155,6 +164,7 @@ func (c *clusterMode) watch(ctx context.Context) {
 	for {
 		changed := c.node.Changed()
 		c.rebuildView()
+		c.applySecurity()
 		select {
 		case <-ctx.Done():
 			return

@@ -106,6 +106,9 @@ func (l *stateLog) catchUp() error {
 // writeStateRecords appends records to a broker-owned internal topic and
 // waits until they are durable (and, replicated, committed).
 func (b *Broker) writeStateRecords(ctx context.Context, name string, recs []recordbatch.Record) error {
+	if b.cl != nil {
+		return b.cl.writeSecurity(ctx, name, recs)
+	}
 	p, err := b.internalPartition(name, map[string]string{"cleanup.policy": "compact"})
 	if err != nil {
 		return err
@@ -123,7 +126,10 @@ func (b *Broker) writeStateRecords(ctx context.Context, name string, recs []reco
 
 // stateWriteError is the Kafka error for a failed writeStateRecords.
 func stateWriteError(err error) int16 {
+	var me metaWriteError
 	switch {
+	case errors.As(err, &me):
+		return me.code
 	case errors.Is(err, errNotServing):
 		return errNotLeaderOrFollower
 	case errors.Is(err, errCommitTimeout):

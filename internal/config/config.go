@@ -209,8 +209,7 @@ type Failover struct {
 type Cluster struct {
 	Enabled bool
 	// Experimental must be true: cluster mode is not finished (the
-	// coordinators sit in one group, ACL and SCRAM changes are refused,
-	// partitions do not move).
+	// coordinators sit in one group, partitions do not move).
 	Experimental bool
 	// ClusterId names the cluster; every broker of it has the same.
 	ClusterId string
@@ -723,7 +722,7 @@ func (c *Cluster) validate(s *Server) []error {
 		errs = append(errs, fmt.Errorf("key %q: %s", "Cluster."+key, fmt.Sprintf(format, args...)))
 	}
 	if !c.Experimental {
-		bad("Experimental", "cluster mode is not finished (the coordinators sit in one group, ACL and SCRAM changes are refused, partitions do not move; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+		bad("Experimental", "cluster mode is not finished (the coordinators sit in one group, partitions do not move; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
 	}
 	r := s.Replication
 	if r == nil || !r.Enabled || !r.Failover.Enabled {

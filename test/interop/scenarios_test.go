@@ -325,10 +325,6 @@ func scenarioCluster(t *testing.T, sc scenario) (*testcluster.Cluster, *testclus
 	return c, leader, bootstrap
 }
 
-// clusterLacks are the driver checks cluster mode does not pass yet
-// (docs/CLUSTER.md): ACL and SCRAM user changes, which it refuses.
-var clusterLacks = map[string]bool{"scram_users": true, "acls": true}
-
 // clusterScenario starts sc.groups groups in cluster mode, waits until
 // every group serves with its whole ISR and every broker's Metadata lists
 // all of them, and returns the cluster, the first group's leader and one
@@ -467,9 +463,6 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 		}
 	}
 	for _, c := range d.checks {
-		if sc.groups > 1 && clusterLacks[c] {
-			continue
-		}
 		if !res.checks[c] {
 			t.Fatalf("the %s driver's %s check did not pass (errors: %v)", d.name, c, res.errors)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/config"
@@ -258,18 +259,6 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 			}
 		}
 		break
-	}
-
-	// ACL changes are refused with a message: they would hold in one
-	// group only.
-	ca := kmsg.NewPtrCreateACLsRequest()
-	cr := kmsg.NewCreateACLsRequestCreation()
-	cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = kmsg.ACLResourceTypeTopic, topic, kmsg.ACLResourcePatternTypeLiteral
-	cr.Principal, cr.Host, cr.Operation, cr.PermissionType = "User:x", "*", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeAllow
-	ca.Creations = append(ca.Creations, cr)
-	car, err := ca.RequestWith(ctx, client(t, ns[1].addr()))
-	if err != nil || len(car.Results) != 1 || car.Results[0].ErrorCode != kerr.InvalidRequest.Code || car.Results[0].ErrorMessage == nil {
-		t.Fatalf("CreateAcls in cluster mode: %v %+v, want INVALID_REQUEST with a message", err, car)
 	}
 
 	// moonmq cluster status shows both groups and each partition's owner.
@@ -856,5 +845,88 @@ func readValues(t *testing.T, seed, topic string, want int, check func(*kgo.Reco
 			}
 			seen[string(r.Value)] = true
 		})
+	}
+}
+
+// TestClusterSecurityHoldsInEveryGroup: ACLs and SCRAM users changed
+// through a broker of one group hold on every broker of every group (the
+// metadata log carries them): an ACL created through g1 is listed and
+// enforced through g2 and deleted through g2; a user created through g2
+// logs in to g1, and from then on every broker asks for a login.
+func TestClusterSecurityHoldsInEveryGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	const topic = "guarded"
+	createTopic(t, ns[1].addr(), topic, 2)
+	produceValues(t, ns[1].addr(), topic, []string{"a", "b"})
+
+	// Deny the anonymous principal reading the topic, through a follower
+	// of g1.
+	deny := kadm.NewACLs().Topics(topic).Deny("User:ANONYMOUS").DenyHosts().Operations(kadm.OpRead).ResourcePatternType(kadm.ACLPatternLiteral)
+	res, err := kadm.NewClient(client(t, ns[2].addr())).CreateACLs(ctx, deny)
+	if err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("CreateAcls through broker 2: %v %+v", err, res)
+	}
+	for id := 1; id <= 6; id++ {
+		adm := kadm.NewClient(client(t, ns[id].addr()))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			d, err := adm.DescribeACLs(ctx, kadm.NewACLs().Topics(topic).ResourcePatternType(kadm.ACLPatternAny).Operations(kadm.OpAny).Deny().DenyHosts())
+			if err == nil && len(d) == 1 && d[0].Err == nil && len(d[0].Described) == 1 &&
+				d[0].Described[0].Principal == "User:ANONYMOUS" && d[0].Described[0].Permission == kmsg.ACLPermissionTypeDeny {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("DescribeAcls through broker %d: %v %+v, want the deny created through broker 2", id, err, d)
+			}
+		}
+	}
+	// Enforced by g2 too: broker 5 refuses the read.
+	lo, err := kadm.NewClient(client(t, ns[5].addr())).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = lo.Error()
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("ListOffsets of %s through broker 5 under a deny: %v, want TOPIC_AUTHORIZATION_FAILED", topic, err)
+	}
+	// Deleted through g2, gone everywhere.
+	del, err := kadm.NewClient(client(t, ns[6].addr())).DeleteACLs(ctx, deny)
+	if err != nil || len(del) != 1 || del[0].Err != nil || len(del[0].Deleted) != 1 {
+		t.Fatalf("DeleteAcls through broker 6: %v %+v", err, del)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d, err := kadm.NewClient(client(t, ns[1].addr())).DescribeACLs(ctx, kadm.NewACLs().Topics(topic).ResourcePatternType(kadm.ACLPatternAny).Operations(kadm.OpAny).Deny().DenyHosts())
+		if err == nil && len(d) == 1 && d[0].Err == nil && len(d[0].Described) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DescribeAcls through broker 1 after the delete through broker 6: %v %+v", err, d)
+		}
+	}
+	readValues(t, ns[3].addr(), topic, 2, nil)
+
+	// A user created through g2 logs in to g1.
+	up, err := kadm.NewClient(client(t, ns[4].addr())).AlterUserSCRAMs(ctx, nil,
+		[]kadm.UpsertSCRAM{{User: "alice", Mechanism: kadm.ScramSha256, Password: "pw", Iterations: 4096}})
+	if err != nil || up.Error() != nil {
+		t.Fatalf("AlterUserScramCredentials through broker 4: %v %v", err, up.Error())
+	}
+	login := kgo.SASL(scram.Auth{User: "alice", Pass: "pw"}.AsSha256Mechanism())
+	for _, id := range []int{1, 3, 5} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			_, err := kadm.NewClient(client(t, ns[id].addr(), login)).ListBrokers(ctx)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("alice, created through broker 4, cannot log in to broker %d: %v", id, err)
+			}
+		}
+	}
+	anon := client(t, ns[2].addr(), kgo.RequestRetries(0))
+	if _, err := kadm.NewClient(anon).ListBrokers(ctx); err == nil {
+		t.Fatal("broker 2 answered a client that did not log in, with a user in the cluster")
 	}
 }

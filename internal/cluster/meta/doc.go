@@ -9,7 +9,10 @@
 //     TopicRecord, RemoveTopicRecord, PartitionRecord,
 //     PartitionChangeRecord, ConfigRecord, ProducerIdsRecord, and
 //     GroupStateRecord (each group's leader, term and ISR, published by
-//     the group). Each travels in an envelope {"type": ..., "record":
+//     the group); and SecurityRecord, one key of the ACLs or the SCRAM
+//     users and its value, which this package keeps (latest value per
+//     key) but does not decode: internal/auth owns their format, the same
+//     in a single group's compacted topics. Each travels in an envelope {"type": ..., "record":
 //     {...}} (Encode, Decode); a log entry is a JSON array of envelopes
 //     (EncodeBatch, DecodeBatch), applied all or nothing (ApplyBatch).
 //   - State, the image of the applied log: Apply validates each record
@@ -35,9 +38,7 @@
 // RegisterBroker (the leader's clock) and not in Apply. A State is not safe
 // for concurrent use; the owner serializes calls.
 //
-// Left out for now: ACLs and SCRAM users (AccessControlEntryRecord,
-// UserScramCredentialRecord), which come with the admin APIs that write
-// them; the epoch history a partition carries across a move (it lives
+// Left out for now: the epoch history a partition carries across a move (it lives
 // with the partition's data, not in the metadata log); and the applied
 // log index, which the Raft driver keeps beside the snapshot.
 //

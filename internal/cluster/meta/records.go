@@ -62,6 +62,7 @@ const (
 	TypeConfig          RecordType = "ConfigRecord"
 	TypeProducerIds     RecordType = "ProducerIdsRecord"
 	TypeGroupState      RecordType = "GroupStateRecord"
+	TypeSecurity        RecordType = "SecurityRecord"
 )
 
 // Record is one entry of the metadata log: one of the *Record types of
@@ -199,6 +200,37 @@ type GroupStateRecord struct {
 	ISR     []int32 `json:"isr"`
 }
 
+// SecurityStore names the security state a SecurityRecord belongs to.
+type SecurityStore string
+
+// The security stores.
+const (
+	// SecurityACLs holds the ACL bindings.
+	SecurityACLs SecurityStore = "acls"
+	// SecurityUsers holds the SCRAM credentials set at runtime
+	// (AlterUserScramCredentials).
+	SecurityUsers SecurityStore = "users"
+)
+
+// The bounds of a SecurityRecord's key and value: an ACL binding or a
+// SCRAM credential is far smaller.
+const (
+	MaxSecurityKeyBytes   = 32 << 10
+	MaxSecurityValueBytes = 32 << 10
+)
+
+// SecurityRecord sets one key of a security store, or deletes it when
+// Value is empty. Key and Value are those of the record a single group
+// keeps in its compacted __moonmq_acls or __moonmq_users topic, carried
+// as they are, so that both modes apply the same bytes and only
+// internal/auth decodes them. The state keeps each key's latest value,
+// as those topics' compaction does.
+type SecurityRecord struct {
+	Store SecurityStore `json:"store"`
+	Key   []byte        `json:"key"`
+	Value []byte        `json:"value,omitempty"`
+}
+
 // Type implements Record.
 func (RegisterBrokerRecord) Type() RecordType { return TypeRegisterBroker }
 
@@ -222,6 +254,9 @@ func (ProducerIdsRecord) Type() RecordType { return TypeProducerIds }
 
 // Type implements Record.
 func (GroupStateRecord) Type() RecordType { return TypeGroupState }
+
+// Type implements Record.
+func (SecurityRecord) Type() RecordType { return TypeSecurity }
 
 type envelope struct {
 	Type   RecordType      `json:"type"`
@@ -327,6 +362,8 @@ func unwrap(env envelope) (Record, error) {
 		return *r, nil
 	case *GroupStateRecord:
 		return *r, nil
+	case *SecurityRecord:
+		return *r, nil
 	}
 	return nil, fmt.Errorf("metadata record: unknown type %q", env.Type)
 }
@@ -349,6 +386,8 @@ func newRecord(t RecordType) (any, error) {
 		return &ProducerIdsRecord{}, nil
 	case TypeGroupState:
 		return &GroupStateRecord{}, nil
+	case TypeSecurity:
+		return &SecurityRecord{}, nil
 	}
 	return nil, fmt.Errorf("metadata record: unknown type %q", t)
 }

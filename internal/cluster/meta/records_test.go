@@ -20,6 +20,7 @@ func sampleRecords() []Record {
 		ConfigRecord{ResourceType: ResourceTopic, ResourceName: "orders", Name: "retention.ms", Value: "1000"},
 		ProducerIdsRecord{BrokerID: 4, NextProducerID: 3000},
 		GroupStateRecord{GroupID: "g1", Leader: 2, Term: 5, ISR: []int32{1, 2, 3}},
+		SecurityRecord{Store: SecurityACLs, Key: []byte{0, 1, 'k'}, Value: []byte("v")},
 	}
 }
 
@@ -45,7 +46,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 		seen[r.Type()] = true
 	}
-	if len(seen) != 8 {
+	if len(seen) != 9 {
 		t.Fatalf("%d record types covered", len(seen))
 	}
 	b, err := EncodeBatch(recs)
@@ -73,6 +74,8 @@ func TestRecordJSON(t *testing.T) {
 			`{"type":"PartitionChangeRecord","record":{"topicId":"AAAAAAAAAAAAAAAAAAAAAQ","partition":0,"ownerGroup":"g1","epochBase":0,"moveState":"copying","sourceGroup":"g1","targetGroup":"g2"}}`},
 		{ConfigRecord{ResourceType: ResourceBroker, ResourceName: "", Name: "k"}, `{"type":"ConfigRecord","record":{"resourceType":"broker","resourceName":"","name":"k"}}`},
 		{GroupStateRecord{GroupID: "g1", Leader: 1, Term: 2, ISR: []int32{1}}, `{"type":"GroupStateRecord","record":{"groupId":"g1","leader":1,"term":2,"isr":[1]}}`},
+		{SecurityRecord{Store: SecurityUsers, Key: []byte("u"), Value: []byte{1}}, `{"type":"SecurityRecord","record":{"store":"users","key":"dQ==","value":"AQ=="}}`},
+		{SecurityRecord{Store: SecurityACLs, Key: []byte("a")}, `{"type":"SecurityRecord","record":{"store":"acls","key":"YQ=="}}`},
 	} {
 		b, err := Encode(c.r)
 		if err != nil {
@@ -213,5 +216,48 @@ func TestErrorCode(t *testing.T) {
 	}
 	if ErrorCode(nil) != 0 || ErrorCode(errors.New("x")) != kerr.UnknownServerError.Code {
 		t.Fatal("ErrorCode of nil or a plain error")
+	}
+}
+
+// TestSecurityRecords: a security store keeps each key's latest value, an
+// empty value deletes the key, and records outside the stores or the
+// bounds are refused without a change.
+func TestSecurityRecords(t *testing.T) {
+	s := New()
+	for _, r := range []SecurityRecord{
+		{Store: SecurityACLs, Key: []byte("a"), Value: []byte("1")},
+		{Store: SecurityACLs, Key: []byte("a"), Value: []byte("2")},
+		{Store: SecurityACLs, Key: []byte("b"), Value: []byte("3")},
+		{Store: SecurityACLs, Key: []byte("b")},
+		{Store: SecurityACLs, Key: []byte("never")},
+		{Store: SecurityUsers, Key: []byte("u"), Value: []byte("4")},
+	} {
+		if err := s.Apply(r); err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+	}
+	if got := s.Security(SecurityACLs); !reflect.DeepEqual(got, map[string][]byte{"a": []byte("2")}) {
+		t.Fatalf("acls %q", got)
+	}
+	if got := s.Security(SecurityUsers); !reflect.DeepEqual(got, map[string][]byte{"u": []byte("4")}) {
+		t.Fatalf("users %q", got)
+	}
+	s.Security(SecurityACLs)["a"][0] = 'x'
+	if s.Security(SecurityACLs)["a"][0] != '2' {
+		t.Fatal("Security aliases the state")
+	}
+	for _, r := range []SecurityRecord{
+		{Store: "quotas", Key: []byte("a"), Value: []byte("1")},
+		{Store: SecurityACLs, Value: []byte("1")},
+		{Store: SecurityACLs, Key: make([]byte, MaxSecurityKeyBytes+1), Value: []byte("1")},
+		{Store: SecurityACLs, Key: []byte("a"), Value: make([]byte, MaxSecurityValueBytes+1)},
+	} {
+		before := s.Snapshot()
+		if err := s.Apply(r); err == nil {
+			t.Fatalf("store %q key of %d bytes value of %d bytes: accepted", r.Store, len(r.Key), len(r.Value))
+		}
+		if !reflect.DeepEqual(s.Snapshot(), before) {
+			t.Fatal("a refused record changed the state")
+		}
 	}
 }

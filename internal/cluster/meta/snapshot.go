@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
@@ -14,12 +15,14 @@ const SnapshotVersion = 1
 // node's Raft snapshot holds, and what a broker that fell behind the log's
 // compaction starts from.
 type Snapshot struct {
-	Version        int             `json:"version"`
-	Brokers        []Broker        `json:"brokers"`
-	Groups         []Group         `json:"groups"`
-	Topics         []SnapshotTopic `json:"topics"`
-	Configs        []ConfigRecord  `json:"configs"`
-	NextProducerID int64           `json:"nextProducerId"`
+	Version int             `json:"version"`
+	Brokers []Broker        `json:"brokers"`
+	Groups  []Group         `json:"groups"`
+	Topics  []SnapshotTopic `json:"topics"`
+	Configs []ConfigRecord  `json:"configs"`
+	// Security is every security store's keys, by store and key.
+	Security       []SecurityRecord `json:"security,omitempty"`
+	NextProducerID int64            `json:"nextProducerId"`
 }
 
 // SnapshotTopic is a topic in a Snapshot; its partitions are in order.
@@ -46,6 +49,14 @@ func (s *State) Snapshot() Snapshot {
 	}
 	slices.SortFunc(snap.Configs, func(a, b ConfigRecord) int {
 		return cmp.Or(cmp.Compare(a.ResourceType, b.ResourceType), cmp.Compare(a.ResourceName, b.ResourceName), cmp.Compare(a.Name, b.Name))
+	})
+	for store, m := range s.security {
+		for k, v := range m {
+			snap.Security = append(snap.Security, SecurityRecord{Store: store, Key: []byte(k), Value: slices.Clone(v)})
+		}
+	}
+	slices.SortFunc(snap.Security, func(a, b SecurityRecord) int {
+		return cmp.Or(cmp.Compare(a.Store, b.Store), bytes.Compare(a.Key, b.Key))
 	})
 	return snap
 }
@@ -110,6 +121,17 @@ func Restore(snap Snapshot) (*State, error) {
 			return nil, fmt.Errorf("metadata snapshot: %s %q: config %q twice", c.ResourceType, c.ResourceName, c.Name)
 		}
 		if err := s.Apply(c); err != nil {
+			return nil, fmt.Errorf("metadata snapshot: %v", err)
+		}
+	}
+	for _, r := range snap.Security {
+		if len(r.Value) == 0 {
+			return nil, fmt.Errorf("metadata snapshot: security store %s: key %q without a value", r.Store, r.Key)
+		}
+		if _, dup := s.security[r.Store][string(r.Key)]; dup {
+			return nil, fmt.Errorf("metadata snapshot: security store %s: key %q twice", r.Store, r.Key)
+		}
+		if err := s.Apply(r); err != nil {
 			return nil, fmt.Errorf("metadata snapshot: %v", err)
 		}
 	}

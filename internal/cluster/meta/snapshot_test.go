@@ -26,6 +26,11 @@ func sampleState(t *testing.T) *State {
 		ConfigRecord{ResourceType: ResourceTopic, ResourceName: "a", Name: "k", Value: "v"},
 		ConfigRecord{ResourceType: ResourceBroker, ResourceName: "", Name: "k", Value: "v"},
 		ProducerIdsRecord{BrokerID: 1, NextProducerID: 1000},
+		SecurityRecord{Store: SecurityACLs, Key: []byte("b"), Value: []byte("1")},
+		SecurityRecord{Store: SecurityACLs, Key: []byte("a"), Value: []byte("2")},
+		SecurityRecord{Store: SecurityUsers, Key: []byte("u"), Value: []byte("3")},
+		SecurityRecord{Store: SecurityUsers, Key: []byte("gone"), Value: []byte("4")},
+		SecurityRecord{Store: SecurityUsers, Key: []byte("gone")},
 	}
 	for _, r := range recs {
 		if err := s.Apply(r); err != nil {

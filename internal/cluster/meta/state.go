@@ -3,6 +3,7 @@ package meta
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -84,6 +85,7 @@ type State struct {
 	topics         map[UUID]*topic
 	names          map[string]UUID
 	configs        map[configKey]map[string]string
+	security       map[SecurityStore]map[string][]byte
 	nextProducerID int64
 }
 
@@ -101,11 +103,12 @@ type configKey struct {
 // New returns the state of an empty metadata log.
 func New() *State {
 	return &State{
-		brokers: map[int32]Broker{},
-		groups:  map[string]Group{},
-		topics:  map[UUID]*topic{},
-		names:   map[string]UUID{},
-		configs: map[configKey]map[string]string{},
+		brokers:  map[int32]Broker{},
+		groups:   map[string]Group{},
+		topics:   map[UUID]*topic{},
+		names:    map[string]UUID{},
+		configs:  map[configKey]map[string]string{},
+		security: map[SecurityStore]map[string][]byte{},
 	}
 }
 
@@ -131,6 +134,9 @@ func (s *State) clone() *State {
 			m[kk] = vv
 		}
 		c.configs[k] = m
+	}
+	for k, v := range s.security {
+		c.security[k] = maps.Clone(v) // values are replaced, never written in place
 	}
 	c.nextProducerID = s.nextProducerID
 	return c
@@ -185,6 +191,8 @@ func (s *State) apply(r Record, commit bool) error {
 		return s.allocateProducerIDs(r, commit)
 	case GroupStateRecord:
 		return s.setGroupState(r, commit)
+	case SecurityRecord:
+		return s.setSecurity(r, commit)
 	case nil:
 		return refuse(kerr.InvalidRequest, "nil record")
 	}
@@ -372,6 +380,46 @@ func (s *State) nextPartitionState(cur PartitionState, r PartitionChangeRecord) 
 		return zero, refuse(kerr.FencedLeaderEpoch, "epoch base %d at %s's term %d exposes epoch %d, not above %d", r.EpochBase, cur.Target, term, e, highest)
 	}
 	return PartitionState{Owner: cur.Target, EpochBase: r.EpochBase, Move: MoveCutOver, Source: cur.Source, Target: cur.Target, FenceOffset: r.FenceOffset}, nil
+}
+
+func (s *State) setSecurity(r SecurityRecord, commit bool) error {
+	switch r.Store {
+	case SecurityACLs, SecurityUsers:
+	default:
+		return refuse(kerr.InvalidRequest, "unknown security store %q", r.Store)
+	}
+	switch {
+	case len(r.Key) == 0:
+		return refuse(kerr.InvalidRequest, "security store %s: empty key", r.Store)
+	case len(r.Key) > MaxSecurityKeyBytes || len(r.Value) > MaxSecurityValueBytes:
+		return refuse(kerr.InvalidRequest, "security store %s: a key of %d or a value of %d bytes is over the bound", r.Store, len(r.Key), len(r.Value))
+	}
+	if !commit {
+		return nil
+	}
+	k := string(r.Key)
+	if len(r.Value) == 0 {
+		delete(s.security[r.Store], k)
+		if len(s.security[r.Store]) == 0 {
+			delete(s.security, r.Store)
+		}
+		return nil
+	}
+	if s.security[r.Store] == nil {
+		s.security[r.Store] = map[string][]byte{}
+	}
+	s.security[r.Store][k] = slices.Clone(r.Value)
+	return nil
+}
+
+// Security returns a security store's keys and values, sharing nothing
+// with the state.
+func (s *State) Security(store SecurityStore) map[string][]byte {
+	out := make(map[string][]byte, len(s.security[store]))
+	for k, v := range s.security[store] {
+		out[k] = slices.Clone(v)
+	}
+	return out
 }
 
 func (s *State) setConfig(r ConfigRecord, commit bool) error {

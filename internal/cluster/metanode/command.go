@@ -20,6 +20,13 @@ type Command struct {
 	AllocateProducerIDs *AllocateProducerIDs   `json:"allocateProducerIds,omitempty"`
 	RegisterBroker      *RegisterBroker        `json:"registerBroker,omitempty"`
 	PublishGroupState   *meta.GroupStateRecord `json:"publishGroupState,omitempty"`
+	SetSecurity         *SetSecurity           `json:"setSecurity,omitempty"`
+}
+
+// SetSecurity sets and deletes keys of the security stores (ACLs, SCRAM
+// users), all in one entry.
+type SetSecurity struct {
+	Records []meta.SecurityRecord `json:"records"`
 }
 
 // CreateTopic creates a topic; the leader draws its id.
@@ -77,7 +84,7 @@ type Result struct {
 func (c Command) validate() error {
 	n := 0
 	for _, set := range []bool{c.CreateTopic != nil, c.CreatePartitions != nil, c.DeleteTopic != nil, c.SetConfig != nil,
-		c.AllocateProducerIDs != nil, c.RegisterBroker != nil, c.PublishGroupState != nil} {
+		c.AllocateProducerIDs != nil, c.RegisterBroker != nil, c.PublishGroupState != nil, c.SetSecurity != nil} {
 		if set {
 			n++
 		}
@@ -125,6 +132,19 @@ func (c Command) records(s *meta.State, nowMs int64) ([]meta.Record, error) {
 	case c.PublishGroupState != nil:
 		r := *c.PublishGroupState
 		return one(r, s.Check(r))
+	case c.SetSecurity != nil:
+		recs := c.SetSecurity.Records
+		if len(recs) == 0 {
+			return nil, &meta.Error{Code: kerr.InvalidRequest, Msg: "no security records"}
+		}
+		out := make([]meta.Record, len(recs))
+		for i, r := range recs {
+			if err := s.Check(r); err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
 	}
 	return nil, c.validate()
 }
