@@ -53,6 +53,7 @@ type config struct {
 	moonmq       string
 	server       string
 	replicas     int
+	groups       int
 	name         string
 	jsonPath     string
 	workDir      string
@@ -94,6 +95,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.moonmq, "moonmq", "", "moonmq binary (required): the load generator, and the replicas unless --server")
 	fs.StringVar(&cfg.server, "server", "", "moonmq binary the replicas run (default: --moonmq)")
 	fs.IntVar(&cfg.replicas, "replicas", 3, "1 = single node; 3 or 5 = replication group in failover mode")
+	fs.IntVar(&cfg.groups, "groups", 1, "replication groups of --replicas each; above 1, a cluster (cluster mode, docs/CLUSTER.md) that splits each topic between them")
 	fs.StringVar(&cfg.name, "name", "", "label of the target in reports (default moonmq-r<replicas>)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the merged report here")
 	fs.StringVar(&cfg.workDir, "workdir", "", "data, configs and logs (default: a temporary directory, removed at the end)")
@@ -124,8 +126,14 @@ func parseFlags(args []string) (*config, error) {
 	if cfg.replicas != 1 && cfg.replicas != 3 && cfg.replicas != 5 {
 		return nil, errors.New("--replicas must be 1, 3 or 5")
 	}
+	if cfg.groups < 1 || cfg.groups > 1 && cfg.replicas == 1 {
+		return nil, errors.New("--groups must be at least 1, and groups of one replica are not a cluster")
+	}
 	if cfg.name == "" {
 		cfg.name = fmt.Sprintf("moonmq-r%d", cfg.replicas)
+		if cfg.groups > 1 {
+			cfg.name = fmt.Sprintf("moonmq-%dx%d", cfg.groups, cfg.replicas)
+		}
 	}
 	for _, f := range split(acks) {
 		switch f {
@@ -166,6 +174,7 @@ func split(s string) []string {
 // replica is one `moonmq serve` process.
 type replica struct {
 	id                             int
+	group                          int // 1-based; its name is g<group>
 	port, metricsPort, replicaPort int
 	dataDir, configPath, logPath   string
 	cmd                            *exec.Cmd
@@ -190,10 +199,15 @@ func freePort() (int, error) {
 // follower falls behind, and a benchmark should see the production
 // defaults). With pprof the metrics port serves the profiles that
 // --profile-dir fetches (the broker serves none by default).
-func writeConfigs(dir string, n int, serverExtra, replExtra string, pprof bool) ([]*replica, error) {
-	rs := make([]*replica, n)
+//
+// With groups > 1 it lays out groups groups of n, ids counting on from one
+// group to the next, each with a Cluster block; the metadata voters are
+// three brokers taken in turn from the groups, so that losing one group's
+// leader never takes the metadata quorum.
+func writeConfigs(dir string, n, groups int, serverExtra, replExtra string, pprof bool) ([]*replica, error) {
+	rs := make([]*replica, n*groups)
 	for i := range rs {
-		r := &replica{id: i + 1}
+		r := &replica{id: i + 1, group: i/n + 1}
 		for _, p := range []*int{&r.port, &r.metricsPort, &r.replicaPort} {
 			var err error
 			if *p, err = freePort(); err != nil {
@@ -217,30 +231,41 @@ func writeConfigs(dir string, n int, serverExtra, replExtra string, pprof bool) 
 	if pprof {
 		serverExtra = strings.TrimPrefix(serverExtra+`, "Metrics": {"Pprof": true}`, ", ")
 	}
+	var voters []string
+	for k := 0; len(voters) < 3 && groups > 1; k++ {
+		r := rs[(k%groups)*n+k/groups]
+		voters = append(voters, fmt.Sprintf(`{"Id": %d, "Address": "127.0.0.1:%d"}`, r.id, r.replicaPort))
+	}
 	for _, r := range rs {
 		var cfg string
+		cluster := ""
+		if groups > 1 {
+			cluster = fmt.Sprintf(`,
+  "Cluster": {"Enabled": true, "Experimental": true, "ClusterId": "replbench", "BrokerId": %d, "GroupId": "g%d",
+    "MetadataVoters": [%s]}`, r.id, r.group, strings.Join(voters, ", "))
+		}
 		if n == 1 {
 			cfg = fmt.Sprintf(`{"Server": {"Host": "127.0.0.1", "Port": %d, "MetricsPort": %d, "DataDir": %q%s}}`,
 				r.port, r.metricsPort, r.dataDir, extra(serverExtra))
 		} else {
 			var peers []string
 			for _, o := range rs {
-				if o != r {
+				if o != r && o.group == r.group {
 					peers = append(peers, fmt.Sprintf(`{"Id": %d, "Address": "127.0.0.1:%d", "ClientAddress": "127.0.0.1:%d"}`, o.id, o.replicaPort, o.port))
 				}
 			}
 			// Replica 1 is the preferred first leader, as in failoverbench;
 			// with failover on, any ISR member may lead later.
 			role := "follower"
-			if r.id == 1 {
+			if (r.id-1)%n == 0 {
 				role = "leader"
 			}
 			cfg = fmt.Sprintf(`{"Server": {"Host": "127.0.0.1", "Port": %d, "MetricsPort": %d, "DataDir": %q%s,
   "Replication": {"Enabled": true, "ReplicaId": %d, "Role": %q, "ReplicateHost": "127.0.0.1",
     "ReplicatePort": %d, "ClientAddress": "127.0.0.1:%d", "Token": %q%s,
-    "Peers": [%s], "Failover": {"Enabled": true}}}}`,
+    "Peers": [%s], "Failover": {"Enabled": true}}%s}}`,
 				r.port, r.metricsPort, r.dataDir, extra(serverExtra), r.id, role, r.replicaPort, r.port, token, extra(replExtra),
-				strings.Join(peers, ", "))
+				strings.Join(peers, ", "), cluster)
 		}
 		if err := os.WriteFile(r.configPath, []byte(cfg+"\n"), 0o644); err != nil {
 			return nil, err
@@ -420,7 +445,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		dir = d
 		defer os.RemoveAll(dir)
 	}
-	rs, err := writeConfigs(dir, cfg.replicas, cfg.serverExtra, cfg.replExtra, cfg.profileDir != "")
+	rs, err := writeConfigs(dir, cfg.replicas, cfg.groups, cfg.serverExtra, cfg.replExtra, cfg.profileDir != "")
 	if err != nil {
 		return err
 	}
@@ -440,12 +465,16 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	}
 	leader := rs[0]
 	if cfg.replicas > 1 {
-		l, st, err := waitLeader(ctx, rs, 60*time.Second)
-		if err != nil {
-			return err
+		for g := range cfg.groups {
+			l, st, err := waitLeader(ctx, rs[g*cfg.replicas:(g+1)*cfg.replicas], 60*time.Second)
+			if err != nil {
+				return err
+			}
+			if g == 0 {
+				leader = l
+			}
+			fmt.Fprintf(stderr, "replbench: replica %d serves as leader of group %d, ISR %v; work dir %s\n", l.id, g+1, st.ISR, dir)
 		}
-		leader = l
-		fmt.Fprintf(stderr, "replbench: replica %d serves as leader, ISR %v; work dir %s\n", l.id, st.ISR, dir)
 	}
 
 	adminCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
@@ -466,9 +495,12 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		Host:       bench.HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU()},
 		Results:    []bench.CaseResult{},
 	}
-	if cfg.replicas == 1 {
+	switch {
+	case cfg.replicas == 1:
 		rep.Notes = append(rep.Notes, "MoonMQ single node (no Replication block)")
-	} else {
+	case cfg.groups > 1:
+		rep.Notes = append(rep.Notes, fmt.Sprintf("MoonMQ cluster mode: %d replication groups of %d replicas, failover mode, separate processes on loopback; each topic split between the groups; client seeded with all of them", cfg.groups, cfg.replicas))
+	default:
 		rep.Notes = append(rep.Notes, fmt.Sprintf("MoonMQ %d replicas, failover mode, separate processes on loopback; client seeded with all of them", cfg.replicas))
 	}
 	runID := strconv.FormatInt(time.Now().Unix(), 36)
@@ -486,7 +518,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 			break
 		}
 		if cfg.replicas > 1 {
-			if leader, _, err = waitLeader(ctx, rs, 60*time.Second); err != nil {
+			if leader, _, err = waitLeader(ctx, rs[:cfg.replicas], 60*time.Second); err != nil {
 				return err
 			}
 		}
@@ -529,12 +561,23 @@ func runCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, 
 	res := bench.CaseResult{Case: c.label(), Acks: c.acks, Partitions: c.partitions, Mode: c.mode}
 	topic := topicName(prefix, runID, c)
 	res.Topic = topic
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := adm.CreateTopic(cctx, int32(c.partitions), -1, nil, topic)
-	cancel()
-	if err == nil {
-		err = resp.Err
+	// A cluster takes CreateTopics once its brokers have registered
+	// with the metadata log; until then it refuses (no live group, no
+	// metadata leader yet).
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	var err error
+	for {
+		var resp kadm.CreateTopicResponse
+		resp, err = adm.CreateTopic(cctx, int32(c.partitions), -1, nil, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err == nil || cfg.groups == 1 || cctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
+	cancel()
 	if err != nil {
 		res.Error = fmt.Sprintf("creating topic %s: %v", topic, err)
 		return res, c.label() + ": " + res.Error

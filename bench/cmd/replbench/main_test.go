@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 
 	moonmqconfig "github.com/moonmq/moonmq/internal/config"
@@ -16,7 +17,7 @@ func TestWriteConfigs(t *testing.T) {
 		pprof       bool
 	}{{1, `"Acks": "all"`, false}, {3, `"Acks": "all"`, false}, {5, "", false}, {1, "", true}, {3, `"Acks": "all"`, true}} {
 		n := c.n
-		rs, err := writeConfigs(t.TempDir(), n, c.serverExtra, "", c.pprof)
+		rs, err := writeConfigs(t.TempDir(), n, 1, c.serverExtra, "", c.pprof)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,6 +40,49 @@ func TestWriteConfigs(t *testing.T) {
 				t.Errorf("n=%d replica %d: replication block %+v", n, r.id, rep)
 			}
 		}
+	}
+}
+
+// A cluster's configs: groups of n, each replica's peers its own group's,
+// one leader per group, and three metadata voters spread over the groups,
+// all accepted by `moonmq serve`.
+func TestWriteClusterConfigs(t *testing.T) {
+	rs, err := writeConfigs(t.TempDir(), 3, 2, "", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 6 {
+		t.Fatalf("%d replicas, want 6", len(rs))
+	}
+	voterGroups := map[string]int{}
+	for _, r := range rs {
+		s, err := moonmqconfig.Load(r.configPath)
+		if err != nil {
+			t.Fatalf("replica %d: %v", r.id, err)
+		}
+		c, rep := s.Cluster, s.Replication
+		if c == nil || !c.Enabled || !c.Experimental || c.BrokerId != r.id || c.GroupId != fmt.Sprintf("g%d", r.group) || len(c.MetadataVoters) != 3 {
+			t.Fatalf("replica %d: cluster block %+v", r.id, c)
+		}
+		if len(rep.Peers) != 2 {
+			t.Fatalf("replica %d: peers %+v, want the other two of its group", r.id, rep.Peers)
+		}
+		for _, p := range rep.Peers {
+			if (p.Id-1)/3 != (r.id-1)/3 {
+				t.Fatalf("replica %d of group %d has peer %d of another group", r.id, r.group, p.Id)
+			}
+		}
+		if want := (r.id-1)%3 == 0; (rep.Role == "leader") != want {
+			t.Fatalf("replica %d: role %s", r.id, rep.Role)
+		}
+		if r.id == 1 {
+			for _, v := range c.MetadataVoters {
+				voterGroups[fmt.Sprint((v.Id-1)/3)]++
+			}
+		}
+	}
+	if len(voterGroups) != 2 || voterGroups["0"] != 2 || voterGroups["1"] != 1 {
+		t.Fatalf("voters by group %v, want two in the first and one in the second", voterGroups)
 	}
 }
 
