@@ -118,8 +118,12 @@ type topicCreator interface {
 	exists(name string) bool
 	// maxPartitions is the most partitions one topic may be created with.
 	maxPartitions() int
-	// create creates the topic, or answers why not.
-	create(name string, n int, configs map[string]string) (id [16]byte, code int16, msg string)
+	// assign turns a manual replica assignment into the group owning
+	// each partition, in partition order, or answers why it cannot.
+	assign(a []kmsg.CreateTopicsRequestTopicReplicaAssignment) (groups []string, code int16, msg string)
+	// create creates the topic, its partitions in groups when those are
+	// given (else wherever the creator places them), or answers why not.
+	create(name string, n int, configs map[string]string, groups []string) (id [16]byte, code int16, msg string)
 }
 
 // createTopics checks each topic of a CreateTopics request the same way
@@ -142,7 +146,15 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest, c topicCreator) kmsg.
 			out.ErrorMessage = &msg
 		}
 		n := int(rt.NumPartitions)
-		if n == -1 {
+		var groups []string
+		assignCode, assignMsg := int16(0), ""
+		switch {
+		case len(rt.ReplicaAssignment) > 0 && (n != -1 || rt.ReplicationFactor != -1):
+			assignCode, assignMsg = errInvalidRequest, "a manual replica assignment comes with partition count and replication factor -1"
+		case len(rt.ReplicaAssignment) > 0:
+			groups, assignCode, assignMsg = c.assign(rt.ReplicaAssignment)
+			n = len(rt.ReplicaAssignment)
+		case n == -1:
 			n = b.cfg.DefaultPartitions
 		}
 		overrides := map[string]string{}
@@ -163,8 +175,8 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest, c topicCreator) kmsg.
 			fail(errInvalidTopicException, rt.Topic+" is an internal topic: the broker creates it")
 		case c.exists(rt.Topic):
 			fail(errTopicAlreadyExists, "topic "+rt.Topic+" already exists")
-		case len(rt.ReplicaAssignment) > 0:
-			fail(errInvalidReplicaAssign, "manual replica assignment is not supported: each partition lives on every broker of its group (or on the single broker)")
+		case assignCode != 0:
+			fail(assignCode, assignMsg)
 		case n < 1 || n > c.maxPartitions():
 			fail(errInvalidPartitions, fmt.Sprintf("partition count must be between 1 and %d", c.maxPartitions()))
 		case b.repl == nil && rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
@@ -175,7 +187,7 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest, c topicCreator) kmsg.
 			fail(errInvalidConfig, cfgErr.Error())
 		case r.ValidateOnly:
 		default:
-			id, code, msg := c.create(rt.Topic, n, overrides)
+			id, code, msg := c.create(rt.Topic, n, overrides, groups)
 			if code != 0 {
 				fail(code, msg)
 				break
@@ -202,7 +214,11 @@ func (l localTopics) exists(name string) bool { return l.b.lookup(name) != nil }
 
 func (localTopics) maxPartitions() int { return 100000 }
 
-func (l localTopics) create(name string, n int, configs map[string]string) ([16]byte, int16, string) {
+func (localTopics) assign([]kmsg.CreateTopicsRequestTopicReplicaAssignment) ([]string, int16, string) {
+	return nil, errInvalidReplicaAssign, "manual replica assignment is not supported: each partition lives on every broker of its group (or on the single broker)"
+}
+
+func (l localTopics) create(name string, n int, configs map[string]string, _ []string) ([16]byte, int16, string) {
 	b := l.b
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -787,8 +787,41 @@ func (m metaTopics) exists(name string) bool {
 
 func (metaTopics) maxPartitions() int { return meta.MaxPartitionsPerCommand }
 
-func (m metaTopics) create(name string, n int, configs map[string]string) ([16]byte, int16, string) {
-	res, err := m.c.propose(m.ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: int32(n), Configs: configs}})
+// assign reads a manual replica assignment as Kafka's tools write one
+// (kafka-topics --replica-assignment): each partition lists brokers, and
+// in cluster mode they must all be of one group, which then owns the
+// partition. Which brokers of the group are listed does not matter: every
+// broker of the owner holds the partition.
+func (m metaTopics) assign(a []kmsg.CreateTopicsRequestTopicReplicaAssignment) ([]string, int16, string) {
+	v := m.c.current()
+	groups := make([]string, len(a))
+	seen := make([]bool, len(a))
+	for _, pa := range a {
+		p := pa.Partition
+		if p < 0 || int(p) >= len(a) || seen[p] {
+			return nil, errInvalidReplicaAssign, fmt.Sprintf("the assignment must list partitions 0 to %d once each (partition %d)", len(a)-1, p)
+		}
+		seen[p] = true
+		if len(pa.Replicas) == 0 {
+			return nil, errInvalidReplicaAssign, fmt.Sprintf("partition %d: no replicas", p)
+		}
+		for _, id := range pa.Replicas {
+			br, ok := v.brokers[id]
+			switch {
+			case !ok:
+				return nil, errInvalidReplicaAssign, fmt.Sprintf("partition %d: broker %d is not registered in the cluster", p, id)
+			case groups[p] != "" && br.Group != groups[p]:
+				return nil, errInvalidReplicaAssign, fmt.Sprintf("partition %d: brokers %v are of more than one group; list brokers of the group that is to own it", p, pa.Replicas)
+			}
+			groups[p] = br.Group
+		}
+	}
+	return groups, 0, ""
+}
+
+func (m metaTopics) create(name string, n int, configs map[string]string, groups []string) ([16]byte, int16, string) {
+	res, err := m.c.propose(m.ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: int32(n), Configs: configs,
+		Placement: meta.Placement{Groups: groups}}})
 	if err != nil {
 		return [16]byte{}, metanode.ErrorCode(err), err.Error()
 	}

@@ -930,3 +930,55 @@ func TestClusterSecurityHoldsInEveryGroup(t *testing.T) {
 		t.Fatal("broker 2 answered a client that did not log in, with a user in the cluster")
 	}
 }
+
+// TestClusterManualAssignment: a manual replica assignment (what
+// kafka-topics --replica-assignment sends) places each partition in the
+// group of the brokers it lists; an assignment that mixes groups, names an
+// unknown broker or skips a partition is refused.
+func TestClusterManualAssignment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx := context.Background()
+	cl := client(t, ns[3].addr())
+	create := func(topic string, assignment map[int32][]int32) *kmsg.CreateTopicsResponseTopic {
+		t.Helper()
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, -1, -1
+		for p, rs := range assignment {
+			rt.ReplicaAssignment = append(rt.ReplicaAssignment, kmsg.CreateTopicsRequestTopicReplicaAssignment{Partition: p, Replicas: rs})
+		}
+		req.Topics = append(req.Topics, rt)
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			resp, err := req.RequestWith(ctx, cl)
+			if err == nil && len(resp.Topics) == 1 {
+				out := resp.Topics[0]
+				if e := kerr.ErrorForCode(out.ErrorCode); e == nil || !kerr.IsRetriable(e) && !errors.Is(e, kerr.BrokerNotAvailable) {
+					return &out
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("create %s: %v %+v", topic, err, resp)
+			}
+		}
+	}
+	if out := create("placed", map[int32][]int32{0: {4, 5, 6}, 1: {1, 2, 3}, 2: {5}}); out.ErrorCode != 0 {
+		t.Fatalf("create with an assignment: %s %v", kerr.ErrorForCode(out.ErrorCode), out.ErrorMessage)
+	}
+	leaders := ownersOf(t, ns[1].addr(), "placed", 3)
+	if leaders[0] < 4 || leaders[1] > 3 || leaders[2] < 4 {
+		t.Fatalf("leaders %v of partitions assigned to g2, g1 and g2", leaders)
+	}
+	for name, a := range map[string]map[int32][]int32{
+		"mixed":   {0: {1, 4}},
+		"unknown": {0: {99}},
+		"gap":     {0: {1}, 2: {1}},
+	} {
+		out := create(name, a)
+		if out.ErrorCode != kerr.InvalidReplicaAssignment.Code || out.ErrorMessage == nil {
+			t.Fatalf("create %s with assignment %v: %s %v, want INVALID_REPLICA_ASSIGNMENT with a message", name, a, kerr.ErrorForCode(out.ErrorCode), out.ErrorMessage)
+		}
+	}
+}
