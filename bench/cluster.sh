@@ -8,7 +8,11 @@
 # machines of their own: read it with the CPU per record beside it. See
 # docs/BENCHMARKS.md, "Cluster mode".
 #
-#   bash bench/cluster.sh            # 8 s per case, ~2 minutes
+#   bash bench/cluster.sh            # 8 s per case, ~3 minutes
+#
+# Last, with two groups: produce to a topic wholly in group 2, alone and
+# then while group 1's leader is killed with SIGKILL a third of the way
+# in: group 2's latency while another group fails over.
 #
 # Environment:
 #   DURATION=8s          produce time per case
@@ -59,12 +63,13 @@ fi
 } >"$RESULTS_DIR/run-info.txt"
 cat "$RESULTS_DIR/run-info.txt" >&2
 
-run() { # NAME GROUPS
+run() { # NAME GROUPS [replbench flags...]
 	local name=$1 groups=$2 rc=0
+	shift 2
 	log "$name: $groups group(s) of 3 replicas"
 	"$bin/replbench" --moonmq "$MOONMQ" --server "$server" --replicas 3 --groups "$groups" --name "$name" \
 		--acks=-1 --duration "$DURATION" --partitions "$PARTITIONS" --modes pipelined --record-size "$RECORD_SIZE" \
-		--bench-args "${BENCH_ARGS:-}" --json "$RESULTS_DIR/$name.json" --workdir "$work/$name" \
+		--bench-args "${BENCH_ARGS:-}" --json "$RESULTS_DIR/$name.json" --workdir "$work/$name" "$@" \
 		2> >(tee "$RESULTS_DIR/$name.log" >&2) | tee "$RESULTS_DIR/$name.txt" || rc=$?
 	[[ $rc == 0 ]] || log "$name: replbench exited with $rc (see $RESULTS_DIR/$name.log)"
 	for f in "$work/$name"/r*.log; do [[ -f $f ]] && cp "$f" "$RESULTS_DIR/$name-$(basename "$f")"; done
@@ -72,7 +77,7 @@ run() { # NAME GROUPS
 }
 
 run moonmq-1x3 1
-run moonmq-2x3 2
+run moonmq-2x3 2 --other-group-failover
 
 if [[ ! -f $RESULTS_DIR/moonmq-1x3.json || ! -f $RESULTS_DIR/moonmq-2x3.json ]]; then
 	log "missing reports; nothing to compare"

@@ -43,32 +43,37 @@ import (
 
 	"github.com/moonmq/moonmq/internal/bench"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // token guards the replication port; every request, Raft included, needs it.
 const token = "bench-token"
 
 type config struct {
-	moonmq       string
-	server       string
-	replicas     int
-	groups       int
-	name         string
-	jsonPath     string
-	workDir      string
-	duration     time.Duration
-	recordSize   int
-	acks         []int
-	partitions   []int
-	modes        []string
-	benchArgs    []string
-	serverExtra  string
-	replExtra    string
-	profileDir   string
-	profileParts int
-	profileMode  string
-	profileSecs  int
+	moonmq   string
+	server   string
+	replicas int
+	groups   int
+	// otherFailover: after the measured cases, one group's produce
+	// alone and then again while another group's leader is killed.
+	otherFailover bool
+	name          string
+	jsonPath      string
+	workDir       string
+	duration      time.Duration
+	recordSize    int
+	acks          []int
+	partitions    []int
+	modes         []string
+	benchArgs     []string
+	serverExtra   string
+	replExtra     string
+	profileDir    string
+	profileParts  int
+	profileMode   string
+	profileSecs   int
 }
 
 func main() {
@@ -95,6 +100,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.moonmq, "moonmq", "", "moonmq binary (required): the load generator, and the replicas unless --server")
 	fs.StringVar(&cfg.server, "server", "", "moonmq binary the replicas run (default: --moonmq)")
 	fs.IntVar(&cfg.replicas, "replicas", 3, "1 = single node; 3 or 5 = replication group in failover mode")
+	fs.BoolVar(&cfg.otherFailover, "other-group-failover", false, "with --groups 2 or more: after the measured cases, produce to a topic of group 2 alone, then again while group 1's leader is killed with SIGKILL a third of the way in")
 	fs.IntVar(&cfg.groups, "groups", 1, "replication groups of --replicas each; above 1, a cluster (cluster mode, docs/CLUSTER.md) that splits each topic between them")
 	fs.StringVar(&cfg.name, "name", "", "label of the target in reports (default moonmq-r<replicas>)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the merged report here")
@@ -413,9 +419,23 @@ func waitLeader(ctx context.Context, rs []*replica, within time.Duration) (*repl
 type caseSpec struct {
 	acks, partitions int
 	mode             string
+	// group, if set, is the one group (1-based) that owns every
+	// partition of the case's topic (a manual replica assignment);
+	// killOther says that another group's leader is killed mid-case.
+	group     int
+	killOther bool
 }
 
-func (c caseSpec) label() string { return fmt.Sprintf("acks=%d p=%d %s", c.acks, c.partitions, c.mode) }
+func (c caseSpec) label() string {
+	l := fmt.Sprintf("acks=%d p=%d %s", c.acks, c.partitions, c.mode)
+	if c.group > 0 {
+		l += fmt.Sprintf(" in g%d", c.group)
+	}
+	if c.killOther {
+		l += ", other group's leader killed"
+	}
+	return l
+}
 
 // topicName repeats internal/bench's naming (<prefix>-<run-id>-acks<all|N>-
 // p<N>-<pipe|sync|txn>, documented in docs/BENCHMARKS.md), which --no-create
@@ -482,7 +502,6 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer adminCl.Close()
-	adm := kadm.NewClient(adminCl)
 
 	rep := &bench.Report{
 		Version:    bench.ReportVersion,
@@ -508,7 +527,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	for _, a := range cfg.acks {
 		for _, p := range cfg.partitions {
 			for _, m := range cfg.modes {
-				cases = append(cases, caseSpec{a, p, m})
+				cases = append(cases, caseSpec{acks: a, partitions: p, mode: m})
 			}
 		}
 	}
@@ -522,7 +541,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		res, note := runCase(ctx, cfg, adm, rs, leader, addrs, dir, fmt.Sprintf("%s%d", runID, i), c, cfg.duration, nil, stderr)
+		res, note := runCase(ctx, cfg, adminCl, rs, leader, addrs, dir, fmt.Sprintf("%s%d", runID, i), c, cfg.duration, nil, stderr)
 		if res.Error != "" {
 			failed++
 		}
@@ -530,8 +549,33 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		rep.Notes = append(rep.Notes, note)
 		fmt.Fprintf(stderr, "replbench: %s\n", note)
 	}
+	if cfg.otherFailover && cfg.groups > 1 && ctx.Err() == nil {
+		for j, kill := range []bool{false, true} {
+			c := caseSpec{acks: -1, partitions: cfg.partitions[0], mode: "pipelined", group: 2, killOther: kill}
+			g1, _, err := waitLeader(ctx, rs[:cfg.replicas], 60*time.Second)
+			if err != nil {
+				return err
+			}
+			var during func()
+			if kill {
+				during = func() {
+					time.Sleep(cfg.duration / 3)
+					fmt.Fprintf(stderr, "replbench: killing replica %d, the leader of group 1, with SIGKILL\n", g1.id)
+					g1.cmd.Process.Kill()
+					<-g1.exited
+				}
+			}
+			res, note := runCase(ctx, cfg, adminCl, rs, leader, addrs, dir, fmt.Sprintf("%sf%d", runID, j), c, cfg.duration, during, stderr)
+			if res.Error != "" {
+				failed++
+			}
+			rep.Results = append(rep.Results, res)
+			rep.Notes = append(rep.Notes, note)
+			fmt.Fprintf(stderr, "replbench: %s\n", note)
+		}
+	}
 	if cfg.profileDir != "" && ctx.Err() == nil {
-		if err := profileCase(ctx, cfg, adm, rs, addrs, dir, runID, stderr); err != nil {
+		if err := profileCase(ctx, cfg, adminCl, rs, addrs, dir, runID, stderr); err != nil {
 			fmt.Fprintf(stderr, "replbench: profiling: %v\n", err)
 		}
 	}
@@ -556,8 +600,9 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 // deletes the topic and returns the case's result with a note on CPU use and
 // the ISR afterwards. during, if set, runs while the bench process runs, and runCase
 // returns only after it has.
-func runCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, leader *replica, addrs []string, dir, runID string, c caseSpec, duration time.Duration, during func(), stderr io.Writer) (bench.CaseResult, string) {
+func runCase(ctx context.Context, cfg *config, cl *kgo.Client, rs []*replica, leader *replica, addrs []string, dir, runID string, c caseSpec, duration time.Duration, during func(), stderr io.Writer) (bench.CaseResult, string) {
 	const prefix = "repl-bench"
+	adm := kadm.NewClient(cl)
 	res := bench.CaseResult{Case: c.label(), Acks: c.acks, Partitions: c.partitions, Mode: c.mode}
 	topic := topicName(prefix, runID, c)
 	res.Topic = topic
@@ -567,10 +612,14 @@ func runCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, 
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	var err error
 	for {
-		var resp kadm.CreateTopicResponse
-		resp, err = adm.CreateTopic(cctx, int32(c.partitions), -1, nil, topic)
-		if err == nil {
-			err = resp.Err
+		if c.group > 0 {
+			err = createInGroup(cctx, cl, topic, c.partitions, rs, c.group, cfg.replicas)
+		} else {
+			var resp kadm.CreateTopicResponse
+			resp, err = adm.CreateTopic(cctx, int32(c.partitions), -1, nil, topic)
+			if err == nil {
+				err = resp.Err
+			}
 		}
 		if err == nil || cfg.groups == 1 || cctx.Err() != nil {
 			break
@@ -595,6 +644,14 @@ func runCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, 
 		"--no-create", "--topic-prefix", prefix, "--run-id", runID,
 		"--acks", fmt.Sprint(c.acks), "--partitions", fmt.Sprint(c.partitions), "--modes", c.mode,
 		"--duration", duration.String(), "--record-size", fmt.Sprint(cfg.recordSize), "--json", out}
+	// A case in one group measures that group's replicas only (another
+	// group's leader may be killed during it).
+	if c.group > 0 {
+		rs = rs[(c.group-1)*cfg.replicas : c.group*cfg.replicas]
+		if l, _, err := waitLeader(ctx, rs, 10*time.Second); err == nil {
+			leader = l
+		}
+	}
 	var pids []string
 	for _, r := range rs {
 		if r.cmd != nil && r.cmd.Process != nil {
@@ -668,13 +725,46 @@ func runCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, 
 	if got.Error == "" && runErr != nil {
 		got.Error = runErr.Error()
 	}
+	got.Case = c.label()
 	return got, note
+}
+
+// createInGroup creates topic with every partition in group g (1-based):
+// a manual assignment listing that group's replicas, as kafka-topics
+// --replica-assignment would.
+func createInGroup(ctx context.Context, cl *kgo.Client, topic string, partitions int, rs []*replica, g, n int) error {
+	var ids []int32
+	for _, r := range rs[(g-1)*n : g*n] {
+		ids = append(ids, int32(r.id))
+	}
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, -1, -1
+	for p := range partitions {
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, kmsg.CreateTopicsRequestTopicReplicaAssignment{Partition: int32(p), Replicas: ids})
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("CreateTopics: %d topics in the answer", len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		msg := ""
+		if m := resp.Topics[0].ErrorMessage; m != nil {
+			msg = ": " + *m
+		}
+		return fmt.Errorf("%w%s", err, msg)
+	}
+	return nil
 }
 
 // profileCase runs one unmeasured case while taking a CPU profile of every
 // replica through its metrics port, and writes them to cfg.profileDir. It is
 // separate from the measured cases so that profiling never slows them.
-func profileCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*replica, addrs []string, dir, runID string, stderr io.Writer) error {
+func profileCase(ctx context.Context, cfg *config, cl *kgo.Client, rs []*replica, addrs []string, dir, runID string, stderr io.Writer) error {
 	if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
 		return err
 	}
@@ -685,7 +775,7 @@ func profileCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*repli
 			return err
 		}
 	}
-	c := caseSpec{cfg.acks[0], cfg.profileParts, cfg.profileMode}
+	c := caseSpec{acks: cfg.acks[0], partitions: cfg.profileParts, mode: cfg.profileMode}
 	errs := make([]error, len(rs))
 	during := func() {
 		// Skip the client's start-up and warm-up before sampling.
@@ -705,7 +795,7 @@ func profileCase(ctx context.Context, cfg *config, adm *kadm.Client, rs []*repli
 		}
 		wg.Wait()
 	}
-	_, note := runCase(ctx, cfg, adm, rs, leader, addrs, dir, runID+"prof", c,
+	_, note := runCase(ctx, cfg, cl, rs, leader, addrs, dir, runID+"prof", c,
 		time.Duration(cfg.profileSecs+2)*time.Second, during, stderr)
 	fmt.Fprintf(stderr, "replbench: profiled %s\n", note)
 	note = "profiled run (not in the table): " + note

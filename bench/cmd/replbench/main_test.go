@@ -93,9 +93,9 @@ func TestTopicName(t *testing.T) {
 		c    caseSpec
 		want string
 	}{
-		{caseSpec{-1, 1, "pipelined"}, "p-r-acksall-p1-pipe"},
-		{caseSpec{-1, 8, "one-at-a-time"}, "p-r-acksall-p8-sync"},
-		{caseSpec{1, 8, "transactional"}, "p-r-acks1-p8-txn"},
+		{caseSpec{acks: -1, partitions: 1, mode: "pipelined"}, "p-r-acksall-p1-pipe"},
+		{caseSpec{acks: -1, partitions: 8, mode: "one-at-a-time"}, "p-r-acksall-p8-sync"},
+		{caseSpec{acks: 1, partitions: 8, mode: "transactional"}, "p-r-acks1-p8-txn"},
 	} {
 		if got := topicName("p", "r", tc.c); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.c, got, tc.want)
