@@ -270,7 +270,8 @@ func New(cfg config.Server, opts ...Option) (*Broker, error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.groups.Run(ctx) }()
 	}
-	b.wg.Add(4)
+	b.wg.Add(5)
+	go func() { defer b.wg.Done(); b.every(ctx, frameTrimEvery, func(time.Time) { b.mem.frames.Trim() }) }()
 	go func() { defer b.wg.Done(); b.disk.Run(ctx) }()
 	go func() { defer b.wg.Done(); b.watchClock(ctx) }()
 	go func() { defer b.wg.Done(); b.recoveryPointLoop(ctx) }()

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -39,6 +41,11 @@ func newMemory(queued int64) *memory {
 		frames: reqmem.NewOffHeapPool(queued / 2),
 	}
 }
+
+// frameTrimEvery is how often idle frame buffers are looked at: one idle
+// through a whole period is released, so a burst's buffers are given back
+// within two periods and a steady load's stay warm.
+const frameTrimEvery = 5 * time.Second
 
 // frameBuffer returns memory for a frame body of n bytes: pooled up to
 // the pool's largest class; nil above it, so that ReadFrameBody grows the

@@ -24,13 +24,23 @@ type Pool struct {
 	retain  int64
 	offHeap bool
 
-	mu     sync.Mutex
-	free   [classes][][]byte
+	mu   sync.Mutex
+	free [classes][]idleBuffer
+	// gen counts Trim calls: a buffer still idle since before the last
+	// one is released by the next.
+	gen    uint64
 	idle   int64              // bytes of the buffers in free
 	mapped map[*byte]struct{} // off the heap: every buffer lent or idle
 	closed bool               // off the heap: Close ran
 
 	hits, misses atomic.Int64
+}
+
+// idleBuffer is a buffer in the pool and the Trim generation it was given
+// back in.
+type idleBuffer struct {
+	b   []byte
+	gen uint64
 }
 
 // NewPool returns a pool that keeps at most retain bytes of idle buffers.
@@ -67,7 +77,8 @@ func (p *Pool) Get(n int) []byte {
 	}
 	p.mu.Lock()
 	if l := len(p.free[c]); l > 0 {
-		b := p.free[c][l-1]
+		// The newest first: the oldest are the ones Trim releases.
+		b := p.free[c][l-1].b
 		p.free[c] = p.free[c][:l-1]
 		p.idle -= int64(cap(b))
 		p.mu.Unlock()
@@ -115,8 +126,34 @@ func (p *Pool) Put(b []byte) {
 	} else if p.idle+int64(cap(b)) > p.retain {
 		return
 	}
-	p.free[c] = append(p.free[c], b[:0])
+	p.free[c] = append(p.free[c], idleBuffer{b[:0], p.gen})
 	p.idle += int64(cap(b))
+}
+
+// Trim releases the buffers that have stayed idle since the previous
+// Trim: called periodically, it lets a load that has passed give its
+// memory back, while the buffers a steady load reuses stay.
+func (p *Pool) Trim() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.free {
+		keep := p.free[c][:0]
+		for _, ib := range p.free[c] {
+			if ib.gen == p.gen {
+				keep = append(keep, ib)
+				continue
+			}
+			b := ib.b[:cap(ib.b)]
+			p.idle -= int64(cap(b))
+			if p.offHeap {
+				delete(p.mapped, &b[0])
+				unmapBuffer(b)
+			}
+		}
+		clear(p.free[c][len(keep):])
+		p.free[c] = keep
+	}
+	p.gen++
 }
 
 // Close unmaps the idle buffers of an off-heap pool, and every buffer given
@@ -129,8 +166,8 @@ func (p *Pool) Close() {
 	}
 	p.closed = true
 	for c := range p.free {
-		for _, b := range p.free[c] {
-			b = b[:cap(b)]
+		for _, ib := range p.free[c] {
+			b := ib.b[:cap(ib.b)]
 			delete(p.mapped, &b[0])
 			unmapBuffer(b)
 		}

@@ -189,3 +189,35 @@ func TestOffHeapPoolUnmapsWhatItDoesNotKeep(t *testing.T) {
 		t.Fatalf("after Close, Get+Put left idle %d, mapped %d", idle, n)
 	}
 }
+
+// TestPoolTrim: a buffer idle through a whole Trim period is released (and
+// unmapped, off the heap); one reused in between stays.
+func TestPoolTrim(t *testing.T) {
+	for _, p := range []*Pool{NewPool(64 << 20), NewOffHeapPool(64 << 20)} {
+		a, b := p.Get(1<<20), p.Get(1<<20)
+		p.Put(a)
+		p.Put(b)
+		if p.Idle() != 2<<20 {
+			t.Fatalf("idle %d after two puts", p.Idle())
+		}
+		p.Trim() // both were given back in this period: kept
+		if p.Idle() != 2<<20 {
+			t.Fatalf("idle %d after the first trim, want both kept", p.Idle())
+		}
+		p.Put(p.Get(1 << 20)) // one is used again
+		p.Trim()
+		if p.Idle() != 1<<20 {
+			t.Fatalf("idle %d after the second trim, want only the reused buffer", p.Idle())
+		}
+		if p.offHeap && p.Mapped() != 1 {
+			t.Fatalf("%d buffers mapped, want 1", p.Mapped())
+		}
+		p.Trim()
+		if p.Idle() != 0 || p.offHeap && p.Mapped() != 0 {
+			t.Fatalf("idle %d, mapped %d after a period without use", p.Idle(), p.Mapped())
+		}
+		if got := p.Get(1 << 20); len(got) != 1<<20 {
+			t.Fatalf("Get after trims: %d bytes", len(got))
+		}
+	}
+}
