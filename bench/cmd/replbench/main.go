@@ -532,6 +532,14 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		}
 	}
 	failed := 0
+	record := func(res bench.CaseResult, note string) {
+		if res.Error != "" {
+			failed++
+		}
+		rep.Results = append(rep.Results, res)
+		rep.Notes = append(rep.Notes, note)
+		fmt.Fprintf(stderr, "replbench: %s\n", note)
+	}
 	for i, c := range cases {
 		if ctx.Err() != nil {
 			break
@@ -541,13 +549,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		res, note := runCase(ctx, cfg, adminCl, rs, leader, addrs, dir, fmt.Sprintf("%s%d", runID, i), c, cfg.duration, nil, stderr)
-		if res.Error != "" {
-			failed++
-		}
-		rep.Results = append(rep.Results, res)
-		rep.Notes = append(rep.Notes, note)
-		fmt.Fprintf(stderr, "replbench: %s\n", note)
+		record(runCase(ctx, cfg, adminCl, rs, leader, addrs, dir, fmt.Sprintf("%s%d", runID, i), c, cfg.duration, nil, stderr))
 	}
 	if cfg.otherFailover && cfg.groups > 1 && ctx.Err() == nil {
 		for j, kill := range []bool{false, true} {
@@ -565,13 +567,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 					<-g1.exited
 				}
 			}
-			res, note := runCase(ctx, cfg, adminCl, rs, leader, addrs, dir, fmt.Sprintf("%sf%d", runID, j), c, cfg.duration, during, stderr)
-			if res.Error != "" {
-				failed++
-			}
-			rep.Results = append(rep.Results, res)
-			rep.Notes = append(rep.Notes, note)
-			fmt.Fprintf(stderr, "replbench: %s\n", note)
+			record(runCase(ctx, cfg, adminCl, rs, leader, addrs, dir, fmt.Sprintf("%sf%d", runID, j), c, cfg.duration, during, stderr))
 		}
 	}
 	if cfg.profileDir != "" && ctx.Err() == nil {
