@@ -143,6 +143,9 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 			limit = lso
 		}
 		out.LogStartOffset = p.Log().StartOffset()
+		// A long poll collects again: what the last round read is
+		// replaced, so its buffer goes back.
+		b.mem.frames.Put(out.RecordBatches)
 		out.RecordBatches = []byte{}
 		if p.Deleted() {
 			out.ErrorCode = errUnknownTopicOrPartition
@@ -161,7 +164,15 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		if max <= 0 || max > remaining {
 			max = remaining
 		}
-		data, err := p.Log().Read(off, max, limit)
+		var lent []byte
+		data, err := p.Log().ReadAlloc(b.mem.readInto(&lent), off, max, limit)
+		// A batch larger than what is left goes only to the first
+		// partition with data (KIP-74); later ones wait for the next
+		// fetch.
+		keep := err == nil && len(data) > 0 && (total == 0 || len(data) <= remaining)
+		if !keep {
+			b.mem.frames.Put(lent)
+		}
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
 			out.ErrorCode = errOffsetOutOfRange
 			continue
@@ -176,10 +187,7 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 			out.ErrorCode = errKafkaStorageError
 			continue
 		}
-		// A batch larger than what is left goes only to the first
-		// partition with data (KIP-74); later ones wait for the next
-		// fetch.
-		if total > 0 && len(data) > remaining {
+		if !keep {
 			continue
 		}
 		out.RecordBatches = data

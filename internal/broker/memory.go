@@ -57,6 +57,35 @@ func (m *memory) frameBuffer(n int) []byte {
 	return m.frames.Get(n)
 }
 
+// readInto returns an allocator for one partition's fetch read: the
+// buffer comes from the frame pool, off the heap, and *lent says which it
+// was. The answer gives it back once written (releaseAnswer); a read the
+// answer does not keep gives it back at once. From the heap, a fast
+// consumer's reads were most of the broker's garbage, and the garbage
+// collector let as much again build up before it ran.
+func (m *memory) readInto(lent *[]byte) func(int) []byte {
+	return func(n int) []byte {
+		*lent = m.frames.Get(n)
+		return *lent
+	}
+}
+
+// releaseAnswer gives back the read buffers an answer holds (a fetch's);
+// the answer must not be used afterwards.
+func (m *memory) releaseAnswer(resp kmsg.Response) {
+	f, ok := resp.(*kmsg.FetchResponse)
+	if !ok {
+		return
+	}
+	for i := range f.Topics {
+		for j := range f.Topics[i].Partitions {
+			p := &f.Topics[i].Partitions[j]
+			m.frames.Put(p.RecordBatches)
+			p.RecordBatches = nil
+		}
+	}
+}
+
 // fetchRoom is how many record bytes a fetch may gather now: what the
 // answers in flight leave of their budget, at least one byte so that the
 // first batch still goes out (KIP-74) and no consumer stalls forever.

@@ -190,6 +190,9 @@ type conn struct {
 	// held is what this connection's answers hold of the answer budget;
 	// whatever is left when the connection ends is given back then.
 	held atomic.Int64
+	// unwritten are the answers a failed writer dropped (drain); the
+	// writer's until it ends, then serveConn's.
+	unwritten []*pending
 
 	// The login state belongs to the reader goroutine. user is set once,
 	// before any request that could read it is dispatched.
@@ -243,6 +246,9 @@ func (s *Server) serveConn(c net.Conn) {
 	// Waiting handlers belong to the connection: it does not finish
 	// (and Server.Close does not return) until they have.
 	cn.waits.Wait()
+	for _, p := range cn.unwritten {
+		s.b.mem.releaseAnswer(p.resp)
+	}
 	s.b.mem.responses.Release(cn.held.Swap(0))
 	if reason != nil {
 		cn.log.Warn("closed client connection", "reason", reason.Error(), "client_id", cn.client, "principal", cn.aclPrincipal())
@@ -456,13 +462,13 @@ func (cn *conn) writeLoop() {
 		default:
 			// Flush what is ready before blocking on a slow answer.
 			if err := bw.Flush(); err != nil {
-				cn.drain()
+				cn.drain(p)
 				return
 			}
 			select {
 			case <-p.done:
 			case <-cn.ctx.Done():
-				cn.drain()
+				cn.drain(p)
 				return
 			}
 		}
@@ -470,11 +476,11 @@ func (cn *conn) writeLoop() {
 			buf = binary.BigEndian.AppendUint32(buf[:0], uint32(len(p.raw)))
 			buf = append(buf, p.raw...)
 			if _, err := bw.Write(buf); err != nil {
-				cn.drain()
+				cn.drain(nil)
 				return
 			}
 			if err := bw.Flush(); err != nil {
-				cn.drain()
+				cn.drain(nil)
 				return
 			}
 			continue
@@ -485,7 +491,7 @@ func (cn *conn) writeLoop() {
 		if p.resp == acks0Failed {
 			bw.Flush()
 			cn.log.Warn("closing the connection: an acks=0 produce failed", "client_id", cn.client)
-			cn.drain()
+			cn.drain(nil)
 			return
 		}
 		out := buf[:0]
@@ -502,6 +508,9 @@ func (cn *conn) writeLoop() {
 		}
 		out = protocol.AppendResponse(out, p.hdr, p.resp)
 		_, err := bw.Write(out)
+		if p.held > 0 {
+			cn.s.b.mem.releaseAnswer(p.resp)
+		}
 		p.resp = nil
 		if p.held > 0 {
 			cn.s.b.mem.frames.Put(pooled)
@@ -511,12 +520,12 @@ func (cn *conn) writeLoop() {
 			buf = out
 		}
 		if err != nil {
-			cn.drain()
+			cn.drain(nil)
 			return
 		}
 		if len(cn.queue) == 0 {
 			if err := bw.Flush(); err != nil {
-				cn.drain()
+				cn.drain(nil)
 				return
 			}
 		}
@@ -525,10 +534,17 @@ func (cn *conn) writeLoop() {
 }
 
 // drain empties the queue after a write failure so the reader never blocks
-// on a full queue for a connection that is going away.
-func (cn *conn) drain() {
+// on a full queue for a connection that is going away. The answers it
+// drops, and current when the writer had not written it, are kept in
+// unwritten: serveConn gives back the memory they hold once every handler
+// has finished.
+func (cn *conn) drain(current *pending) {
 	cn.c.Close()
-	for range cn.queue {
+	if current != nil {
+		cn.unwritten = append(cn.unwritten, current)
+	}
+	for p := range cn.queue {
+		cn.unwritten = append(cn.unwritten, p)
 	}
 }
 

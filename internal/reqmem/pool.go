@@ -72,6 +72,9 @@ func class(n int) (int, bool) {
 // Get returns a buffer of length n, from the pool when one is idle.
 func (p *Pool) Get(n int) []byte {
 	c, ok := class(n)
+	if !ok && n > MaxPooled && p.offHeap {
+		return p.getLarge(n)
+	}
 	if !ok || n < 1<<minPooledShift/2 {
 		return make([]byte, n)
 	}
@@ -102,9 +105,31 @@ func (p *Pool) Get(n int) []byte {
 	return b[:n]
 }
 
+// getLarge maps a buffer above the largest class off the heap, for one
+// use: a fetch answer over many partitions can be tens of megabytes, and
+// on the heap the garbage collector would let as much again in garbage
+// build up before it ran. Put unmaps it.
+func (p *Pool) getLarge(n int) []byte {
+	size := (n + 1<<minPooledShift - 1) &^ (1<<minPooledShift - 1)
+	b, err := mapBuffer(size)
+	if err != nil {
+		return make([]byte, n)
+	}
+	p.misses.Add(1)
+	p.mu.Lock()
+	p.mapped[&b[0]] = struct{}{}
+	p.mu.Unlock()
+	return b[:n]
+}
+
 // Put gives a buffer back. The caller must not use it afterwards, nor
-// keep any slice of it.
+// keep any slice of it. Putting a buffer the pool did not lend (from the
+// heap, or nil) does nothing.
 func (p *Pool) Put(b []byte) {
+	if cap(b) > MaxPooled && p.offHeap {
+		p.putLarge(b)
+		return
+	}
 	c, ok := class(cap(b))
 	if !ok || cap(b) != 1<<(c+minPooledShift) {
 		return // not one of ours
@@ -128,6 +153,17 @@ func (p *Pool) Put(b []byte) {
 	}
 	p.free[c] = append(p.free[c], idleBuffer{b[:0], p.gen})
 	p.idle += int64(cap(b))
+}
+
+func (p *Pool) putLarge(b []byte) {
+	b = b[:cap(b)]
+	p.mu.Lock()
+	_, ok := p.mapped[&b[0]]
+	delete(p.mapped, &b[0])
+	p.mu.Unlock()
+	if ok {
+		unmapBuffer(b)
+	}
 }
 
 // Trim releases the buffers that have stayed idle since the previous
@@ -181,6 +217,17 @@ func (p *Pool) Mapped() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.mapped)
+}
+
+// Lent is the number of off-heap buffers lent and not given back.
+func (p *Pool) Lent() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.mapped)
+	for c := range p.free {
+		n -= len(p.free[c])
+	}
+	return n
 }
 
 // Idle is the number of bytes the pool keeps now.

@@ -221,3 +221,32 @@ func TestPoolTrim(t *testing.T) {
 		}
 	}
 }
+
+// TestOffHeapPoolLargeBuffers: a buffer above the largest class is mapped
+// for one use and unmapped when given back, never kept; a heap slice that
+// large is not the pool's.
+func TestOffHeapPoolLargeBuffers(t *testing.T) {
+	if !canMap {
+		t.Skip("no anonymous mappings on this platform")
+	}
+	p := NewOffHeapPool(64 << 20)
+	n := MaxPooled + 3<<20 + 1
+	b := p.Get(n)
+	if len(b) != n || cap(b)%(1<<minPooledShift) != 0 {
+		t.Fatalf("Get(%d): len %d cap %d", n, len(b), cap(b))
+	}
+	b[0], b[n-1] = 1, 1 // writable to the end
+	if p.Mapped() != 1 {
+		t.Fatalf("mapped %d, want the large buffer", p.Mapped())
+	}
+	foreign := make([]byte, n)
+	p.Put(foreign)
+	foreign[0] = 2
+	if p.Mapped() != 1 || p.Idle() != 0 {
+		t.Fatalf("a foreign large Put changed the pool: mapped %d idle %d", p.Mapped(), p.Idle())
+	}
+	p.Put(b[:5])
+	if p.Mapped() != 0 || p.Idle() != 0 {
+		t.Fatalf("a large buffer given back: mapped %d idle %d, want it unmapped and not kept", p.Mapped(), p.Idle())
+	}
+}

@@ -550,6 +550,19 @@ func (l *Log) Read(offset int64, maxBytes int, limit int64) ([]byte, error) {
 // instead of allocating and zeroing megabytes per read. The result aliases
 // dst then; dst must not be reused while the result is in use.
 func (l *Log) ReadInto(dst []byte, offset int64, maxBytes int, limit int64) ([]byte, error) {
+	return l.ReadAlloc(func(n int) []byte {
+		if cap(dst) >= n {
+			return dst[:n]
+		}
+		return make([]byte, n)
+	}, offset, maxBytes, limit)
+}
+
+// ReadAlloc is Read into memory from alloc, which is asked at most once,
+// for exactly the bytes the read needs, and must return a buffer of that
+// length. The result, when not empty, is a prefix of that buffer; a read
+// that finds nothing to return does not call alloc.
+func (l *Log) ReadAlloc(alloc func(n int) []byte, offset int64, maxBytes int, limit int64) ([]byte, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
@@ -594,12 +607,7 @@ func (l *Log) ReadInto(dst []byte, offset int64, maxBytes int, limit int64) ([]b
 			}
 		}
 		want := min(max(int64(maxBytes), int64(h.Size())), stop-pos)
-		var buf []byte
-		if int64(cap(dst)) >= want {
-			buf = dst[:want]
-		} else {
-			buf = make([]byte, want)
-		}
+		buf := alloc(int(want))
 		if sc.bufPos >= 0 && pos >= sc.bufPos && pos+want <= sc.bufPos+int64(sc.n) {
 			// The scan already read these bytes; skip a second read.
 			copy(buf, sc.buf[pos-sc.bufPos:])
