@@ -60,6 +60,9 @@ type clusterMode struct {
 	// lastWarn limits the leader loop's warnings while the metadata log
 	// has no leader (they would come every pass).
 	lastWarn atomic.Int64
+	// leaderSeenMs is the broker time at which the metadata log last had
+	// a leader as far as this broker knows (see leaseNowMs).
+	leaderSeenMs atomic.Int64
 }
 
 // clusterView is one reading of the applied metadata, rebuilt whenever it
@@ -163,6 +166,9 @@ func (c *clusterMode) stop() {
 func (c *clusterMode) watch(ctx context.Context) {
 	for {
 		changed := c.node.Changed()
+		// Every lease renewal is a change, so this is at most a lease
+		// interval older than the moment the metadata log lost its leader.
+		c.leaseNowMs()
 		c.rebuildView()
 		c.applySecurity()
 		select {
@@ -319,6 +325,26 @@ func (v *clusterView) endpoint(id int32) (string, int32, bool) {
 
 // nowMs is broker time, which the metadata leader stamps leases with.
 func (c *clusterMode) nowMs() int64 { return c.b.clock.Now().UnixMilli() }
+
+// leaseNowMs is the time leases are judged at: now while the metadata log
+// has a leader, which renews the leases of live brokers; the last moment
+// it had one while it has none. Nobody can renew a lease then, and a
+// lease only decides what clients are told: letting them all run out
+// would hide every other group's brokers from this broker's clients, so
+// that a client bootstrapped here could not reach a partition whose group
+// failed over, while produce and fetch go on in every group. A broker
+// that dies meanwhile still drops out of its own group's ISR.
+func (c *clusterMode) leaseNowMs() int64 {
+	now := c.nowMs()
+	if c.node.Leader() != metanode.NoLeader {
+		c.leaderSeenMs.Store(now)
+		return now
+	}
+	if seen := c.leaderSeenMs.Load(); seen > 0 {
+		return seen
+	}
+	return now
+}
 
 // propose sends a command to the metadata log, bounded in time.
 func (c *clusterMode) propose(ctx context.Context, cmd metanode.Command) (metanode.Result, error) {
@@ -631,7 +657,7 @@ func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.
 	resp.ClusterID = &id
 	resp.ControllerID = b.repl.leaderID()
 	v := c.current()
-	for _, bid := range c.listed(v, c.nowMs()) {
+	for _, bid := range c.listed(v, c.leaseNowMs()) {
 		if host, port, ok := v.endpoint(bid); ok {
 			// The rack is the broker's group: rack-aware clients and
 			// tools (moonmq cluster status) see the failure domains.
@@ -727,7 +753,7 @@ func (c *clusterMode) autoCreate(name string, allow bool) int16 {
 func (c *clusterMode) describeCluster(resp *kmsg.DescribeClusterResponse) {
 	v := c.current()
 	resp.Brokers = resp.Brokers[:0]
-	for _, bid := range c.listed(v, c.nowMs()) {
+	for _, bid := range c.listed(v, c.leaseNowMs()) {
 		if host, port, ok := v.endpoint(bid); ok {
 			br := kmsg.NewDescribeClusterResponseBroker()
 			rack := v.brokers[bid].Group

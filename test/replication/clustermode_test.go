@@ -982,3 +982,56 @@ func TestClusterManualAssignment(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterOtherGroupsListedWithoutMetadataLeader: while the metadata log
+// has no leader nobody can renew a lease, and a broker goes on telling its
+// clients of the other groups' brokers instead of letting their leases run
+// out: a client bootstrapped in one group still reaches a partition of
+// the other group after that group failed over, past the lease duration.
+func TestClusterOtherGroupsListedWithoutMetadataLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	const topic, parts = "no-meta-leader", 4
+	createTopic(t, ns[1].addr(), topic, parts)
+	leaders := ownersOf(t, ns[3].addr(), topic, parts)
+	target := int32(-1)
+	for p, l := range leaders {
+		if l >= 4 {
+			target = int32(p)
+			break
+		}
+	}
+	if target < 0 {
+		t.Fatalf("no partition in group g2: leaders %v", leaders)
+	}
+	// Voters 2 (a follower of g1) and 4 (of g2) stop: voter 1 alone has
+	// no quorum. g1 keeps serving; g2 elects a leader among 5 and 6
+	// if 4 led it.
+	ns[2].stop()
+	ns[4].stop()
+	time.Sleep(10*time.Second + 3*time.Second) // past metanode.DefaultLeaseDuration
+
+	md, err := kadm.NewClient(client(t, ns[3].addr())).BrokerMetadata(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[int32]bool{}
+	for _, b := range md.Brokers {
+		listed[b.NodeID] = true
+	}
+	if !listed[5] || !listed[6] {
+		t.Fatalf("broker 3 lists %v without a metadata leader; want g2's brokers 5 and 6 among them", md.Brokers.NodeIDs())
+	}
+
+	// Not idempotent: a new producer id needs a block from the metadata
+	// log, which waits for its leader (docs/CLUSTER.md).
+	prod := client(t, ns[3].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DisableIdempotentWrite())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := prod.ProduceSync(ctx, &kgo.Record{Partition: target, Value: []byte("through g1")}).FirstErr(); err != nil {
+		t.Fatalf("produce to partition %d of g2 through g1's broker 3: %v", target, err)
+	}
+}
