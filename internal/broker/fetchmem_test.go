@@ -18,8 +18,9 @@ import (
 
 // TestFetchReadBuffersGoBack: a fetch answer's reads are lent from the
 // off-heap frame pool, which the garbage collector cannot reclaim, so every
-// one must come back: after answers are written, after a long poll reads
-// again, and when a client goes away with answers unwritten.
+// one must come back: after answers are written (reads of data, then long
+// polls at the end of the log), and when a client goes away with answers
+// unwritten.
 func TestFetchReadBuffersGoBack(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
