@@ -63,6 +63,14 @@ type clusterMode struct {
 	// leaderSeenMs is the broker time at which the metadata log last had
 	// a leader as far as this broker knows (see leaseNowMs).
 	leaderSeenMs atomic.Int64
+
+	// spare is a block of producer ids taken ahead from the metadata log
+	// (start, limit; limit 0: none), so that new idempotent producers are
+	// served while the log has no leader, until the block runs out.
+	// keepSpare refills it; refill wakes it.
+	spareMu sync.Mutex
+	spare   [2]int64
+	refill  chan struct{}
 }
 
 // clusterView is one reading of the applied metadata, rebuilt whenever it
@@ -130,8 +138,10 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	c.applySecurity()
 	vctx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	c.wg.Add(1)
+	c.refill = make(chan struct{}, 1)
+	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.watch(vctx) }()
+	go func() { defer c.wg.Done(); c.keepSpare(vctx) }()
 	c.log.Info("cluster mode: metadata node started", "cluster", c.b.cfg.Cluster.ClusterId, "group", c.group,
 		"voter", slices.Contains(slices.Collect(maps.Keys(voters)), c.self))
 	return nil
@@ -152,13 +162,15 @@ func replicationAddress(voterAddr, replicateHost, clientHost string, port int) s
 	return net.JoinHostPort(h, strconv.Itoa(port))
 }
 
-// stop ends the metadata node (its lease ends with it) and the watcher.
+// stop ends the watcher and the spare's keeper (first, so that a
+// proposal of the keeper's does not hold up the node's stop) and the
+// metadata node (its lease ends with it).
 func (c *clusterMode) stop() {
 	if c.node == nil {
 		return
 	}
-	c.node.Stop()
 	c.cancel()
+	c.node.Stop()
 	c.wg.Wait()
 }
 
@@ -610,6 +622,61 @@ func (c *clusterMode) coordinates(kind coordinatorKind) bool {
 	}
 	p, ok := c.current().partition(name, 0)
 	return ok && p.Owner == c.group
+}
+
+// takeProducerIDs returns a block of producer ids for this broker to hand
+// out: the spare one when there is one, else one taken from the metadata
+// log now. Either way the spare is refilled behind it.
+func (c *clusterMode) takeProducerIDs(ctx context.Context) (start, limit int64, err error) {
+	c.spareMu.Lock()
+	start, limit = c.spare[0], c.spare[1]
+	c.spare = [2]int64{}
+	c.spareMu.Unlock()
+	select {
+	case c.refill <- struct{}{}:
+	default:
+	}
+	if limit > 0 {
+		return start, limit, nil
+	}
+	return c.allocateProducerIDs(ctx)
+}
+
+// keepSpare keeps a spare block of producer ids, taking one from the
+// metadata log whenever there is none, and trying again every second
+// while the log cannot answer, until ctx ends. Blocks are unique across
+// the cluster and across terms, so a spare taken as a follower serves
+// when this broker leads; one lost with the process only leaves a gap.
+func (c *clusterMode) keepSpare(ctx context.Context) {
+	for {
+		c.spareMu.Lock()
+		have := c.spare[1] > 0
+		c.spareMu.Unlock()
+		if !have {
+			start, limit, err := c.allocateProducerIDs(ctx)
+			switch {
+			case err == nil:
+				c.spareMu.Lock()
+				c.spare = [2]int64{start, limit}
+				c.spareMu.Unlock()
+				continue
+			case ctx.Err() != nil:
+				return
+			}
+			c.log.Debug("cluster mode: taking a spare block of producer ids failed; trying again", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.refill:
+		}
+	}
 }
 
 // allocateProducerIDs takes the next block of producer ids from the

@@ -52,7 +52,7 @@ func (b *Broker) nextProducerID() (int64, error) {
 	}
 	if b.cl != nil {
 		// Unique across the cluster: the metadata log hands out blocks.
-		start, limit, err := b.cl.allocateProducerIDs(b.ctx)
+		start, limit, err := b.cl.takeProducerIDs(b.ctx)
 		if err != nil {
 			return 0, err
 		}

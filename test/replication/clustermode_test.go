@@ -988,6 +988,8 @@ func TestClusterManualAssignment(t *testing.T) {
 // clients of the other groups' brokers instead of letting their leases run
 // out: a client bootstrapped in one group still reaches a partition of
 // the other group after that group failed over, past the lease duration.
+// An idempotent producer starts meanwhile, on a spare block of producer
+// ids.
 func TestClusterOtherGroupsListedWithoutMetadataLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts six brokers")
@@ -1025,10 +1027,10 @@ func TestClusterOtherGroupsListedWithoutMetadataLeader(t *testing.T) {
 		t.Fatalf("broker 3 lists %v without a metadata leader; want g2's brokers 5 and 6 among them", md.Brokers.NodeIDs())
 	}
 
-	// Not idempotent: a new producer id needs a block from the metadata
-	// log, which waits for its leader (docs/CLUSTER.md).
-	prod := client(t, ns[3].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.DisableIdempotentWrite())
+	// Idempotent, as clients are by default: its producer id comes from
+	// the spare block g1's leader took while the metadata log had a
+	// leader.
+	prod := client(t, ns[3].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := prod.ProduceSync(ctx, &kgo.Record{Partition: target, Value: []byte("through g1")}).FirstErr(); err != nil {
