@@ -35,7 +35,7 @@ type api struct {
 	forwardNow   func(b *Broker, req kmsg.Request) bool
 	onFollower   func(b *Broker, req kmsg.Request) kmsg.Response
 	forwardFail  func(b *Broker, req kmsg.Request, code int16) kmsg.Response
-	coordinator  func(req kmsg.Request) coordinatorKind
+	coordinator  func(req kmsg.Request) coordinatorKeys
 }
 
 // coordinatorKind says which coordinator serves a request.
@@ -78,10 +78,39 @@ type apiDef[R kmsg.Request] struct {
 	// forwardFail answers when forwarding failed with a retriable code
 	// (nil: code in every error field).
 	forwardFail func(b *Broker, r R, code int16) kmsg.Response
-	// coordinator names the coordinator that serves the request (nil:
-	// none). In cluster mode a group that does not host it answers
-	// NOT_COORDINATOR.
-	coordinator func(r R) coordinatorKind
+	// coordinator names the coordinator that serves the request and the
+	// keys it asks about (nil: none). In cluster mode a group that hosts
+	// none of the keys answers NOT_COORDINATOR; one that hosts some of
+	// them serves those and answers NOT_COORDINATOR for the rest.
+	coordinator func(r R) coordinatorKeys
+}
+
+// coordinatorKeys is which coordinator serves a request, and the group ids
+// or transactional ids it asks about. A request that may ask about several
+// names its list of keys (field, one entry per key) and its answer's
+// (respField), so that the keys hosted elsewhere are split off.
+type coordinatorKeys struct {
+	kind             coordinatorKind
+	keys             []string
+	field, respField string
+}
+
+// groupKey and txnKey are the coordinator rules of requests about one
+// group id or transactional id.
+func groupKey[R kmsg.Request](key func(R) string) func(R) coordinatorKeys {
+	return func(r R) coordinatorKeys { return coordinatorKeys{kind: groupCoordinator, keys: []string{key(r)}} }
+}
+
+func txnKey[R kmsg.Request](key func(R) string) func(R) coordinatorKeys {
+	return func(r R) coordinatorKeys { return coordinatorKeys{kind: txnCoordinator, keys: []string{key(r)}} }
+}
+
+// groupKeys is the coordinator rule of requests about a list of groups,
+// their Groups, answered in their answer's Groups.
+func groupKeys[R kmsg.Request](keys func(R) []string) func(R) coordinatorKeys {
+	return func(r R) coordinatorKeys {
+		return coordinatorKeys{kind: groupCoordinator, keys: keys(r), field: "Groups", respField: "Groups"}
+	}
 }
 
 // apis holds the registered APIs by key; versions is what ApiVersions
@@ -127,7 +156,7 @@ func register[R kmsg.Request](d apiDef[R]) {
 		a.forwardFail = func(b *Broker, req kmsg.Request, code int16) kmsg.Response { return d.forwardFail(b, req.(R), code) }
 	}
 	if d.coordinator != nil {
-		a.coordinator = func(req kmsg.Request) coordinatorKind { return d.coordinator(req.(R)) }
+		a.coordinator = func(req kmsg.Request) coordinatorKeys { return d.coordinator(req.(R)) }
 	}
 	apis[key] = a
 	versions[key] = d.versions
@@ -138,12 +167,38 @@ func register[R kmsg.Request](d apiDef[R]) {
 func (b *Broker) handle(cn *conn, req protocol.Request) (kmsg.Response, waitFunc) {
 	a := apis[req.Key]
 	if b.cl != nil && a.coordinator != nil {
-		if kind := a.coordinator(req.Body); kind != noCoordinator && !b.cl.coordinates(kind) {
-			// Another group hosts it: the client asks FindCoordinator
-			// again, which names that group's leader.
-			return b.notCoordinatorCode(req.Body, errNotCoordinator), nil
+		if ck := a.coordinator(req.Body); ck.kind != noCoordinator {
+			codes := make([]int16, len(ck.keys))
+			elsewhere := 0
+			for i, key := range ck.keys {
+				if !b.cl.coordinates(ck.kind, key) {
+					codes[i] = errNotCoordinator
+					elsewhere++
+				}
+			}
+			switch {
+			case elsewhere == 0:
+			case elsewhere < len(ck.keys) && ck.field != "":
+				return splitRun(req.Body, ck.field, ck.respField, codes, func(body kmsg.Request) (kmsg.Response, waitFunc) {
+					part := req
+					part.Body = body
+					return b.handleHere(cn, a, part)
+				})
+			default:
+				// Another group hosts them: the client asks
+				// FindCoordinator again, which names that group's
+				// leader.
+				return b.notCoordinatorCode(req.Body, errNotCoordinator), nil
+			}
 		}
 	}
+	return b.handleHere(cn, a, req)
+}
+
+// handleHere answers a request this group serves: a follower forwards or
+// refuses what only the leader can answer, then the ACLs apply, then the
+// API's handler.
+func (b *Broker) handleHere(cn *conn, a *api, req protocol.Request) (kmsg.Response, waitFunc) {
 	if b.following() {
 		if !cn.viaForward && a.forwards(b, req.Body) {
 			return nil, func(ctx context.Context) kmsg.Response { return b.forward(ctx, cn, req) }
@@ -330,11 +385,6 @@ func refuseWith[R kmsg.Request](code int16) func(*Broker, R) kmsg.Response {
 		return resp
 	}
 }
-
-// groupAPI and txnAPI are the coordinator rules of group and transaction
-// coordinator requests.
-func groupAPI[R kmsg.Request](R) coordinatorKind { return groupCoordinator }
-func txnAPI[R kmsg.Request](R) coordinatorKind   { return txnCoordinator }
 
 // notCoordinatorOnFollower is the follower answer of group and
 // transaction coordinator requests (notCoordinator).

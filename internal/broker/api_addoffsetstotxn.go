@@ -22,6 +22,6 @@ func init() {
 			return whole(r, z.allowed(opRead, resGroup, r.Group), errGroupAuthorizationFailed)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.AddOffsetsToTxnRequest],
-		coordinator: txnAPI[*kmsg.AddOffsetsToTxnRequest],
+		coordinator: txnKey(func(r *kmsg.AddOffsetsToTxnRequest) string { return r.TransactionalID }),
 	})
 }

@@ -16,9 +16,18 @@ func init() {
 		serve: func(b *Broker, _ *conn, r *kmsg.AddPartitionsToTxnRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
 			return nil, func(ctx context.Context) kmsg.Response { return b.txns.AddPartitions(ctx, r) }
 		},
-		authorize:   (*authz).addPartitionsToTxn,
-		onFollower:  notCoordinatorOnFollower[*kmsg.AddPartitionsToTxnRequest],
-		coordinator: txnAPI[*kmsg.AddPartitionsToTxnRequest],
+		authorize:  (*authz).addPartitionsToTxn,
+		onFollower: notCoordinatorOnFollower[*kmsg.AddPartitionsToTxnRequest],
+		coordinator: func(r *kmsg.AddPartitionsToTxnRequest) coordinatorKeys {
+			if r.Version < 4 {
+				return coordinatorKeys{kind: txnCoordinator, keys: []string{r.TransactionalID}}
+			}
+			ck := coordinatorKeys{kind: txnCoordinator, field: "Transactions", respField: "Transactions"}
+			for _, t := range r.Transactions {
+				ck.keys = append(ck.keys, t.TransactionalID)
+			}
+			return ck
+		},
 	})
 }
 

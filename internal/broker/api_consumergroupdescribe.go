@@ -17,6 +17,6 @@ func init() {
 			return perGroup(z, r, r.Groups, opDescribe, run)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.ConsumerGroupDescribeRequest],
-		coordinator: groupAPI[*kmsg.ConsumerGroupDescribeRequest],
+		coordinator: groupKeys(func(r *kmsg.ConsumerGroupDescribeRequest) []string { return r.Groups }),
 	})
 }

@@ -36,6 +36,6 @@ func init() {
 			return nil, nil, false
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.ConsumerGroupHeartbeatRequest],
-		coordinator: groupAPI[*kmsg.ConsumerGroupHeartbeatRequest],
+		coordinator: groupKey(func(r *kmsg.ConsumerGroupHeartbeatRequest) string { return r.Group }),
 	})
 }

@@ -17,6 +17,6 @@ func init() {
 			return perGroup(z, r, r.Groups, opDelete, run)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.DeleteGroupsRequest],
-		coordinator: groupAPI[*kmsg.DeleteGroupsRequest],
+		coordinator: groupKeys(func(r *kmsg.DeleteGroupsRequest) []string { return r.Groups }),
 	})
 }

@@ -17,6 +17,6 @@ func init() {
 			return perGroup(z, r, r.Groups, opDescribe, run)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.DescribeGroupsRequest],
-		coordinator: groupAPI[*kmsg.DescribeGroupsRequest],
+		coordinator: groupKeys(func(r *kmsg.DescribeGroupsRequest) []string { return r.Groups }),
 	})
 }

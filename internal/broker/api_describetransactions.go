@@ -13,9 +13,11 @@ func init() {
 		serve: func(b *Broker, _ *conn, r *kmsg.DescribeTransactionsRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
 			return b.txns.DescribeTransactions(r), nil
 		},
-		authorize:   (*authz).describeTransactions,
-		onFollower:  notCoordinatorOnFollower[*kmsg.DescribeTransactionsRequest],
-		coordinator: txnAPI[*kmsg.DescribeTransactionsRequest],
+		authorize:  (*authz).describeTransactions,
+		onFollower: notCoordinatorOnFollower[*kmsg.DescribeTransactionsRequest],
+		coordinator: func(r *kmsg.DescribeTransactionsRequest) coordinatorKeys {
+			return coordinatorKeys{kind: txnCoordinator, keys: r.TransactionalIDs, field: "TransactionalIDs", respField: "TransactionStates"}
+		},
 	})
 }
 

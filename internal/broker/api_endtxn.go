@@ -20,6 +20,6 @@ func init() {
 			return whole(r, z.allowed(opWrite, resTxnID, r.TransactionalID), errTxnIDAuthorizationFailed)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.EndTxnRequest],
-		coordinator: txnAPI[*kmsg.EndTxnRequest],
+		coordinator: txnKey(func(r *kmsg.EndTxnRequest) string { return r.TransactionalID }),
 	})
 }

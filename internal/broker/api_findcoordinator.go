@@ -108,31 +108,29 @@ func findCoordinatorOnFollower(b *Broker, q *kmsg.FindCoordinatorRequest) kmsg.R
 	r := b.repl
 	id := r.leaderID()
 	host, port, ok := r.endpoint(id)
-	return coordinatorAnswer(q, id, host, port, ok)
+	return coordinatorAnswer(q, func(string) (int32, string, int32, bool) { return id, host, port, ok })
 }
 
-// coordinatorAnswer names broker id at host:port as the coordinator of
-// every key asked about, or COORDINATOR_NOT_AVAILABLE when !ok.
-func coordinatorAnswer(q *kmsg.FindCoordinatorRequest, id int32, host string, port int32, ok bool) kmsg.Response {
+// coordinatorAnswer names, for every key asked about, the broker where
+// says coordinates it, or COORDINATOR_NOT_AVAILABLE when where knows none.
+func coordinatorAnswer(q *kmsg.FindCoordinatorRequest, where func(key string) (id int32, host string, port int32, ok bool)) kmsg.Response {
 	resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	code := int16(0)
-	if id < 0 || !ok {
-		code = errCoordinatorNotAvailable
+	answer := func(key string) (code int16, id int32, host string, port int32) {
+		id, host, port, ok := where(key)
+		if id < 0 || !ok {
+			return errCoordinatorNotAvailable, -1, "", -1
+		}
+		return 0, id, host, port
 	}
 	if q.Version >= 4 {
 		for _, key := range q.CoordinatorKeys {
 			c := kmsg.NewFindCoordinatorResponseCoordinator()
-			c.Key, c.ErrorCode = key, code
-			if code == 0 {
-				c.NodeID, c.Host, c.Port = id, host, port
-			}
+			c.Key = key
+			c.ErrorCode, c.NodeID, c.Host, c.Port = answer(key)
 			resp.Coordinators = append(resp.Coordinators, c)
 		}
 		return resp
 	}
-	resp.ErrorCode = code
-	if code == 0 {
-		resp.NodeID, resp.Host, resp.Port = id, host, port
-	}
+	resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = answer(q.CoordinatorKey)
 	return resp
 }

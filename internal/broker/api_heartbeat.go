@@ -16,6 +16,6 @@ func init() {
 		},
 		authorize:   groupRead(func(r *kmsg.HeartbeatRequest) string { return r.Group }),
 		onFollower:  notCoordinatorOnFollower[*kmsg.HeartbeatRequest],
-		coordinator: groupAPI[*kmsg.HeartbeatRequest],
+		coordinator: groupKey(func(r *kmsg.HeartbeatRequest) string { return r.Group }),
 	})
 }

@@ -33,11 +33,11 @@ func init() {
 		forwardFail: func(b *Broker, r *kmsg.InitProducerIDRequest, _ int16) kmsg.Response {
 			return refuseWith[*kmsg.InitProducerIDRequest](errCoordinatorNotAvailable)(b, r)
 		},
-		coordinator: func(r *kmsg.InitProducerIDRequest) coordinatorKind {
+		coordinator: func(r *kmsg.InitProducerIDRequest) coordinatorKeys {
 			if r.TransactionalID != nil {
-				return txnCoordinator
+				return coordinatorKeys{kind: txnCoordinator, keys: []string{*r.TransactionalID}}
 			}
-			return noCoordinator
+			return coordinatorKeys{kind: noCoordinator}
 		},
 	})
 }

@@ -22,6 +22,6 @@ func init() {
 		},
 		authorize:   groupRead(func(r *kmsg.JoinGroupRequest) string { return r.Group }),
 		onFollower:  notCoordinatorOnFollower[*kmsg.JoinGroupRequest],
-		coordinator: groupAPI[*kmsg.JoinGroupRequest],
+		coordinator: groupKey(func(r *kmsg.JoinGroupRequest) string { return r.Group }),
 	})
 }

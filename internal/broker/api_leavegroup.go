@@ -15,6 +15,6 @@ func init() {
 		},
 		authorize:   groupRead(func(r *kmsg.LeaveGroupRequest) string { return r.Group }),
 		onFollower:  notCoordinatorOnFollower[*kmsg.LeaveGroupRequest],
-		coordinator: groupAPI[*kmsg.LeaveGroupRequest],
+		coordinator: groupKey(func(r *kmsg.LeaveGroupRequest) string { return r.Group }),
 	})
 }

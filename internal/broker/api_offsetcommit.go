@@ -21,6 +21,6 @@ func init() {
 			return perTopic(z, r, r.Topics, func(t kmsg.OffsetCommitRequestTopic) string { return t.Topic }, opRead, run)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.OffsetCommitRequest],
-		coordinator: groupAPI[*kmsg.OffsetCommitRequest],
+		coordinator: groupKey(func(r *kmsg.OffsetCommitRequest) string { return r.Group }),
 	})
 }

@@ -21,6 +21,6 @@ func init() {
 			return perTopic(z, r, r.Topics, func(t kmsg.OffsetDeleteRequestTopic) string { return t.Topic }, opRead, run)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.OffsetDeleteRequest],
-		coordinator: groupAPI[*kmsg.OffsetDeleteRequest],
+		coordinator: groupKey(func(r *kmsg.OffsetDeleteRequest) string { return r.Group }),
 	})
 }

@@ -18,8 +18,17 @@ func init() {
 			resp, wait := z.offsetFetch(r, run)
 			return resp, wait, true
 		},
-		onFollower:  notCoordinatorOnFollower[*kmsg.OffsetFetchRequest],
-		coordinator: groupAPI[*kmsg.OffsetFetchRequest],
+		onFollower: notCoordinatorOnFollower[*kmsg.OffsetFetchRequest],
+		coordinator: func(r *kmsg.OffsetFetchRequest) coordinatorKeys {
+			if r.Version < 8 {
+				return coordinatorKeys{kind: groupCoordinator, keys: []string{r.Group}}
+			}
+			ck := coordinatorKeys{kind: groupCoordinator, field: "Groups", respField: "Groups"}
+			for _, g := range r.Groups {
+				ck.keys = append(ck.keys, g.Group)
+			}
+			return ck
+		},
 	})
 }
 

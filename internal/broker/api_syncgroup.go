@@ -18,6 +18,6 @@ func init() {
 		},
 		authorize:   groupRead(func(r *kmsg.SyncGroupRequest) string { return r.Group }),
 		onFollower:  notCoordinatorOnFollower[*kmsg.SyncGroupRequest],
-		coordinator: groupAPI[*kmsg.SyncGroupRequest],
+		coordinator: groupKey(func(r *kmsg.SyncGroupRequest) string { return r.Group }),
 	})
 }

@@ -14,7 +14,7 @@ func init() {
 	register(apiDef[*kmsg.TxnOffsetCommitRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 5},
 		serve: func(b *Broker, _ *conn, r *kmsg.TxnOffsetCommitRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return nil, func(ctx context.Context) kmsg.Response { return b.txns.TxnOffsetCommit(ctx, r) }
+			return nil, func(ctx context.Context) kmsg.Response { return b.txnOffsetCommit(ctx, r) }
 		},
 		authorize: func(z *authz, r *kmsg.TxnOffsetCommitRequest, run runFunc) (kmsg.Response, waitFunc, bool) {
 			if !z.allowed(opWrite, resTxnID, r.TransactionalID) {
@@ -26,6 +26,6 @@ func init() {
 			return perTopic(z, r, r.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) string { return t.Topic }, opRead, run)
 		},
 		onFollower:  notCoordinatorOnFollower[*kmsg.TxnOffsetCommitRequest],
-		coordinator: groupAPI[*kmsg.TxnOffsetCommitRequest],
+		coordinator: groupKey(func(r *kmsg.TxnOffsetCommitRequest) string { return r.Group }),
 	})
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/moonmq/moonmq/internal/cluster/meta"
 	"github.com/moonmq/moonmq/internal/cluster/metanode"
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/groupcoord"
-	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/txncoord"
 )
@@ -392,9 +392,6 @@ func (c *clusterMode) leaderPass(ctx context.Context, reconciled **uint64) {
 	if err := c.publishGroupState(ctx, r); err != nil && ctx.Err() == nil {
 		c.warn("cluster mode: publishing the group's state to the metadata log failed; retrying", "err", err)
 	}
-	if err := c.ensureCoordinatorTopics(ctx); err != nil && ctx.Err() == nil {
-		c.warn("cluster mode: creating the coordinators' topics in the metadata log failed; retrying", "err", err)
-	}
 	v := c.current()
 	if *reconciled != nil && **reconciled == v.topicsDigest {
 		return // the topics are as the last clean pass left them
@@ -430,10 +427,10 @@ func (c *clusterMode) publishGroupState(ctx context.Context, r *replica) error {
 	return err
 }
 
-// coordinatorTopics are the internal topics whose owner group hosts the
-// cluster's coordinators: one partition each, for now, in one group (a
-// transaction's offset commits are checked against its state under one
-// lock, TxnOffsetCommit), the offsets topic's owner.
+// coordinatorTopics are the coordinators' internal topics, whose
+// partitions (Cluster.CoordinatorPartitions of each) are spread over the
+// groups like any topic's: each group hosts the consumer groups and
+// transactional ids of the partitions it owns.
 var coordinatorTopics = []string{offsetsTopic, txncoord.StateTopic}
 
 // internalTopicConfigs are the configs the coordinators give their topics.
@@ -448,31 +445,21 @@ func internalTopicConfigs(name string) map[string]string {
 }
 
 // ensureCoordinatorTopics creates the coordinators' topics in the
-// metadata log if no group did yet. Another leader's concurrent creation
-// wins and is fine.
+// metadata log if no broker did yet, on first use (a FindCoordinator, a
+// coordinator's first write) as Kafka creates its own, so that the groups
+// of a new cluster have registered by then. The partitions are dealt over
+// the live groups in turn. Another broker's concurrent creation wins and
+// is fine.
 func (c *clusterMode) ensureCoordinatorTopics(ctx context.Context) error {
 	for _, name := range coordinatorTopics {
-		// The applied state itself, not the view: the view may not
-		// show the offsets topic this pass just created yet.
+		// The applied state itself, not the view: it may lag.
 		var exists bool
-		var owner string
-		c.node.Read(func(s *meta.State, _ uint64) {
-			_, exists = s.Topic(name)
-			if t, ok := s.Topic(offsetsTopic); ok && len(t.Partitions) > 0 {
-				owner = t.Partitions[0].Owner
-			}
-		})
+		c.node.Read(func(s *meta.State, _ uint64) { _, exists = s.Topic(name) })
 		if exists {
 			continue
 		}
-		var place meta.Placement
-		if name != offsetsTopic {
-			if owner == "" {
-				return fmt.Errorf("%s: waiting for %s", name, offsetsTopic)
-			}
-			place.Groups = []string{owner}
-		}
-		_, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: 1, Configs: internalTopicConfigs(name), Placement: place}})
+		n := c.b.cfg.Cluster.Partitions()
+		_, err := c.propose(ctx, metanode.Command{CreateTopic: &metanode.CreateTopic{Name: name, Partitions: int32(n), Configs: internalTopicConfigs(name), Placement: meta.Placement{RoundRobin: true}}})
 		if metanode.ErrorCode(err) == errTopicAlreadyExists {
 			continue
 		}
@@ -593,16 +580,17 @@ func (c *clusterMode) waitLocal(ctx context.Context, name string, d time.Duratio
 	}
 }
 
-// coordinatorGroupLeader is the broker that coordinates keys of the given
-// FindCoordinator type: the leader of the group owning the coordinators'
-// topic. ok is false while there is none.
-func (c *clusterMode) coordinatorLeader(coordinatorType int8) (int32, bool) {
-	name := offsetsTopic
+// coordinatorLeader is the broker that coordinates key (a group id, or
+// with FindCoordinator type 1 a transactional id): the leader of the group
+// owning key's partition of the coordinators' topic. ok is false while
+// there is none.
+func (c *clusterMode) coordinatorLeader(coordinatorType int8, key string) (int32, bool) {
+	kind := groupCoordinator
 	if coordinatorType == 1 {
-		name = txncoord.StateTopic
+		kind = txnCoordinator
 	}
 	v := c.current()
-	p, ok := v.partition(name, 0)
+	p, ok := c.coordinatorPartition(v, kind, key)
 	if !ok {
 		return -1, false
 	}
@@ -613,14 +601,23 @@ func (c *clusterMode) coordinatorLeader(coordinatorType int8) (int32, bool) {
 	return g.Leader, true
 }
 
-// coordinates reports whether this group hosts the coordinator of the
-// given kind.
-func (c *clusterMode) coordinates(kind coordinatorKind) bool {
+// coordinatorPartition is key's partition of the coordinators' topic of
+// the given kind, as v knows it; false before the topic is created.
+func (c *clusterMode) coordinatorPartition(v *clusterView, kind coordinatorKind, key string) (meta.Partition, bool) {
 	name := offsetsTopic
 	if kind == txnCoordinator {
 		name = txncoord.StateTopic
 	}
-	p, ok := c.current().partition(name, 0)
+	t, ok := v.topics[name]
+	if !ok || len(t.Partitions) == 0 {
+		return meta.Partition{}, false
+	}
+	return v.partition(name, coordinator.PartitionFor(key, len(t.Partitions)))
+}
+
+// coordinates reports whether this group hosts the coordinator of key.
+func (c *clusterMode) coordinates(kind coordinatorKind, key string) bool {
+	p, ok := c.coordinatorPartition(c.current(), kind, key)
 	return ok && p.Owner == c.group
 }
 
@@ -694,23 +691,36 @@ func (c *clusterMode) allocateProducerIDs(ctx context.Context) (start, limit int
 	return 0, 0, errors.New("the metadata log answered a producer-id allocation without a block")
 }
 
-// findCoordinator names the leader of the group hosting the coordinator
-// asked for.
+// findCoordinator names, for each key, the leader of the group owning
+// the key's partition of the coordinators' topic.
 func (c *clusterMode) findCoordinator(q *kmsg.FindCoordinatorRequest) kmsg.Response {
-	for _, key := range append([]string{q.CoordinatorKey}, q.CoordinatorKeys...) {
-		if key == "" && (q.Version < 4) {
-			resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
-			resp.ErrorCode, resp.NodeID, resp.Port = errInvalidGroupID, -1, -1
-			return resp
+	if q.Version < 4 && q.CoordinatorKey == "" {
+		resp := q.ResponseKind().(*kmsg.FindCoordinatorResponse)
+		resp.ErrorCode, resp.NodeID, resp.Port = errInvalidGroupID, -1, -1
+		return resp
+	}
+	v := c.current()
+	name := offsetsTopic
+	if q.CoordinatorType == 1 {
+		name = txncoord.StateTopic
+	}
+	if _, ok := v.topics[name]; !ok {
+		ctx, cancel := context.WithTimeout(c.b.ctx, 2*time.Second)
+		err := c.ensureCoordinatorTopics(ctx)
+		cancel()
+		if err != nil {
+			c.warn("cluster mode: creating the coordinators' topics in the metadata log failed; clients retry", "err", err)
 		}
+		v = c.current()
 	}
-	id, ok := c.coordinatorLeader(q.CoordinatorType)
-	var host string
-	var port int32
-	if ok {
-		host, port, ok = c.current().endpoint(id)
-	}
-	return coordinatorAnswer(q, id, host, port, ok)
+	return coordinatorAnswer(q, func(key string) (int32, string, int32, bool) {
+		id, ok := c.coordinatorLeader(q.CoordinatorType, key)
+		if !ok {
+			return -1, "", -1, false
+		}
+		host, port, ok := v.endpoint(id)
+		return id, host, port, ok
+	})
 }
 
 // metadata answers Metadata from the metadata copy: every live broker of
@@ -1113,12 +1123,12 @@ func (b *Broker) hintEndpoint(id int32) (string, int32, bool) {
 	return b.repl.endpoint(id)
 }
 
-// coordinatorPartition is partition 0 of a coordinators' topic: created in
-// the metadata log if needed, then in this group by its leader's reconcile
-// pass. Only the owner group's coordinator writes to it.
-func (c *clusterMode) coordinatorPartition(name string) (*partition.Partition, error) {
+// coordinatorTopic is a coordinators' topic: created in the metadata log
+// if needed, then in this group by its leader's reconcile pass. Each of
+// its partitions is written only by its owner group's coordinators.
+func (c *clusterMode) coordinatorTopic(name string) (*topic, error) {
 	if t := c.local(name); t != nil && len(t.partitions) > 0 {
-		return t.partitions[0], nil
+		return t, nil
 	}
 	if err := c.ensureCoordinatorTopics(c.b.ctx); err != nil {
 		return nil, err
@@ -1127,5 +1137,5 @@ func (c *clusterMode) coordinatorPartition(name string) (*partition.Partition, e
 	if t == nil || len(t.partitions) == 0 {
 		return nil, fmt.Errorf("cluster mode: %s is not created in this group yet", name)
 	}
-	return t.partitions[0], nil
+	return t, nil
 }

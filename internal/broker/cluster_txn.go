@@ -13,16 +13,18 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/txncoord"
 )
 
-// Transactions across groups in cluster mode. The transaction coordinator
-// lives in one group (the owner of __transaction_state); a transaction may
-// hold partitions of any group. Between groups, over the replication port
-// and its Token, as JSON:
+// Transactions across groups in cluster mode. A transactional id's
+// coordinator lives in the group owning its partition of
+// __transaction_state; a transaction may hold partitions of any group, and
+// commit the offsets of a consumer group coordinated in yet another.
+// Between groups, over the replication port and its Token, as JSON:
 //
 //   - PathTxnCheck: a partition leader in another group asks the
 //     coordinator whether a producer's transaction is ongoing and holds
@@ -31,7 +33,15 @@ import (
 //     (Produce v12, transactions v2).
 //   - PathTxnMarkers: the coordinator has the owner group's leader write
 //     commit or abort markers (Kafka's WriteTxnMarkers), retried until
-//     each is durable there.
+//     each is durable there; markers on the offsets topic also apply or
+//     drop the transaction's pending offset commits there.
+//   - PathTxnOffsetCommit: a consumer group's coordinator hands a
+//     client's TxnOffsetCommit to the transactional id's coordinator,
+//     which checks the transaction under the id's lock, as it does at
+//     home, and then
+//   - PathTxnOffsets: has the group's coordinator write the commits, as
+//     the transaction's producer, still under that lock; so no marker of
+//     the transaction can land between the check and the write.
 //
 // A transaction with a partition in another group writes its decision
 // durably before any marker (txncoord's end), so a coordinator that fails
@@ -39,15 +49,18 @@ import (
 
 // Paths of the cross-group transaction calls.
 const (
-	PathTxnCheck   = "/cluster/txn/check"
-	PathTxnMarkers = "/cluster/txn/markers"
+	PathTxnCheck        = "/cluster/txn/check"
+	PathTxnMarkers      = "/cluster/txn/markers"
+	PathTxnOffsetCommit = "/cluster/txn/offsetcommit"
+	PathTxnOffsets      = "/cluster/txn/offsets"
 )
 
 // txnCheckRequest asks the coordinator about one producer's partitions.
 type txnCheckRequest struct {
-	ProducerID    int64    `json:"producerId"`
-	ProducerEpoch int16    `json:"producerEpoch"`
-	Partitions    []txn.TP `json:"partitions"`
+	TransactionalID string   `json:"transactionalId"`
+	ProducerID      int64    `json:"producerId"`
+	ProducerEpoch   int16    `json:"producerEpoch"`
+	Partitions      []txn.TP `json:"partitions"`
 	// Add adds the partitions (Produce v12) instead of only checking.
 	Add bool `json:"add,omitempty"`
 }
@@ -60,28 +73,37 @@ type txnMarkersRequest struct {
 	Partitions    []txn.TP `json:"partitions"`
 }
 
+// txnOffsetsRequest asks a consumer group's coordinator to write a
+// transaction's offset commits as its producer.
+type txnOffsetsRequest struct {
+	ProducerID    int64                        `json:"producerId"`
+	ProducerEpoch int16                        `json:"producerEpoch"`
+	Commit        *kmsg.TxnOffsetCommitRequest `json:"commit"`
+}
+
 // txnAnswer is the Kafka error code of each partition, in request order
 // (for a check: one code for all).
 type txnAnswer struct {
 	Codes []int16 `json:"codes"`
 }
 
-// remoteTxnCoordinator reports whether the transaction coordinator is in
-// another group, so that this group's partitions check producers with it.
-func (b *Broker) remoteTxnCoordinator() bool {
-	return b.cl != nil && !b.cl.coordinates(txnCoordinator)
+// remoteTxnCoordinator reports whether transactional id tid's coordinator
+// is in another group, so that this group's partitions check its producer
+// with it.
+func (b *Broker) remoteTxnCoordinator(tid string) bool {
+	return b.cl != nil && !b.cl.coordinates(txnCoordinator, tid)
 }
 
-// remoteTxnCheck asks the coordinator's group about a producer's
-// transaction on tps (or adds them). It answers a Kafka code; a failed
-// call is COORDINATOR_NOT_AVAILABLE, which producers retry.
-func (c *clusterMode) remoteTxnCheck(ctx context.Context, pid int64, epoch int16, tps []txn.TP, add bool) int16 {
-	id, ok := c.coordinatorLeader(1)
+// remoteTxnCheck asks tid's coordinator about a producer's transaction on
+// tps (or adds them). It answers a Kafka code; a failed call is
+// COORDINATOR_NOT_AVAILABLE, which producers retry.
+func (c *clusterMode) remoteTxnCheck(ctx context.Context, tid string, pid int64, epoch int16, tps []txn.TP, add bool) int16 {
+	id, ok := c.coordinatorLeader(1, tid)
 	if !ok {
 		return kerr.CoordinatorNotAvailable.Code
 	}
 	var ans txnAnswer
-	if err := c.call(ctx, id, PathTxnCheck, txnCheckRequest{ProducerID: pid, ProducerEpoch: epoch, Partitions: tps, Add: add}, &ans); err != nil || len(ans.Codes) != 1 {
+	if err := c.call(ctx, id, PathTxnCheck, txnCheckRequest{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Partitions: tps, Add: add}, &ans); err != nil || len(ans.Codes) != 1 {
 		c.warn("cluster mode: asking the transaction coordinator failed", "coordinator", id, "err", err)
 		return kerr.CoordinatorNotAvailable.Code
 	}
@@ -175,6 +197,8 @@ func (c *clusterMode) call(ctx context.Context, id int32, path string, req, answ
 func (c *clusterMode) mountTxnHandlers(mux *http.ServeMux) {
 	mux.HandleFunc(PathTxnCheck, c.serveTxnCheck)
 	mux.HandleFunc(PathTxnMarkers, c.serveTxnMarkers)
+	mux.HandleFunc(PathTxnOffsetCommit, c.serveTxnOffsetCommit)
+	mux.HandleFunc(PathTxnOffsets, c.serveTxnOffsets)
 }
 
 // readJSON checks a cross-group call (token, method, this broker serving)
@@ -213,7 +237,7 @@ func (c *clusterMode) serveTxnCheck(w http.ResponseWriter, hr *http.Request) {
 	}
 	code := int16(0)
 	switch {
-	case !c.coordinates(txnCoordinator):
+	case !c.coordinates(txnCoordinator, req.TransactionalID):
 		code = errNotCoordinator
 	case req.Add:
 		ctx, cancel := context.WithTimeout(hr.Context(), forwardTimeout)
@@ -276,13 +300,99 @@ func (c *clusterMode) serveTxnMarkers(w http.ResponseWriter, hr *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(hr.Context(), forwardTimeout)
 	defer cancel()
+	offsetsMarked := false
 	for _, pw := range waits {
 		if err := b.waitOwn(ctx, pw.p, pw.end); err != nil {
 			codes[pw.i] = coordinatorCode(err)
 			if errors.Is(err, errStoppedLeading) {
 				codes[pw.i] = errNotLeaderOrFollower
 			}
+			continue
 		}
+		offsetsMarked = offsetsMarked || pw.p.Topic == offsetsTopic
+	}
+	if offsetsMarked {
+		// The marker is durable: the transaction's offset commits on
+		// this group's partitions apply (or go), as the coordinator's
+		// own group applies those on its partitions.
+		b.groups.EndTxn(req.ProducerID, req.Commit)
 	}
 	writeJSON(w, txnAnswer{Codes: codes})
+}
+
+// txnOffsetCommit answers a client's TxnOffsetCommit on the consumer
+// group's coordinator: the transactional id's coordinator checks the
+// transaction and has the commits written, here or (in cluster mode, its
+// id in another group) through PathTxnOffsetCommit.
+func (b *Broker) txnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetCommitRequest) *kmsg.TxnOffsetCommitResponse {
+	if !b.remoteTxnCoordinator(r.TransactionalID) {
+		return b.txns.TxnOffsetCommit(ctx, r)
+	}
+	c := b.cl
+	id, ok := c.coordinatorLeader(1, r.TransactionalID)
+	var resp kmsg.TxnOffsetCommitResponse
+	if ok {
+		err := c.call(ctx, id, PathTxnOffsetCommit, r, &resp)
+		if err == nil {
+			resp.Version = r.Version
+			return &resp
+		}
+		c.warn("cluster mode: handing a transactional offset commit to the transaction coordinator failed", "coordinator", id, "err", err)
+	}
+	// Retriable: the client finds the coordinators again and retries.
+	return denyAll(r, errCoordinatorNotAvailable).(*kmsg.TxnOffsetCommitResponse)
+}
+
+// serveTxnOffsetCommit runs a TxnOffsetCommit a consumer group's
+// coordinator in another group handed to this transactional id's
+// coordinator.
+func (c *clusterMode) serveTxnOffsetCommit(w http.ResponseWriter, hr *http.Request) {
+	var r kmsg.TxnOffsetCommitRequest
+	if !c.readJSON(w, hr, &r) {
+		return
+	}
+	if !c.coordinates(txnCoordinator, r.TransactionalID) {
+		writeJSON(w, denyAll(&r, errNotCoordinator))
+		return
+	}
+	ctx, cancel := context.WithTimeout(hr.Context(), forwardTimeout)
+	defer cancel()
+	writeJSON(w, c.b.txns.TxnOffsetCommit(ctx, &r))
+}
+
+// writeRemoteTxnOffsets has the consumer group's coordinator, in the group
+// owning its partition of the offsets topic, write a transaction's offset
+// commits. It answers a Kafka code; a failed call is
+// COORDINATOR_NOT_AVAILABLE, which clients retry.
+func (c *clusterMode) writeRemoteTxnOffsets(ctx context.Context, pid int64, epoch int16, r *kmsg.TxnOffsetCommitRequest) int16 {
+	id, ok := c.coordinatorLeader(0, r.Group)
+	if !ok {
+		return kerr.CoordinatorNotAvailable.Code
+	}
+	var ans txnAnswer
+	if err := c.call(ctx, id, PathTxnOffsets, txnOffsetsRequest{ProducerID: pid, ProducerEpoch: epoch, Commit: r}, &ans); err != nil || len(ans.Codes) != 1 {
+		c.warn("cluster mode: asking the group coordinator to write transactional offsets failed", "coordinator", id, "err", err)
+		return kerr.CoordinatorNotAvailable.Code
+	}
+	return ans.Codes[0]
+}
+
+// serveTxnOffsets writes a transaction's offset commits for a consumer
+// group this group coordinates, as the transaction coordinator asked.
+func (c *clusterMode) serveTxnOffsets(w http.ResponseWriter, hr *http.Request) {
+	var req txnOffsetsRequest
+	if !c.readJSON(w, hr, &req) {
+		return
+	}
+	if req.Commit == nil {
+		http.Error(w, "no commit in the request", http.StatusBadRequest)
+		return
+	}
+	code := errNotCoordinator
+	if c.coordinates(groupCoordinator, req.Commit.Group) {
+		ctx, cancel := context.WithTimeout(hr.Context(), forwardTimeout)
+		defer cancel()
+		code = c.b.groups.WriteTxnOffsets(ctx, req.ProducerID, req.ProducerEpoch, req.Commit)
+	}
+	writeJSON(w, txnAnswer{Codes: []int16{code}})
 }

@@ -38,11 +38,27 @@ func (h groupHost) Partitions(topic string) int {
 	return 0
 }
 
-func (h groupHost) Existing(name string) *partition.Partition {
-	if t := h.b.lookup(name); t != nil {
-		return t.partitions[0]
+func (h groupHost) Owned(name string) []*partition.Partition { return h.b.ownedPartitions(name) }
+
+// ownedPartitions returns the partitions of a coordinators' topic whose
+// keys this broker's coordinators host: all of them, but in cluster mode
+// only those of the metadata's incarnation of the topic that its group
+// owns (it holds a copy of the others, empty until a move fills it).
+func (b *Broker) ownedPartitions(name string) []*partition.Partition {
+	t := b.lookup(name)
+	if b.cl != nil {
+		t = b.cl.local(name)
 	}
-	return nil
+	if t == nil {
+		return nil
+	}
+	var out []*partition.Partition
+	for _, p := range t.partitions {
+		if _, foreign := b.foreignPartition(name, p.Index); !foreign {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (h groupHost) Leading() bool { return !h.b.following() && !h.b.fenced() }

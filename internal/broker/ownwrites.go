@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/coordinator"
@@ -14,8 +13,16 @@ import (
 // their one way to create, append to and wait on an internal topic.
 type ownWriter struct{ b *Broker }
 
-func (w ownWriter) Partition(name string, configs map[string]string) (*partition.Partition, error) {
-	return w.b.internalPartition(name, configs)
+func (w ownWriter) Partition(name, key string, configs map[string]string) (*partition.Partition, error) {
+	t, err := w.b.coordinatorTopic(name, configs)
+	if err != nil {
+		return nil, err
+	}
+	index := coordinator.PartitionFor(key, len(t.partitions))
+	if _, foreign := w.b.foreignPartition(name, index); foreign {
+		return nil, coordinator.ErrNotServing
+	}
+	return t.partitions[index], nil
 }
 
 func (w ownWriter) Append(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {
@@ -57,12 +64,26 @@ func (b *Broker) waitOwn(ctx context.Context, p *partition.Partition, end int64)
 // writes to be committed.
 const ownWriteTimeout = 10 * time.Second
 
+// coordinatorTopic returns a coordinator's topic (the offsets or the
+// transaction state topic), creating it on first use: with one partition
+// in a single replication group, where one leader coordinates everything,
+// and in cluster mode with Cluster.CoordinatorPartitions spread over the
+// groups, created through the metadata log. Its partition count never
+// changes once created: a key's partition (coordinator.PartitionFor)
+// depends on it.
+func (b *Broker) coordinatorTopic(name string, configs map[string]string) (*topic, error) {
+	if b.cl != nil {
+		return b.cl.coordinatorTopic(name)
+	}
+	if _, err := b.internalPartition(name, configs); err != nil {
+		return nil, err
+	}
+	return b.lookup(name), nil
+}
+
 // internalPartition returns partition 0 of an internal topic, creating the
 // topic on first use.
 func (b *Broker) internalPartition(name string, configs map[string]string) (*partition.Partition, error) {
-	if b.cl != nil && slices.Contains(coordinatorTopics, name) {
-		return b.cl.coordinatorPartition(name)
-	}
 	if t := b.lookup(name); t != nil {
 		return t.partitions[0], nil
 	}

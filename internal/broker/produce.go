@@ -72,7 +72,7 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 				res.ErrorMessage = &msg
 				continue
 			}
-			end, code, msg := b.appendBatches(t, p, rp.Records, r.Version)
+			end, code, msg := b.appendBatches(t, p, rp.Records, r.Version, txnID(r))
 			res.ErrorCode = code
 			if msg != "" {
 				res.ErrorMessage = &msg
@@ -210,6 +210,8 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 		epoch int16
 	}
 	adds := map[producerKey][]txn.TP{}
+	tid := txnID(r)
+	remote := b.remoteTxnCoordinator(tid)
 	for _, rt := range r.Topics {
 		for _, rp := range rt.Partitions {
 			h, err := recordbatch.ParseHeader(rp.Records)
@@ -219,7 +221,7 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 			if _, foreign := b.foreignPartition(rt.Topic, rp.Partition); foreign {
 				continue // refused below: another group's
 			}
-			if b.remoteTxnCoordinator() && openHere(b.lookup(rt.Topic), rp.Partition, h.ProducerID) {
+			if remote && openHere(b.lookup(rt.Topic), rp.Partition, h.ProducerID) {
 				continue // added with its first batch here
 			}
 			k := producerKey{h.ProducerID, h.ProducerEpoch}
@@ -228,10 +230,10 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 	}
 	var waits []produceWait
 	for k, tps := range adds {
-		if b.remoteTxnCoordinator() {
+		if remote {
 			// Added (durably) by the coordinator's group before the
 			// data; a refusal here is the check's to answer.
-			b.cl.remoteTxnCheck(b.ctx, k.pid, k.epoch, tps, true)
+			b.cl.remoteTxnCheck(b.ctx, tid, k.pid, k.epoch, tps, true)
 			continue
 		}
 		if p, end, code := b.txns.AddImplicitAll(k.pid, k.epoch, tps); code == 0 && p != nil {
@@ -239,6 +241,14 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 		}
 	}
 	return waits
+}
+
+// txnID is a Produce request's transactional id ("" without one).
+func txnID(r *kmsg.ProduceRequest) string {
+	if r.TransactionID == nil {
+		return ""
+	}
+	return *r.TransactionID
 }
 
 // openHere reports whether the producer has a transaction open on the
@@ -259,7 +269,7 @@ type appended struct {
 // appendBatches validates a partition's record batches and appends them.
 // Validation covers every batch before the first append, so a request is
 // stored whole or not at all per partition.
-func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte, version int16) (appended, int16, string) {
+func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte, version int16, tid string) (appended, int16, string) {
 	var res appended
 	batches, err := recordbatch.Split(records)
 	switch {
@@ -286,7 +296,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			return res, errInvalidRecord, "clients may not write control batches"
 		}
 		if h.Transactional() {
-			if version >= 12 && !b.remoteTxnCoordinator() {
+			if version >= 12 && !b.remoteTxnCoordinator(tid) {
 				// Transactions v2: the first produce to a partition
 				// adds it to the transaction. (With the coordinator
 				// in another group, addTxnPartitions asked it to, and
@@ -304,7 +314,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 	txnCheck := func(h recordbatch.Header) int16 {
 		return b.txns.CheckProduce(h.ProducerID, h.ProducerEpoch, t.name, p.Index)
 	}
-	if h := headers[0]; b.remoteTxnCoordinator() && h.Transactional() {
+	if h := headers[0]; h.Transactional() && b.remoteTxnCoordinator(tid) {
 		// The coordinator is asked before the append lock is taken (a
 		// round trip must not hold up the partition's other
 		// producers). A marker of this producer appended in between
@@ -315,7 +325,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 		marker, _ := p.LastMarker(h.ProducerID)
 		code := int16(0)
 		if !open {
-			code = b.cl.remoteTxnCheck(b.ctx, h.ProducerID, h.ProducerEpoch, []txn.TP{{Topic: t.name, Partition: p.Index}}, false)
+			code = b.cl.remoteTxnCheck(b.ctx, tid, h.ProducerID, h.ProducerEpoch, []txn.TP{{Topic: t.name, Partition: p.Index}}, false)
 		}
 		txnCheck = func(h recordbatch.Header) int16 {
 			if _, open := p.OpenTransactions()[h.ProducerID]; open {

@@ -71,7 +71,7 @@ func TestFollowerRefusesEveryRequest(t *testing.T) {
 			}
 			_ = protocol.AppendResponse(nil, hdr, resp)
 			checked[key] = true
-			if coordinatorKeys[key] || key == 22 && req.(*kmsg.InitProducerIDRequest).TransactionalID != nil {
+			if coordinatorAPIs[key] || key == 22 && req.(*kmsg.InitProducerIDRequest).TransactionalID != nil {
 				if codes := errorFields(reflect.ValueOf(resp).Elem()); len(codes) == 0 || slices.ContainsFunc(codes, func(c int16) bool { return c != errNotCoordinator }) {
 					t.Fatalf("%s v%d: error fields %v, want NOT_COORDINATOR in each", kmsg.NameForKey(key), v, codes)
 				}
@@ -109,10 +109,10 @@ func TestFollowerRefusesEveryRequest(t *testing.T) {
 	}
 }
 
-// coordinatorKeys are the group and transaction coordinator APIs (and
+// coordinatorAPIs are the group and transaction coordinator APIs (and
 // InitProducerId with a transactional id): a follower answers them
 // NOT_COORDINATOR.
-var coordinatorKeys = map[int16]bool{8: true, 9: true, 11: true, 12: true, 13: true, 14: true, 15: true, 42: true,
+var coordinatorAPIs = map[int16]bool{8: true, 9: true, 11: true, 12: true, 13: true, 14: true, 15: true, 42: true,
 	47: true, 68: true, 69: true, 24: true, 25: true, 26: true, 28: true, 65: true}
 
 // errorFields lists every ErrorCode field of a response struct, nested

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/coordinator"
+	"github.com/moonmq/moonmq/internal/groupcoord"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/txn"
 	"github.com/moonmq/moonmq/internal/txncoord"
@@ -16,7 +20,7 @@ import (
 // and b.ctx.
 func newTxnCoordinator(b *Broker) *txncoord.Coordinator {
 	return txncoord.New(txncoord.Config{
-		Writer: ownWriter{b}, Host: txnHost{b}, Offsets: b.groups, OffsetsTopic: offsetsTopic,
+		Writer: ownWriter{b}, Host: txnHost{b}, Offsets: txnOffsets{b}, OffsetsTopic: offsetsTopic,
 		Log: b.log, Ctx: b.ctx, Clock: b.clock,
 		IDExpirationMs:      b.cfg.TransactionalIdExpirationMs,
 		IDExpirationCheckMs: b.cfg.TransactionalIdExpirationCheckMs,
@@ -41,10 +45,9 @@ func (h txnHost) Partition(topic string, index int32) *partition.Partition {
 }
 
 func (h txnHost) Partitions() []*partition.Partition {
-	if h.b.remoteTxnCoordinator() {
-		// The coordinator is in another group: this group's local
-		// coordinator has no transactions, and must not take the
-		// coordinator's open ones here for orphans.
+	if h.b.cl != nil {
+		// A partition's open transaction may be another group's
+		// coordinator's: none may be taken for an orphan here.
 		return nil
 	}
 	var ps []*partition.Partition
@@ -53,6 +56,8 @@ func (h txnHost) Partitions() []*partition.Partition {
 	}
 	return ps
 }
+
+func (h txnHost) Owned(topic string) []*partition.Partition { return h.b.ownedPartitions(topic) }
 
 func (txnHost) Internal(topic string) bool { return internalTopic(topic) }
 
@@ -71,6 +76,28 @@ func (h txnHost) WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16,
 	}
 	return h.b.cl.writeRemoteMarkers(ctx, pid, epoch, commit, tps)
 }
+
+// txnOffsets is the group coordinator as the transaction coordinator's
+// Offsets: here, or in cluster mode in the group owning the consumer
+// group's partition of the offsets topic.
+type txnOffsets struct{ b *Broker }
+
+func (o txnOffsets) PartitionOf(group string) (int32, error) {
+	t, err := o.b.coordinatorTopic(offsetsTopic, groupcoord.TopicConfigs())
+	if err != nil {
+		return 0, err
+	}
+	return coordinator.PartitionFor(group, len(t.partitions)), nil
+}
+
+func (o txnOffsets) WriteTxnOffsets(ctx context.Context, pid int64, epoch int16, r *kmsg.TxnOffsetCommitRequest) int16 {
+	if o.b.cl != nil && !o.b.cl.coordinates(groupCoordinator, r.Group) {
+		return o.b.cl.writeRemoteTxnOffsets(ctx, pid, epoch, r)
+	}
+	return o.b.groups.WriteTxnOffsets(ctx, pid, epoch, r)
+}
+
+func (o txnOffsets) EndTxn(pid int64, commit bool) { o.b.groups.EndTxn(pid, commit) }
 
 // ExpireTransactionalIDs deletes the transactional ids idle for
 // TransactionalIdExpirationMs as of now and returns how many (see

@@ -208,8 +208,8 @@ type Failover struct {
 // log of its own (docs/CLUSTER.md).
 type Cluster struct {
 	Enabled bool
-	// Experimental must be true: cluster mode is not finished (the
-	// coordinators sit in one group, partitions do not move).
+	// Experimental must be true: cluster mode is not finished
+	// (partitions do not move).
 	Experimental bool
 	// ClusterId names the cluster; every broker of it has the same.
 	ClusterId string
@@ -222,6 +222,25 @@ type Cluster struct {
 	// by id and replication address (host:port); the same list on every
 	// broker of the cluster.
 	MetadataVoters []MetadataVoter
+	// CoordinatorPartitions is how many partitions __consumer_offsets
+	// and __transaction_state get when the cluster creates them, spread
+	// over the groups (Kafka's offsets.topic.num.partitions and
+	// transaction.state.log.num.partitions); 0 means
+	// DefaultCoordinatorPartitions. Fixed once the topics exist: a
+	// group's or transactional id's partition depends on it.
+	CoordinatorPartitions int
+}
+
+// DefaultCoordinatorPartitions is Cluster.CoordinatorPartitions' default,
+// Kafka's.
+const DefaultCoordinatorPartitions = 50
+
+// Partitions returns CoordinatorPartitions, or its default when unset.
+func (c *Cluster) Partitions() int {
+	if c.CoordinatorPartitions == 0 {
+		return DefaultCoordinatorPartitions
+	}
+	return c.CoordinatorPartitions
 }
 
 // MetadataVoter is one voter of the cluster's metadata log.
@@ -722,7 +741,10 @@ func (c *Cluster) validate(s *Server) []error {
 		errs = append(errs, fmt.Errorf("key %q: %s", "Cluster."+key, fmt.Sprintf(format, args...)))
 	}
 	if !c.Experimental {
-		bad("Experimental", "cluster mode is not finished (the coordinators sit in one group, partitions do not move; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+		bad("Experimental", "cluster mode is not finished (partitions do not move between groups; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+	}
+	if c.CoordinatorPartitions < 0 || c.CoordinatorPartitions > 1000 {
+		bad("CoordinatorPartitions", "%d must be 1-1000 (0: %d, Kafka's default)", c.CoordinatorPartitions, DefaultCoordinatorPartitions)
 	}
 	r := s.Replication
 	if r == nil || !r.Enabled || !r.Failover.Enabled {

@@ -12,6 +12,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -22,9 +23,12 @@ import (
 // broker implements it; every write of __consumer_offsets and
 // __transaction_state goes through it.
 type Writer interface {
-	// Partition returns partition 0 of the internal topic name, creating
-	// the topic with configs on first use.
-	Partition(name string, configs map[string]string) (*partition.Partition, error)
+	// Partition returns the partition of the internal topic name that
+	// holds key's state (PartitionFor over the topic's partitions),
+	// creating the topic with configs on first use. It fails with
+	// ErrNotServing when that partition is not this broker's to write
+	// (in cluster mode, another group owns it).
+	Partition(name, key string, configs map[string]string) (*partition.Partition, error)
 	// Append appends a batch the coordinator encoded itself and returns the
 	// offset after it: what Wait must reach. It is refused with
 	// ErrBelowMinISR while the partition's ISR is below
@@ -34,6 +38,22 @@ type Writer interface {
 	// Wait waits until the write ending at end is committed (in a
 	// replication group: on the ISR), for a bounded time.
 	Wait(ctx context.Context, p *partition.Partition, end int64) error
+}
+
+// PartitionFor is the partition of a coordinator topic with n partitions
+// that holds key (a group id or a transactional id): Kafka's
+// abs(key.hashCode()) % n, with Java's String.hashCode over the key's
+// UTF-16 code units and Kafka's abs (the sign bit dropped), so a key lands
+// where a Kafka cluster with as many partitions would put it.
+func PartitionFor(key string, n int) int32 {
+	if n <= 1 {
+		return 0
+	}
+	var h int32
+	for _, u := range utf16.Encode([]rune(key)) {
+		h = 31*h + int32(u)
+	}
+	return int32(int(h&0x7fffffff) % n)
 }
 
 // ErrCommitTimeout fails a write that was not committed in time. Its fate

@@ -279,7 +279,7 @@ func (c *Coordinator) WriteTxnOffsets(ctx context.Context, pid int64, epoch int1
 			writes = append(writes, commitWrite(r.Group, rt.Topic, rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, r.Version >= 2))
 		}
 	}
-	if err := c.writeTxnOffsets(ctx, pid, epoch, writes); err != nil {
+	if err := c.writeTxnOffsets(ctx, r.Group, pid, epoch, writes); err != nil {
 		c.log.Error("transactional offset commit failed", "group", r.Group, "err", err)
 		return coordinator.Code(err)
 	}

@@ -47,9 +47,11 @@ type Host interface {
 	// Partitions is how many partitions topic has (0: no such topic):
 	// a commit for any other partition is refused.
 	Partitions(topic string) int
-	// Existing returns partition 0 of the internal topic name, or nil if
-	// it was never created: loading reads it but must not create it.
-	Existing(name string) *partition.Partition
+	// Owned returns the partitions of the internal topic name whose
+	// groups this broker coordinates (every partition, but in cluster
+	// mode only those its replication group owns), none when the topic
+	// was never created: loading reads them but must not create them.
+	Owned(name string) []*partition.Partition
 	// Leading reports whether this broker writes its own state now (a
 	// single node, a static leader, a failover leader that serves). The
 	// leader-only passes do nothing elsewhere, whoever calls them.
@@ -165,15 +167,21 @@ func (c *Coordinator) RunLeader(ctx context.Context) {
 	wg.Wait()
 }
 
-// EnsureTopic creates Topic if it does not exist yet, for a transaction
-// that is about to commit offsets and must list the partition first.
-func (c *Coordinator) EnsureTopic() error {
-	_, err := c.partition()
-	return err
+// PartitionOf returns the index of Topic's partition that holds group's
+// offsets, creating Topic if it does not exist yet, for a transaction that
+// is about to commit the group's offsets and must list the partition
+// first.
+func (c *Coordinator) PartitionOf(group string) (int32, error) {
+	p, err := c.partitionFor(group)
+	if err != nil {
+		return 0, err
+	}
+	return p.Index, nil
 }
 
-func (c *Coordinator) partition() (*partition.Partition, error) {
-	return c.w.Partition(Topic, topicConfigs())
+// partitionFor is the partition of Topic that holds group's records.
+func (c *Coordinator) partitionFor(group string) (*partition.Partition, error) {
+	return c.w.Partition(Topic, group, topicConfigs())
 }
 
 // EachCommitted calls fn for every committed offset, for the consumer-lag

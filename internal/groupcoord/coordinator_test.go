@@ -3,6 +3,7 @@ package groupcoord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -22,8 +23,12 @@ type testHost struct {
 	flush *partition.Flusher
 
 	mu  sync.Mutex
-	own *partition.Partition
+	own []*partition.Partition
 }
+
+// testPartitions is how many partitions the test coordinator's topic has:
+// more than one, so that groups spread over them as in a cluster.
+const testPartitions = 3
 
 func (h *testHost) Partitions(topic string) int {
 	if topic == "t" {
@@ -32,7 +37,7 @@ func (h *testHost) Partitions(topic string) int {
 	return 0
 }
 
-func (h *testHost) Existing(string) *partition.Partition {
+func (h *testHost) Owned(string) []*partition.Partition {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.own
@@ -43,23 +48,24 @@ func (h *testHost) Leading() bool { return true }
 // The Writer half: the coordinator's topic in a temporary directory, made
 // durable by a running flusher, as the broker's own writes are.
 
-func (h *testHost) Partition(name string, _ map[string]string) (*partition.Partition, error) {
+func (h *testHost) Partition(name, key string, _ map[string]string) (*partition.Partition, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.own != nil {
-		return h.own, nil
+	if h.own == nil {
+		quiet := slog.New(slog.DiscardHandler)
+		for i := range int32(testPartitions) {
+			l, err := storage.Open(filepath.Join(h.dir, fmt.Sprintf("%s-%d", name, i)), storage.Options{RetentionMs: -1, RetentionBytes: -1, Logger: quiet})
+			if err != nil {
+				return nil, err
+			}
+			p, err := partition.New(partition.Config{Topic: name, Index: i, Log: l, Flusher: h.flush, Logger: quiet})
+			if err != nil {
+				return nil, err
+			}
+			h.own = append(h.own, p)
+		}
 	}
-	quiet := slog.New(slog.DiscardHandler)
-	l, err := storage.Open(filepath.Join(h.dir, name), storage.Options{RetentionMs: -1, RetentionBytes: -1, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	p, err := partition.New(partition.Config{Topic: name, Log: l, Flusher: h.flush, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	h.own = p
-	return p, nil
+	return h.own[coordinator.PartitionFor(key, len(h.own))], nil
 }
 
 func (h *testHost) Append(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {
@@ -88,8 +94,8 @@ func newTestCoordinator(t *testing.T) *Coordinator {
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
-		if h.own != nil {
-			_ = h.own.Close()
+		for _, p := range h.own {
+			_ = p.Close()
 		}
 	})
 	c := New(Config{Writer: h, Host: h, Logger: slog.New(slog.DiscardHandler),

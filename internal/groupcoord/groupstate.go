@@ -3,6 +3,7 @@ package groupcoord
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -72,31 +73,33 @@ func (c *Coordinator) RecordGroupStates(now time.Time) (int, error) {
 	if len(write)+len(remove) == 0 {
 		return 0, nil
 	}
-	p, err := c.partition()
+	// One batch per partition of Topic: each group's record goes where
+	// its offsets are.
+	parts, err := splitByPartition(c, append(slices.Clone(write), remove...), func(g string) string { return g })
 	if err != nil {
 		return 0, err
 	}
-	recs := make([]recordbatch.Record, 0, len(write)+len(remove))
-	for _, g := range write {
-		recs = append(recs, encodeGroupMeta(g, empty[g], true, now))
+	n := 0
+	for _, pt := range parts {
+		recs := make([]recordbatch.Record, len(pt.items))
+		for i, g := range pt.items {
+			since, isEmpty := empty[g]
+			recs[i] = encodeGroupMeta(g, since, isEmpty, now)
+		}
+		batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
+		if err != nil {
+			return n, err
+		}
+		if _, err := c.w.Append(pt.p, batch, partition.FlushLazily); err != nil {
+			return n, err
+		}
+		for _, g := range pt.items {
+			since, isEmpty := empty[g]
+			c.offsets.setEmptySince(g, since, isEmpty)
+		}
+		n += len(recs)
 	}
-	for _, g := range remove {
-		recs = append(recs, encodeGroupMeta(g, time.Time{}, false, now))
-	}
-	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := c.w.Append(p, batch, partition.FlushLazily); err != nil {
-		return 0, err
-	}
-	for _, g := range write {
-		c.offsets.setEmptySince(g, empty[g], true)
-	}
-	for _, g := range remove {
-		c.offsets.setEmptySince(g, time.Time{}, false)
-	}
-	return len(recs), nil
+	return n, nil
 }
 
 // encodeGroupMeta is the record saying group has been empty since since

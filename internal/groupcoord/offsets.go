@@ -216,12 +216,27 @@ func decodeOffsetRecord(r recordbatch.Record) (offsetWrite, bool, error) {
 	return w, true, nil
 }
 
-// load rebuilds the offset store from __consumer_offsets.
+// load rebuilds the offset store from the partitions of __consumer_offsets
+// this broker coordinates.
 func (c *Coordinator) load() error {
-	p := c.host.Existing(Topic)
-	if p == nil {
-		return nil
+	n := 0
+	for _, p := range c.host.Owned(Topic) {
+		m, err := c.loadPartition(p)
+		if err != nil {
+			return err
+		}
+		n += m
 	}
+	if n > 0 {
+		c.log.Info("rebuilt committed offsets", "records", n, "groups", len(c.offsets.groupNames()))
+	}
+	return nil
+}
+
+// loadPartition adds one partition of __consumer_offsets to the offset
+// store and returns how many offset records it read. A partition holds
+// whole groups (PartitionFor), so partitions load independently.
+func (c *Coordinator) loadPartition(p *partition.Partition) (int, error) {
 	n := 0
 	// Scan, not recordbatch.Split: compaction leaves batches with
 	// fewer records than their offset span, which Split (a check for
@@ -271,19 +286,16 @@ func (c *Coordinator) load() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("rebuild committed offsets: %w", err)
+		return n, fmt.Errorf("rebuild committed offsets from %s/%d: %w", Topic, p.Index, err)
 	}
-	if n > 0 {
-		c.log.Info("rebuilt committed offsets", "records", n, "groups", len(c.offsets.groupNames()))
-	}
-	return nil
+	return n, nil
 }
 
 // writeTxnOffsets appends a transaction's offset commits to
 // __consumer_offsets as a transactional batch; they apply when the
 // transaction's commit marker is written.
-func (c *Coordinator) writeTxnOffsets(ctx context.Context, pid int64, epoch int16, writes []offsetWrite) error {
-	p, err := c.partition()
+func (c *Coordinator) writeTxnOffsets(ctx context.Context, group string, pid int64, epoch int16, writes []offsetWrite) error {
+	p, err := c.partitionFor(group)
 	if err != nil {
 		return err
 	}
@@ -335,11 +347,39 @@ func (c *Coordinator) startOffsetWrite(writes []offsetWrite) func(context.Contex
 	}
 }
 
+// partitionBatch is the items of one write that go to one partition of
+// Topic.
+type partitionBatch[T any] struct {
+	p     *partition.Partition
+	items []T
+}
+
+// splitByPartition splits items by the partition of Topic holding each
+// one's group (coordinator.PartitionFor), in the order partitions first
+// appear: a write touching several groups writes one batch to each.
+func splitByPartition[T any](c *Coordinator, items []T, group func(T) string) ([]*partitionBatch[T], error) {
+	var parts []*partitionBatch[T]
+	byIndex := map[int32]*partitionBatch[T]{}
+	for _, it := range items {
+		p, err := c.partitionFor(group(it))
+		if err != nil {
+			return nil, err
+		}
+		pt := byIndex[p.Index]
+		if pt == nil {
+			pt = &partitionBatch[T]{p: p}
+			byIndex[p.Index] = pt
+			parts = append(parts, pt)
+		}
+		pt.items = append(pt.items, it)
+	}
+	return parts, nil
+}
+
 // offsetAppend is offset writes in the log that wait to become durable.
 type offsetAppend struct {
 	w       coordinator.Writer
-	p       *partition.Partition
-	end     int64
+	waits   []partition.Wait
 	applied bool
 	apply   func()
 }
@@ -347,54 +387,70 @@ type offsetAppend struct {
 // wait waits until the writes are durable, then applies them to memory
 // unless they were applied at the append.
 func (a offsetAppend) wait(ctx context.Context) error {
-	if a.p == nil {
-		return nil
+	for _, w := range a.waits {
+		if err := a.w.Wait(ctx, w.P, w.Offset); err != nil {
+			return err
+		}
 	}
-	if err := a.w.Wait(ctx, a.p, a.end); err != nil {
-		return err
-	}
-	if !a.applied {
+	if !a.applied && a.apply != nil {
 		a.apply()
 	}
 	return nil
 }
 
 // appendOffsets appends writes to __consumer_offsets for a caller that
-// holds c.offsets.writes. With applyFirst the writes are applied to memory
-// at once, before the wait, whatever it brings.
+// holds c.offsets.writes: one batch per partition the writes' groups are
+// in. With applyFirst the writes are applied to memory at once, before the
+// wait, whatever it brings. If a partition's append fails after another's
+// succeeded, the writes already appended are applied before the error
+// returns: they are in the log, and a restart would replay them.
 func (c *Coordinator) appendOffsets(writes []offsetWrite, applyFirst bool) (offsetAppend, error) {
 	if len(writes) == 0 {
 		return offsetAppend{}, nil
 	}
-	p, err := c.partition()
-	if err != nil {
-		return offsetAppend{}, err
-	}
 	now := c.cfg.Clock.Now()
-	recs := make([]recordbatch.Record, len(writes))
-	for i, w := range writes {
-		recs[i] = encodeOffsetRecord(w, now)
-	}
-	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
+	parts, err := splitByPartition(c, writes, func(w offsetWrite) string { return w.key.group })
 	if err != nil {
 		return offsetAppend{}, err
 	}
-	end, err := c.w.Append(p, batch, partition.FlushNow)
-	if err != nil {
-		return offsetAppend{}, err
-	}
-	apply := func() {
-		base := end - int64(len(writes))
-		for i, w := range writes {
-			w.value.logOffset = base + int64(i)
-			w.value.commitMs = now.UnixMilli()
-			c.offsets.apply(w.key, w.value, w.tombstone)
+	var applies []func()
+	applyAll := func() {
+		for _, f := range applies {
+			f()
 		}
 	}
-	if applyFirst {
-		apply()
+	a := offsetAppend{w: c.w, applied: applyFirst, apply: applyAll}
+	for _, pt := range parts {
+		recs := make([]recordbatch.Record, len(pt.items))
+		for i, w := range pt.items {
+			recs[i] = encodeOffsetRecord(w, now)
+		}
+		batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
+		if err == nil {
+			var end int64
+			if end, err = c.w.Append(pt.p, batch, partition.FlushNow); err == nil {
+				pw := pt.items
+				apply := func() {
+					base := end - int64(len(pw))
+					for i, w := range pw {
+						w.value.logOffset = base + int64(i)
+						w.value.commitMs = now.UnixMilli()
+						c.offsets.apply(w.key, w.value, w.tombstone)
+					}
+				}
+				if applyFirst {
+					apply()
+				} else {
+					applies = append(applies, apply)
+				}
+				a.waits = append(a.waits, partition.Wait{P: pt.p, Offset: end})
+				continue
+			}
+		}
+		applyAll()
+		return offsetAppend{}, err
 	}
-	return offsetAppend{w: c.w, p: p, end: end, applied: applyFirst, apply: apply}, nil
+	return a, nil
 }
 
 // reset empties the store before a reload.

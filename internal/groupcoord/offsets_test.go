@@ -3,11 +3,14 @@ package groupcoord
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/coordinator"
 )
 
 func TestOffsetRecords(t *testing.T) {
@@ -67,5 +70,81 @@ func TestReloadRebuildsFromTheTopic(t *testing.T) {
 	again.EndTxn(9, true)
 	if v, _ := again.offsets.get(key); v.offset != 11 {
 		t.Fatalf("after the commit marker: %d, want 11", v.offset)
+	}
+}
+
+// TestGroupsSpreadOverPartitions: each group's records go to its own
+// partition of the topic (coordinator.PartitionFor), a deletion of groups
+// in different partitions writes each partition, and a reload reads them
+// all back.
+func TestGroupsSpreadOverPartitions(t *testing.T) {
+	ctx := context.Background()
+	c := newTestCoordinator(t)
+	groups := []string{"g0", "g1", "g2", "g3", "g4", "g5"}
+	for i, g := range groups {
+		commit := kmsg.NewPtrOffsetCommitRequest()
+		commit.Version, commit.Group, commit.Generation = 8, g, -1
+		commit.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: int64(10 + i), LeaderEpoch: -1}}}}
+		_, wait := c.OffsetCommit(commit)
+		if code := wait(ctx).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+			t.Fatalf("commit of %s: %v", g, kerr.ErrorForCode(code))
+		}
+	}
+	h := c.host.(*testHost)
+	byPartition := map[int32][]string{}
+	for _, g := range groups {
+		i := coordinator.PartitionFor(g, testPartitions)
+		byPartition[i] = append(byPartition[i], g)
+		if h.own[i].Log().EndOffset() == 0 {
+			t.Fatalf("%s's commit is not in partition %d", g, i)
+		}
+	}
+	if len(byPartition) < 2 {
+		t.Fatalf("the groups all hash to one partition: %v", byPartition)
+	}
+	// One group from each of two partitions, deleted in one request.
+	var deleted []string
+	for _, gs := range byPartition {
+		if len(deleted) < 2 {
+			deleted = append(deleted, gs[0])
+		}
+	}
+	ends := map[int32]int64{}
+	for _, g := range deleted {
+		i := coordinator.PartitionFor(g, testPartitions)
+		ends[i] = h.own[i].Log().EndOffset()
+	}
+	del := kmsg.NewPtrDeleteGroupsRequest()
+	del.Groups = deleted
+	resp, wait := c.DeleteGroups(del)
+	if wait != nil {
+		resp = wait(ctx)
+	}
+	for _, g := range resp.(*kmsg.DeleteGroupsResponse).Groups {
+		if g.ErrorCode != 0 {
+			t.Fatalf("delete %s: %v", g.Group, kerr.ErrorForCode(g.ErrorCode))
+		}
+	}
+	for i, end := range ends {
+		if h.own[i].Log().EndOffset() <= end {
+			t.Fatalf("partition %d got no tombstone", i)
+		}
+	}
+
+	again := New(Config{Writer: c.w, Host: c.host, Logger: slog.New(slog.DiscardHandler), OffsetsRetentionMinutes: -1})
+	if err := again.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range groups {
+		v, ok := again.offsets.get(offsetKey{g, "t", 0})
+		if slices.Contains(deleted, g) {
+			if ok {
+				t.Fatalf("deleted group %s reloaded with %+v", g, v)
+			}
+			continue
+		}
+		if !ok || v.offset != int64(10+i) {
+			t.Fatalf("%s reloaded %+v %v, want %d", g, v, ok, 10+i)
+		}
 	}
 }

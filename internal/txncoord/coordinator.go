@@ -47,8 +47,15 @@ type Host interface {
 	// Partition returns a topic's partition, nil when the topic or the
 	// partition does not exist.
 	Partition(topic string, index int32) *partition.Partition
-	// Partitions returns every partition, by topic name and index.
+	// Partitions returns every partition whose open transactions this
+	// coordinator answers for (orphans among them are aborted at load):
+	// every partition of a single group, none in cluster mode, where a
+	// partition's open transaction may be another group's coordinator's.
 	Partitions() []*partition.Partition
+	// Owned returns the partitions of StateTopic whose transactional ids
+	// this broker coordinates (every partition, but in cluster mode only
+	// those its replication group owns), none before it is created.
+	Owned(topic string) []*partition.Partition
 	// Internal reports whether topic is one of the broker's own topics,
 	// which no transaction adds directly (the offsets topic joins
 	// through AddOffsetsToTxn and TxnOffsetCommit).
@@ -71,15 +78,21 @@ type Host interface {
 // Offsets is the group coordinator's side of a transaction that commits
 // offsets.
 type Offsets interface {
-	// EnsureTopic creates the offsets topic if there is none, before a
-	// transaction names its partition.
-	EnsureTopic() error
+	// PartitionOf returns the partition of the offsets topic that holds
+	// group's offsets, creating the topic if there is none, before a
+	// transaction names the partition.
+	PartitionOf(group string) (int32, error)
 	// WriteTxnOffsets validates a TxnOffsetCommit against its group and
 	// writes its commits as the transaction's producer id and epoch,
 	// pending until the transaction ends; it answers the request's code.
+	// The coordinator calls it holding the transactional id's lock, so no
+	// marker of the transaction is written meanwhile; in cluster mode the
+	// group's partition may be in another replication group, which the
+	// broker's implementation calls.
 	WriteTxnOffsets(ctx context.Context, pid int64, epoch int16, r *kmsg.TxnOffsetCommitRequest) int16
 	// EndTxn applies (commit) or drops a producer's pending commits,
-	// once its marker on the offsets topic is committed.
+	// once its marker on the offsets topic is committed (on this broker's
+	// partitions: another group's apply their own when their marker is).
 	EndTxn(pid int64, commit bool)
 }
 
@@ -89,7 +102,8 @@ type Config struct {
 	Host    Host
 	Offsets Offsets
 	// OffsetsTopic is the group coordinator's topic: a transaction that
-	// commits offsets includes its partition 0, and gets a marker there.
+	// commits a group's offsets includes the group's partition of it, and
+	// gets a marker there.
 	OffsetsTopic string
 	Log          *slog.Logger
 	// Clock stamps transactions' start and update times and is the "now"
@@ -346,12 +360,17 @@ func (c *Coordinator) writeState(ctx context.Context, e *entry, m *txn.Metadata)
 	return c.w.Wait(ctx, p, end)
 }
 
+// statePartition is the partition of StateTopic that holds id's state.
+func (c *Coordinator) statePartition(id string) (*partition.Partition, error) {
+	return c.w.Partition(StateTopic, id, stateConfigs())
+}
+
 // appendState appends e's next state m to StateTopic without waiting,
 // returning the offset durability must reach. The caller holds e.mu.
 // FlushLazily is for a record nobody waits for and whose loss recovery
 // repairs: it is synced with the next write that is waited for.
 func (c *Coordinator) appendState(e *entry, m *txn.Metadata, flush partition.Flush) (*partition.Partition, int64, error) {
-	p, err := c.w.Partition(StateTopic, stateConfigs())
+	p, err := c.statePartition(m.ID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -517,7 +536,7 @@ func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int
 		// kept a marker reads the decision from the marker
 		// (recoverFromMarkers). That requires the Ongoing state (with
 		// its partitions) to be on disk before any marker is.
-		if st := c.host.Partition(StateTopic, 0); st != nil && st.HighWatermark() < e.stateEnd &&
+		if st, err := c.statePartition(m.ID); err == nil && st.HighWatermark() < e.stateEnd &&
 			c.w.Wait(ctx, st, e.stateEnd) != nil {
 			return kerr.RequestTimedOut.Code
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -86,9 +87,16 @@ func TestCommitWritesMarkersAndReloads(t *testing.T) {
 	if code := c.EndTxn(ctx, end).ErrorCode; code != 0 {
 		t.Fatalf("EndTxn: code %d", code)
 	}
-	for _, p := range []*partition.Partition{data[1], h.Partition(testOffsetsTopic, 0)} {
+	// The offsets topic's marker goes to group g's partition of it only.
+	groupPart := coordinator.PartitionFor("g", testCoordinatorPartitions)
+	for _, p := range []*partition.Partition{data[1], h.Partition(testOffsetsTopic, groupPart)} {
 		if mk, ok := p.LastMarker(pid); !ok || !mk.Commit {
 			t.Fatalf("%s/%d: marker %+v (%v), want a commit marker", p.Topic, p.Index, mk, ok)
+		}
+	}
+	for _, p := range h.Owned(testOffsetsTopic) {
+		if _, ok := p.LastMarker(pid); ok && p.Index != groupPart {
+			t.Fatalf("a marker on %s/%d, not group g's partition %d", p.Topic, p.Index, groupPart)
 		}
 	}
 	if _, ok := data[0].LastMarker(pid); ok {
@@ -145,5 +153,39 @@ func TestLoadAbortsOrphans(t *testing.T) {
 	}
 	if mk, ok := p.LastMarker(42); !ok || mk.Commit || mk.Epoch != 3 {
 		t.Fatalf("marker %+v (%v), want an abort at the producer's epoch 3", mk, ok)
+	}
+}
+
+// TestIDsSpreadOverStatePartitions: each transactional id's state goes to
+// its own partition of the state topic (coordinator.PartitionFor), and a
+// coordinator loaded from all of them knows every id.
+func TestIDsSpreadOverStatePartitions(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHost(t)
+	c := h.coordinator(ctx)
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	pids := map[string]int64{}
+	used := map[int32]bool{}
+	for _, id := range ids {
+		pids[id], _ = initTxn(t, c, id)
+		i := coordinator.PartitionFor(id, testCoordinatorPartitions)
+		used[i] = true
+		if h.Partition(StateTopic, i).Log().EndOffset() == 0 {
+			t.Fatalf("%s's state is not in partition %d", id, i)
+		}
+	}
+	if len(used) < 2 {
+		t.Fatalf("the ids all hash to one partition: %v", used)
+	}
+	reloaded := h.coordinator(ctx)
+	if err := reloaded.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := kmsg.NewPtrDescribeTransactionsRequest()
+	d.TransactionalIDs = ids
+	for i, st := range reloaded.DescribeTransactions(d).TransactionStates {
+		if st.ErrorCode != 0 || st.ProducerID != pids[ids[i]] {
+			t.Fatalf("%s after reload: %+v, want producer %d", ids[i], st, pids[ids[i]])
+		}
 	}
 }

@@ -2,6 +2,7 @@ package txncoord
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -79,15 +80,31 @@ func (c *Coordinator) ExpireIDs(ctx context.Context, now time.Time) int {
 		}
 	}
 	c.mu.Unlock()
-	// One global order: two passes (a test's and the ticker's, or an
-	// ending term's and the next one's) that lock entries in different
-	// orders could each hold what the other waits for.
-	slices.SortFunc(due, func(a, b *entry) int { return strings.Compare(a.meta.Load().ID, b.meta.Load().ID) })
+	// Each id's tombstone goes to its own partition of StateTopic.
+	byPartition := map[int32][]*entry{}
+	parts := map[int32]*partition.Partition{}
+	for _, e := range due {
+		p, err := c.w.Partition(StateTopic, e.meta.Load().ID, stateConfigs())
+		if err != nil {
+			c.log.Error("expiring idle transactional ids failed; retrying at the next check", "err", err)
+			return 0
+		}
+		byPartition[p.Index] = append(byPartition[p.Index], e)
+		parts[p.Index] = p
+	}
+	// One global order, partition then id: two passes (a test's and the
+	// ticker's, or an ending term's and the next one's) that lock
+	// entries in different orders could each hold what the other waits
+	// for.
 	n := 0
-	for len(due) > 0 && ctx.Err() == nil {
-		k := min(len(due), maxTombstonesPerWrite)
-		n += c.expireBatch(ctx, due[:k], now)
-		due = due[k:]
+	for _, i := range slices.Sorted(maps.Keys(byPartition)) {
+		due := byPartition[i]
+		slices.SortFunc(due, func(a, b *entry) int { return strings.Compare(a.meta.Load().ID, b.meta.Load().ID) })
+		for len(due) > 0 && ctx.Err() == nil {
+			k := min(len(due), maxTombstonesPerWrite)
+			n += c.expireBatch(ctx, parts[i], due[:k], now)
+			due = due[k:]
+		}
 	}
 	return n
 }
@@ -97,7 +114,7 @@ func (c *Coordinator) ExpireIDs(ctx context.Context, now time.Time) int {
 // released together; entries are taken in the order of their ids (the
 // caller sorts them), no other path holds two at once, and every path
 // takes an entry's mu before c.mu, as this one does.
-func (c *Coordinator) expireBatch(ctx context.Context, entries []*entry, now time.Time) int {
+func (c *Coordinator) expireBatch(ctx context.Context, p *partition.Partition, entries []*entry, now time.Time) int {
 	exp := c.cfg.IDExpirationMs
 	var locked []*entry
 	var metas []*txn.Metadata
@@ -116,17 +133,14 @@ func (c *Coordinator) expireBatch(ctx context.Context, entries []*entry, now tim
 	if len(metas) == 0 {
 		return 0
 	}
-	p, err := c.w.Partition(StateTopic, stateConfigs())
+	recs := make([]recordbatch.Record, len(metas))
+	for i, m := range metas {
+		recs[i] = recordbatch.Record{Key: txn.EncodeKey(m.ID), Timestamp: now.UnixMilli()}
+	}
 	var end int64
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
 	if err == nil {
-		recs := make([]recordbatch.Record, len(metas))
-		for i, m := range metas {
-			recs[i] = recordbatch.Record{Key: txn.EncodeKey(m.ID), Timestamp: now.UnixMilli()}
-		}
-		var batch []byte
-		if batch, err = recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs); err == nil {
-			end, err = c.w.Append(p, batch, partition.FlushNow)
-		}
+		end, err = c.w.Append(p, batch, partition.FlushNow)
 	}
 	if err == nil {
 		err = c.w.Wait(ctx, p, end)

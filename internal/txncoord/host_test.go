@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -115,7 +116,21 @@ func (h *testHost) Leading() bool                  { return true }
 
 const testOffsetsTopic = "__consumer_offsets"
 
-func (h *testHost) EnsureTopic() error { h.topic(testOffsetsTopic, 1); return nil }
+// testCoordinatorPartitions is how many partitions the coordinators'
+// topics have here: more than one, so that ids spread over them as in a
+// cluster.
+const testCoordinatorPartitions = 3
+
+func (h *testHost) PartitionOf(group string) (int32, error) {
+	h.topic(testOffsetsTopic, testCoordinatorPartitions)
+	return coordinator.PartitionFor(group, testCoordinatorPartitions), nil
+}
+
+func (h *testHost) Owned(topic string) []*partition.Partition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.parts[topic]
+}
 func (h *testHost) WriteTxnOffsets(_ context.Context, pid int64, epoch int16, _ *kmsg.TxnOffsetCommitRequest) int16 {
 	h.wroteAs.Store(&[2]int64{pid, int64(epoch)})
 	return 0
@@ -125,8 +140,8 @@ func (h *testHost) EndTxn(pid int64, commit bool) { h.ended.Store(pid, commit) }
 // testWriter is the coordinator.Writer over a testHost's partitions.
 type testWriter struct{ h *testHost }
 
-func (w testWriter) Partition(name string, _ map[string]string) (*partition.Partition, error) {
-	return w.h.topic(name, 1)[0], nil
+func (w testWriter) Partition(name, key string, _ map[string]string) (*partition.Partition, error) {
+	return w.h.topic(name, testCoordinatorPartitions)[coordinator.PartitionFor(key, testCoordinatorPartitions)], nil
 }
 
 func (testWriter) Append(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
 )
@@ -41,10 +42,18 @@ func (c *Coordinator) reset() {
 // load reads StateTopic into memory and finishes transactions whose
 // decision was made but not completed.
 func (c *Coordinator) load(ctx context.Context) error {
-	p := c.host.Partition(StateTopic, 0)
-	if p == nil {
-		return nil
+	for _, p := range c.host.Owned(StateTopic) {
+		if err := c.loadPartition(p); err != nil {
+			return err
+		}
 	}
+	return c.resume(ctx)
+}
+
+// loadPartition reads one partition of StateTopic into memory. A
+// partition holds whole transactional ids (coordinator.PartitionFor), so
+// partitions load independently.
+func (c *Coordinator) loadPartition(p *partition.Partition) error {
 	err := p.Scan(p.Log().StartOffset(), p.HighWatermark(), func(h recordbatch.Header, batch []byte) error {
 		recs, err := recordbatch.Records(batch, 64<<20)
 		if err != nil {
@@ -71,8 +80,14 @@ func (c *Coordinator) load(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("rebuild transactions from %s: %w", StateTopic, err)
+		return fmt.Errorf("rebuild transactions from %s/%d: %w", StateTopic, p.Index, err)
 	}
+	return nil
+}
+
+// resume finishes, once every partition is loaded, what the loaded state
+// says is decided but not complete.
+func (c *Coordinator) resume(ctx context.Context) error {
 	c.mu.Lock()
 	entries := make([]*entry, 0, len(c.byID))
 	for _, e := range c.byID {

@@ -156,12 +156,13 @@ func (c *Coordinator) AddOffsets(ctx context.Context, r *kmsg.AddOffsetsToTxnReq
 		resp.ErrorCode = kerr.InvalidGroupID.Code
 		return resp
 	}
-	if err := c.offsets.EnsureTopic(); err != nil {
-		resp.ErrorCode = kerr.KafkaStorageError.Code
+	index, err := c.offsets.PartitionOf(r.Group)
+	if err != nil {
+		resp.ErrorCode = coordinator.Code(err)
 		return resp
 	}
 	resp.ErrorCode = c.add(ctx, r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Version >= 2,
-		[]txn.TP{{Topic: c.cfg.OffsetsTopic, Partition: 0}})
+		[]txn.TP{{Topic: c.cfg.OffsetsTopic, Partition: index}})
 	return resp
 }
 
@@ -240,12 +241,13 @@ func (c *Coordinator) TxnOffsetCommit(ctx context.Context, r *kmsg.TxnOffsetComm
 	}
 	defer e.mu.Unlock()
 	m := e.meta.Load()
-	offsetsTP := txn.TP{Topic: c.cfg.OffsetsTopic, Partition: 0}
+	index, err := c.offsets.PartitionOf(r.Group)
+	if err != nil {
+		fill(coordinator.Code(err))
+		return resp
+	}
+	offsetsTP := txn.TP{Topic: c.cfg.OffsetsTopic, Partition: index}
 	if _, ok := m.Partitions[offsetsTP]; !ok && r.Version >= 5 {
-		if err := c.offsets.EnsureTopic(); err != nil {
-			fill(kerr.KafkaStorageError.Code)
-			return resp
-		}
 		next, code := m.AddPartitions([]txn.TP{offsetsTP}, c.cfg.Clock.Now().UnixMilli())
 		if code == 0 {
 			if err := c.transition(ctx, e, next); err != nil {

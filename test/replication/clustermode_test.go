@@ -1037,3 +1037,178 @@ func TestClusterOtherGroupsListedWithoutMetadataLeader(t *testing.T) {
 		t.Fatalf("produce to partition %d of g2 through g1's broker 3: %v", target, err)
 	}
 }
+
+// keyCoordinatedIn returns the first key prefix-0, prefix-1, ... whose
+// coordinator of the given FindCoordinator type (0 group, 1 transaction),
+// asked through seed, is one of the brokers in group, and that broker.
+func keyCoordinatedIn(t *testing.T, seed string, coordinatorType int8, prefix string, group []int32) (string, int32) {
+	t.Helper()
+	cl := client(t, seed)
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; i < 200; {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorType, fc.CoordinatorKey = coordinatorType, key
+		resp, err := fc.RequestWith(context.Background(), cl)
+		if err != nil || resp.ErrorCode != 0 {
+			// The coordinators' topics are created on first use,
+			// and the groups elect leaders: retry the same key.
+			if time.Now().After(deadline) {
+				t.Fatalf("FindCoordinator %q through %s: %v %v", key, seed, err, kerr.ErrorForCode(resp.ErrorCode))
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if slices.Contains(group, resp.NodeID) {
+			return key, resp.NodeID
+		}
+		i++
+	}
+	t.Fatalf("no key %s-N among 200 is coordinated in group %v: the coordinators' partitions are not spread over the groups", prefix, group)
+	return "", -1
+}
+
+// TestClusterCoordinatorsSpreadOverGroups: the coordinators' topics are
+// spread over both groups, so consumer groups and transactional ids are
+// coordinated in either. A consume-transform-produce loop whose
+// transactional id is coordinated in g1 and whose consumer group is
+// coordinated in g2 commits its offsets with its output: an aborted round
+// moves neither, and the committed rounds leave each input record in the
+// output exactly once, read_committed, with the group's offsets at the
+// input's end.
+func TestClusterCoordinatorsSpreadOverGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	g1, g2 := []int32{1, 2, 3}, []int32{4, 5, 6}
+	const in, out, n = "ctp-in", "ctp-out", 40
+	createTopic(t, ns[1].addr(), in, 4)
+	createTopic(t, ns[4].addr(), out, 4)
+	ownersOf(t, ns[2].addr(), in, 4)
+	ownersOf(t, ns[5].addr(), out, 4)
+
+	tid, tcoord := keyCoordinatedIn(t, ns[4].addr(), 1, "ctp-txn", g1)
+	group, gcoord := keyCoordinatedIn(t, ns[1].addr(), 0, "ctp-group", g2)
+	// Both kinds are spread: each group coordinates keys of each kind.
+	keyCoordinatedIn(t, ns[1].addr(), 1, "other-txn", g2)
+	keyCoordinatedIn(t, ns[4].addr(), 0, "other-group", g1)
+	t.Logf("transactional id %s coordinated by %d, consumer group %s by %d", tid, tcoord, group, gcoord)
+
+	var values []string
+	for i := range n {
+		values = append(values, fmt.Sprintf("v%02d", i))
+	}
+	produceValues(t, ns[3].addr(), in, values)
+
+	seeds := kgo.SeedBrokers(ns[1].addr(), ns[4].addr())
+	session := func() *kgo.GroupTransactSession {
+		s, err := kgo.NewGroupTransactSession(seeds, kgo.TransactionalID(tid), kgo.ConsumerGroup(group),
+			kgo.ConsumeTopics(in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DefaultProduceTopic(out),
+			kgo.TransactionTimeout(20*time.Second), kgo.RequireStableFetchOffsets())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	committedOffsets := func() int64 {
+		t.Helper()
+		offs, err := kadm.NewClient(client(t, ns[2].addr())).FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatalf("fetch %s's offsets: %v", group, err)
+		}
+		var sum int64
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.Err != nil {
+				t.Fatalf("fetch %s's offset of %s/%d: %v", group, o.Topic, o.Partition, o.Err)
+			}
+			sum += o.At
+		})
+		return sum
+	}
+	// One round: poll what is there, write it transformed, end.
+	round := func(s *kgo.GroupTransactSession, commit bool) int {
+		t.Helper()
+		if err := s.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+		fs := s.PollFetches(pctx)
+		pcancel()
+		var recs []*kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			prefix := "out-"
+			if !commit {
+				prefix = "aborted-"
+			}
+			recs = append(recs, &kgo.Record{Value: []byte(prefix + string(r.Value))})
+		})
+		if len(recs) > 0 {
+			if err := s.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+		}
+		committed, err := s.End(ctx, kgo.TransactionEndTry(commit))
+		if err != nil {
+			t.Fatalf("end the transaction (commit %v): %v", commit, err)
+		}
+		if commit && len(recs) > 0 && !committed {
+			t.Fatal("the transaction was not committed")
+		}
+		return len(recs)
+	}
+
+	s := session()
+	for got := 0; got == 0; {
+		got = round(s, true)
+	}
+	before := committedOffsets()
+	if before == 0 {
+		t.Fatal("a committed round left the group's offsets at 0")
+	}
+	round(s, false)
+	if after := committedOffsets(); after != before {
+		t.Fatalf("an aborted round moved the group's offsets from %d to %d", before, after)
+	}
+	s.Close()
+
+	// A new session starts from the committed offsets and finishes.
+	s = session()
+	defer s.Close()
+	for deadline := time.Now().Add(60 * time.Second); committedOffsets() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group's offsets reached %d of %d", committedOffsets(), n)
+		}
+		round(s, true)
+	}
+
+	// Each input once in the committed output, nothing of the abort.
+	seen := map[string]int{}
+	cons := client(t, ns[6].addr(), kgo.ConsumeTopics(out), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	// Until every value is in, and then a second more for any duplicate.
+	var quiet time.Time
+	for quiet.IsZero() || time.Now().Before(quiet) {
+		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cons.PollFetches(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d output values: %v", len(seen), n, seen)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+		if quiet.IsZero() && len(seen) >= n {
+			quiet = time.Now().Add(time.Second)
+		}
+	}
+	for _, v := range values {
+		if seen["out-"+v] != 1 {
+			t.Fatalf("output has out-%s %d times, want once (%v)", v, seen["out-"+v], seen)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("output holds %d distinct values, want %d: %v", len(seen), n, seen)
+	}
+}
