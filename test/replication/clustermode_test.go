@@ -1094,8 +1094,31 @@ func TestClusterCoordinatorsSpreadOverGroups(t *testing.T) {
 	group, gcoord := keyCoordinatedIn(t, ns[1].addr(), 0, "ctp-group", g2)
 	// Both kinds are spread: each group coordinates keys of each kind.
 	keyCoordinatedIn(t, ns[1].addr(), 1, "other-txn", g2)
-	keyCoordinatedIn(t, ns[4].addr(), 0, "other-group", g1)
+	other, _ := keyCoordinatedIn(t, ns[4].addr(), 0, "other-group", g1)
 	t.Logf("transactional id %s coordinated by %d, consumer group %s by %d", tid, tcoord, group, gcoord)
+
+	// A request about groups coordinated in both groups, sent to one
+	// coordinator, is answered there for its own and NOT_COORDINATOR for
+	// the other.
+	var at *node
+	for _, nd := range ns {
+		if int32(nd.id) == gcoord {
+			at = nd
+		}
+	}
+	dg := kmsg.NewPtrDescribeGroupsRequest()
+	dg.Groups = []string{other, group}
+	dresp, err := dg.RequestWith(ctx, client(t, at.addr()).Broker(int(gcoord)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]int16{}
+	for _, g := range dresp.Groups {
+		codes[g.Group] = g.ErrorCode
+	}
+	if len(codes) != 2 || codes[group] != 0 || codes[other] != kerr.NotCoordinator.Code {
+		t.Fatalf("DescribeGroups %v at %d: codes %v, want %s served and %s NOT_COORDINATOR", dg.Groups, gcoord, codes, group, other)
+	}
 
 	var values []string
 	for i := range n {
