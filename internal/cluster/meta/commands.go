@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -24,8 +25,9 @@ type Placement struct {
 	// RoundRobin deals the partitions over the live groups in turn,
 	// starting at a group chosen by the topic's name so that the first
 	// partitions of all topics do not land on one group. Otherwise each
-	// partition goes to the live group holding the fewest partitions
-	// (ties to the lowest group id).
+	// partition goes to the live group holding the fewest partitions of
+	// topics other than the internal ones (names starting with "__"),
+	// ties to the lowest group id.
 	RoundRobin bool
 }
 
@@ -132,8 +134,14 @@ func (s *State) placePartitions(id UUID, name string, first, n int32, p Placemen
 			}
 			break
 		}
+		// Internal topics ("__" names: the coordinators', dealt round
+		// robin on their own) are not counted, so that where they
+		// landed does not pile a user topic onto one group.
 		count := map[string]int{}
 		for _, t := range s.topics {
+			if strings.HasPrefix(t.name, "__") {
+				continue
+			}
 			for _, ps := range t.parts {
 				count[ps.Owner]++
 			}
