@@ -87,6 +87,21 @@ func twoGroups(t *testing.T) map[int]*node {
 			}
 		}
 	})
+	// Both groups registered and serving before a test creates anything:
+	// placement deals partitions over the live groups only, so a topic
+	// created while g2 was still starting would go wholly to g1.
+	adm := kadm.NewClient(client(t, ns[1].addr()))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		bs, err := adm.ListBrokers(ctx)
+		cancel()
+		if err == nil && len(bs) == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker 1 lists %d of 6 brokers: %v", len(bs), err)
+		}
+	}
 	return ns
 }
 
