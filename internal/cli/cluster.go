@@ -16,14 +16,17 @@ const ClusterUsage = `usage: moonmq cluster status [--bootstrap HOST:PORT[,HOST:
 
 status prints, from any broker's Metadata, a cluster's replication groups
 (docs/CLUSTER.md: each broker's group is its rack), each group's leader,
-leader epoch, ISR and brokers, and each partition's owner group, leader
-and high watermark:
+leader epoch, ISR and brokers, and each partition's owner group, leader,
+high watermark and lag:
   Cluster: demo Controller: 1 Brokers: 6 Groups: 2
   Group: g1 Leader: 1 Epoch: 2 Isr: 1,2,3 Brokers: 1=127.0.0.1:9092,2=...,3=...
-  Partition: events/0 Group: g1 Leader: 1 Epoch: 2 Isr: 1,2,3 HighWatermark: 42
-A partition that no live group leads prints Leader: none. Moves are not
-built yet, so none is shown. The brokers come from --bootstrap, else from
---config, else 127.0.0.1:9092.
+  Partition: events/0 Group: g1 Leader: 1 Epoch: 2 Isr: 1,2,3 HighWatermark: 42 Lag: 2=0,3=1170
+Lag is how many bytes each other broker of the owner group holds less of
+the partition than its leader, from every broker's DescribeLogDirs (read
+one broker after another, so it is approximate; "?" for a broker that did
+not answer). A partition that no live group leads prints Leader: none.
+Moves are not built yet, so none is shown. The brokers come from
+--bootstrap, else from --config, else 127.0.0.1:9092.
 `
 
 // Cluster runs `moonmq cluster`.
@@ -74,8 +77,66 @@ func Cluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(names) > 0 {
 		ends, _ = adm.ListEndOffsets(ctx, names...)
 	}
-	FormatCluster(stdout, md, ends)
+	// A broker that does not answer leaves its sizes out: its lag
+	// prints as unknown.
+	dirs, _ := adm.DescribeAllLogDirs(ctx, nil)
+	FormatCluster(stdout, md, ends, logSizes(dirs))
 	return 0
+}
+
+// LogSizes is the size of each broker's copy of each partition, by broker,
+// topic and partition, as DescribeLogDirs reports it.
+type LogSizes map[int32]map[string]map[int32]int64
+
+// logSizes collects the sizes of every answer in dirs.
+func logSizes(dirs kadm.DescribedAllLogDirs) LogSizes {
+	out := LogSizes{}
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		if d.Err != nil {
+			return
+		}
+		d.Topics.Each(func(p kadm.DescribedLogDirPartition) {
+			if out[d.Broker] == nil {
+				out[d.Broker] = map[string]map[int32]int64{}
+			}
+			if out[d.Broker][p.Topic] == nil {
+				out[d.Broker][p.Topic] = map[int32]int64{}
+			}
+			out[d.Broker][p.Topic][p.Partition] += p.Size
+		})
+	})
+	return out
+}
+
+// size is broker's size of a partition, false when it did not report one.
+func (s LogSizes) size(broker int32, topic string, partition int32) (int64, bool) {
+	n, ok := s[broker][topic][partition]
+	return n, ok
+}
+
+// lag is the Lag field of a partition's line: each other replica's bytes
+// behind the leader's copy.
+func (s LogSizes) lag(topic string, p kadm.PartitionDetail) string {
+	lead, ok := s.size(p.Leader, topic, p.Partition)
+	if p.Leader < 0 || !ok {
+		return "unknown"
+	}
+	var parts []string
+	for _, r := range p.Replicas {
+		if r == p.Leader {
+			continue
+		}
+		n, ok := s.size(r, topic, p.Partition)
+		if !ok {
+			parts = append(parts, fmt.Sprintf("%d=?", r))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d=%d", r, max(lead-n, 0)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
 }
 
 // groupOf names a broker's group: its rack, which a broker in cluster
@@ -88,8 +149,8 @@ func groupOf(b kadm.BrokerDetail) string {
 }
 
 // FormatCluster prints md as `cluster status` does, with the high
-// watermarks from ends.
-func FormatCluster(w io.Writer, md kadm.Metadata, ends kadm.ListedOffsets) {
+// watermarks from ends and the lag from sizes.
+func FormatCluster(w io.Writer, md kadm.Metadata, ends kadm.ListedOffsets, sizes LogSizes) {
 	groups := map[string][]kadm.BrokerDetail{}
 	groupOfID := map[int32]string{}
 	for _, b := range md.Brokers {
@@ -109,11 +170,16 @@ func FormatCluster(w io.Writer, md kadm.Metadata, ends kadm.ListedOffsets) {
 	}
 	var parts []partLine
 	for _, td := range md.Topics.Sorted() {
-		if td.Err != nil || td.IsInternal {
+		if td.Err != nil {
 			continue
 		}
 		for _, p := range td.Partitions.Sorted() {
-			parts = append(parts, partLine{td.Topic, p})
+			// The internal topics name the groups' leaders too (every
+			// group owns some of the coordinators' partitions), but
+			// their partitions are not listed.
+			if !td.IsInternal {
+				parts = append(parts, partLine{td.Topic, p})
+			}
 			if g, ok := groupOfID[p.Leader]; ok && p.LeaderEpoch >= leads[g].epoch {
 				leads[g] = lead{p.Leader, p.LeaderEpoch, p.ISR}
 			}
@@ -152,7 +218,7 @@ func FormatCluster(w io.Writer, md kadm.Metadata, ends kadm.ListedOffsets) {
 		if o, ok := ends.Lookup(pl.topic, p.Partition); ok && o.Err == nil {
 			hw = fmt.Sprint(o.Offset)
 		}
-		fmt.Fprintf(w, "Partition: %s/%d Group: %s Leader: %s Epoch: %d Isr: %s HighWatermark: %s\n",
-			pl.topic, p.Partition, owner, leader, p.LeaderEpoch, ids(p.ISR), hw)
+		fmt.Fprintf(w, "Partition: %s/%d Group: %s Leader: %s Epoch: %d Isr: %s HighWatermark: %s Lag: %s\n",
+			pl.topic, p.Partition, owner, leader, p.LeaderEpoch, ids(p.ISR), hw, sizes.lag(pl.topic, p))
 	}
 }

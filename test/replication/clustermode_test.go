@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,6 +296,11 @@ func TestClusterTwoGroupsSplitATopic(t *testing.T) {
 		if want := fmt.Sprintf("Partition: %s/%d Group: %s Leader: %d ", topic, p, g, l); !strings.Contains(status, want) {
 			t.Fatalf("moonmq cluster status lacks %q:\n%s", want, status)
 		}
+	}
+	// Every broker answered DescribeLogDirs: each partition's lag names
+	// its group's two other brokers, in bytes.
+	if lags := regexp.MustCompile(`(?m) Lag: \d+=\d+,\d+=\d+$`).FindAllString(status, -1); len(lags) != len(leaders) {
+		t.Fatalf("moonmq cluster status: %d partition lines with a lag for both other brokers, want %d:\n%s", len(lags), len(leaders), status)
 	}
 
 	// moonmq topic describe names each partition's owner group too.
