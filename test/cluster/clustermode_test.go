@@ -144,8 +144,8 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	groupsServing(electWithin)
 	adm := c.Admin()
 	ctx := testcluster.Context(t, 10*time.Minute)
-	const data, txnTopic, parts = "cm-data", "cm-txn", 4
-	for _, topic := range []string{data, txnTopic} {
+	const data, txnTopic, out, parts = "cm-data", "cm-txn", "cm-out", 4
+	for _, topic := range []string{data, txnTopic, out} {
 		c.WaitFor(readWithin, "topic "+topic+" created", func() (bool, string) {
 			resp, err := adm.CreateTopic(ctx, parts, -1, nil, topic)
 			if err == nil {
@@ -185,6 +185,11 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	loop := &txnLoop{t: t, c: c, tid: "cm-txn-loop", topic: txnTopic, parts: parts, errs: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go loop.run()
+	// The loop's transactional id is coordinated in g1 and its consumer
+	// group in g2: its offset commits cross groups.
+	eosTxnID := keyIn(t, c, 1, "cm-eos-tx", 0)
+	eosGroup := keyIn(t, c, 0, "cm-eos", 1)
+	eos := startEOS(t, c, data, out, eosGroup, eosTxnID)
 	for _, l := range loads {
 		l.waitMore(10, readWithin)
 	}
@@ -245,6 +250,26 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	}
 	outcomes := loop.Stop()
 	t.Logf("transactions: %d, errors %v", len(outcomes), loop.errs)
+	ends, err := adm.ListEndOffsets(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consume-transform-produce loop catches up: its group's
+	// offsets reach the end of the input.
+	c.WaitFor(2*readWithin, "the transactional consumer group's offsets at the input's end", func() (bool, string) {
+		offs, err := adm.FetchOffsets(ctx, eosGroup)
+		if err != nil {
+			return false, err.Error()
+		}
+		var behind []string
+		ends.Each(func(o kadm.ListedOffset) {
+			if c, ok := offs.Lookup(o.Topic, o.Partition); !ok || c.At != o.Offset {
+				behind = append(behind, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
+			}
+		})
+		return len(behind) == 0, strings.Join(behind, ", ")
+	})
+	rounds := eos.Stop()
 
 	// Every acknowledged record at its offset, once.
 	for p, as := range acked {
@@ -265,9 +290,27 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 		}
 	}
 
+	// The consume-transform-produce loop wrote every record of the input
+	// log exactly once, read_committed.
+	var input []string
+	ends.Each(func(o kadm.ListedOffset) {
+		for _, r := range readPartition(t, c, data, o.Partition, o.Offset) {
+			input = append(input, string(r.Value))
+		}
+	})
+	output := readCommitted(t, c, ctx, out)
+	for _, v := range input {
+		if output["o-"+v] != 1 {
+			t.Fatalf("input %s is %d times in the transactional output", v, output["o-"+v])
+		}
+	}
+	if len(output) != len(input) {
+		t.Fatalf("the transactional output holds %d distinct values for %d input records", len(output), len(input))
+	}
+	t.Logf("consume-transform-produce: %d records exactly once in %d rounds (%v)", len(input), rounds.ok, rounds.errs)
+
 	// No partition holds an open transaction: the last stable offset of
 	// every partition reaches its end.
-	var ends kadm.ListedOffsets
 	c.WaitFor(readWithin, "every last stable offset at its partition's end", func() (bool, string) {
 		ends, err = adm.ListEndOffsets(ctx, txnTopic)
 		if err != nil {
@@ -288,28 +331,13 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	})
 
 	// Each transaction all or nothing, read_committed, as it was told.
-	cons := c.Client(kgo.ConsumeTopics(txnTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
-	// Read until three seconds bring nothing new: every partition's last
-	// stable offset is at its end, so all there is to read is there.
 	got := map[int]int{}
-	rctx, rcancel := context.WithTimeout(ctx, readWithin)
-	defer rcancel()
-	for last := time.Now(); time.Since(last) < 3*time.Second; {
-		pctx, pcancel := context.WithTimeout(rctx, 500*time.Millisecond)
-		fs := cons.PollFetches(pctx)
-		pcancel()
-		if rctx.Err() != nil {
-			t.Fatalf("read_committed: %s kept returning records for %v (ends %v)", txnTopic, readWithin, ends)
+	for v, n := range readCommitted(t, c, ctx, txnTopic) {
+		var k, p, i int
+		if _, err := fmt.Sscanf(v, "t-%05d-%d-%d", &k, &p, &i); err != nil {
+			t.Fatalf("unexpected record %q", v)
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			var k, p, i int
-			if _, err := fmt.Sscanf(string(r.Value), "t-%05d-%d-%d", &k, &p, &i); err != nil {
-				t.Fatalf("unexpected record %q", r.Value)
-			}
-			got[k]++
-			last = time.Now()
-		})
+		got[k] += n
 	}
 	whole := parts * txnRecords
 	committed, aborted, unknown := 0, 0, 0
@@ -342,4 +370,149 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	}
 	t.Logf("transactions: %d committed, %d aborted, %d unknown; acknowledged records: %d, %d, %d, %d",
 		committed, aborted, unknown, len(acked[0]), len(acked[1]), len(acked[2]), len(acked[3]))
+}
+
+// readCommitted reads topic read_committed from its start until three
+// seconds bring nothing new, and counts each value. The caller has seen
+// every partition's last stable offset at its end, or does not mind.
+func readCommitted(t *testing.T, c *testcluster.Cluster, ctx context.Context, topic string) map[string]int {
+	t.Helper()
+	cons := c.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
+	defer cons.Close()
+	got := map[string]int{}
+	rctx, rcancel := context.WithTimeout(ctx, 2*readWithin)
+	defer rcancel()
+	for last := time.Now(); time.Since(last) < 3*time.Second; {
+		pctx, pcancel := context.WithTimeout(rctx, 500*time.Millisecond)
+		fs := cons.PollFetches(pctx)
+		pcancel()
+		if rctx.Err() != nil {
+			t.Fatalf("read_committed: %s kept returning records for %v", topic, 2*readWithin)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got[string(r.Value)]++
+			last = time.Now()
+		})
+	}
+	return got
+}
+
+// keyIn returns the first of prefix-0, prefix-1, ... whose coordinator of
+// the given FindCoordinator type (0 group, 1 transaction) is in group g.
+func keyIn(t *testing.T, c *testcluster.Cluster, coordinatorType int8, prefix string, g int) string {
+	t.Helper()
+	cl := c.Client()
+	for i := 0; i < 200; {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorType, fc.CoordinatorKey = coordinatorType, key
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := fc.RequestWith(ctx, cl)
+		cancel()
+		if err != nil || resp.ErrorCode != 0 {
+			time.Sleep(200 * time.Millisecond) // the coordinators' topics are created on first use
+			continue
+		}
+		if c.Replica(int(resp.NodeID)).Group == g {
+			t.Logf("%s is coordinated by %d, in g%d", key, resp.NodeID, g+1)
+			return key
+		}
+		i++
+	}
+	t.Fatalf("no key %s-N among 200 is coordinated in g%d", prefix, g+1)
+	return ""
+}
+
+// eosLoop is a consume-transform-produce loop (franz-go's
+// GroupTransactSession) from one topic to another, each input record
+// written once as "o-" + its value, with the group's offsets in the same
+// transaction.
+type eosLoop struct {
+	t          *testing.T
+	stop, done chan struct{}
+	ok         int
+	errs       map[string]int
+}
+
+func startEOS(t *testing.T, c *testcluster.Cluster, in, out, group, txnID string) *eosLoop {
+	l := &eosLoop{t: t, stop: make(chan struct{}), done: make(chan struct{}), errs: map[string]int{}}
+	s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(c.Addrs()...), kgo.MetadataMinAge(100*time.Millisecond),
+		kgo.RetryTimeout(60*time.Second), kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.DefaultProduceTopic(out), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(l.done)
+		defer s.Close()
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err := l.round(ctx, s)
+			cancel()
+			if err != nil {
+				l.errs[err.Error()]++
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-l.stop:
+		default:
+			close(l.stop)
+		}
+	})
+	return l
+}
+
+// round polls, writes what it got and ends the transaction: committed
+// when the writes went through, aborted otherwise (the session then
+// rewinds to the committed offsets).
+func (l *eosLoop) round(ctx context.Context, s *kgo.GroupTransactSession) error {
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	fs := s.PollFetches(pctx)
+	pcancel()
+	if err := s.Begin(); err != nil {
+		return err
+	}
+	var recs []*kgo.Record
+	fs.EachRecord(func(r *kgo.Record) {
+		recs = append(recs, &kgo.Record{Partition: r.Partition, Value: append([]byte("o-"), r.Value...)})
+	})
+	try := kgo.TryCommit
+	var perr error
+	if len(recs) > 0 {
+		if perr = s.ProduceSync(ctx, recs...).FirstErr(); perr != nil {
+			try = kgo.TryAbort
+		}
+	}
+	committed, err := s.End(ctx, try)
+	switch {
+	case err != nil:
+		return err
+	case perr != nil:
+		return perr
+	case committed:
+		l.ok++
+	}
+	return nil
+}
+
+// Stop ends the loop and returns it, with how many rounds committed.
+func (l *eosLoop) Stop() *eosLoop {
+	close(l.stop)
+	select {
+	case <-l.done:
+	case <-time.After(2 * time.Minute):
+		l.t.Errorf("the consume-transform-produce loop did not stop within 2 minutes")
+	}
+	return l
 }
