@@ -12,6 +12,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"unicode"
 	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -50,8 +51,12 @@ func PartitionFor(key string, n int) int32 {
 		return 0
 	}
 	var h int32
-	for _, u := range utf16.Encode([]rune(key)) {
-		h = 31*h + int32(u)
+	for _, r := range key {
+		if r1, r2 := utf16.EncodeRune(r); r1 != unicode.ReplacementChar {
+			h = 31*(31*h+r1) + r2 // a surrogate pair: two code units
+			continue
+		}
+		h = 31*h + r
 	}
 	return int32(int(h&0x7fffffff) % n)
 }

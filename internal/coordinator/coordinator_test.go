@@ -26,3 +26,11 @@ func TestPartitionFor(t *testing.T) {
 		}
 	}
 }
+
+// PartitionFor allocates nothing: cluster mode calls it for every
+// coordinator request.
+func TestPartitionForAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { PartitionFor("a-group-😀-id", 50) }); n != 0 {
+		t.Fatalf("%v allocations per call", n)
+	}
+}
