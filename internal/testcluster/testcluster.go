@@ -40,6 +40,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/status"
@@ -945,6 +946,40 @@ func (c *Cluster) Client(opts ...kgo.Opt) *kgo.Client {
 func (c *Cluster) Admin(opts ...kgo.Opt) *kadm.Client {
 	c.t.Helper()
 	return kadm.NewClient(c.Client(opts...))
+}
+
+// KeyCoordinatedIn returns the first of prefix, prefix-1, prefix-2, ...
+// whose coordinator of the given FindCoordinator type (0: a consumer
+// group, 1: a transactional id) is a broker of group g (0 for g1), in
+// cluster mode. It asks again while FindCoordinator fails (the
+// coordinators' topics are created on first use) and fails the test when
+// none of 200 keys is coordinated there.
+func (c *Cluster) KeyCoordinatedIn(coordinatorType int8, prefix string, g int) string {
+	c.t.Helper()
+	cl := c.Client()
+	defer cl.Close()
+	for i, tries := 0, 0; i < 200 && tries < 600; tries++ {
+		key := prefix
+		if i > 0 {
+			key = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorType, fc.CoordinatorKey = coordinatorType, key
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := fc.RequestWith(ctx, cl)
+		cancel()
+		if err != nil || resp.ErrorCode != 0 {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if r := c.Replica(int(resp.NodeID)); r != nil && r.Group == g {
+			c.t.Logf("testcluster: %s is coordinated by %d, in g%d", key, resp.NodeID, g+1)
+			return key
+		}
+		i++
+	}
+	c.t.Fatalf("testcluster: no key %s-N is coordinated in g%d", prefix, g+1)
+	return ""
 }
 
 // ReadLog returns the raw record batches of one partition as stored in

@@ -187,8 +187,8 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	go loop.run()
 	// The loop's transactional id is coordinated in g1 and its consumer
 	// group in g2: its offset commits cross groups.
-	eosTxnID := keyIn(t, c, 1, "cm-eos-tx", 0)
-	eosGroup := keyIn(t, c, 0, "cm-eos", 1)
+	eosTxnID := c.KeyCoordinatedIn(1, "cm-eos-tx", 0)
+	eosGroup := c.KeyCoordinatedIn(0, "cm-eos", 1)
 	eos := startEOS(t, c, data, out, eosGroup, eosTxnID)
 	for _, l := range loads {
 		l.waitMore(10, readWithin)
@@ -267,7 +267,33 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 				behind = append(behind, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
 			}
 		})
-		return len(behind) == 0, strings.Join(behind, ", ")
+		if len(behind) == 0 {
+			return true, ""
+		}
+		// What a require_stable OffsetFetch and the transaction
+		// coordinator say, for the failure message.
+		of := kmsg.NewPtrOffsetFetchRequest()
+		of.Version, of.Group, of.RequireStable = 7, eosGroup, true
+		var stable string
+		if resp, err := of.RequestWith(ctx, c.Client()); err != nil {
+			stable = err.Error()
+		} else {
+			stable = fmt.Sprintf("code %d", resp.ErrorCode)
+			for _, rt := range resp.Topics {
+				for _, rp := range rt.Partitions {
+					stable += fmt.Sprintf(" %s/%d=%d(%d)", rt.Topic, rp.Partition, rp.Offset, rp.ErrorCode)
+				}
+			}
+		}
+		dt := kmsg.NewPtrDescribeTransactionsRequest()
+		dt.TransactionalIDs = []string{eosTxnID}
+		var txs string
+		if resp, err := dt.RequestWith(ctx, c.Client()); err != nil {
+			txs = err.Error()
+		} else {
+			txs = fmt.Sprintf("%+v", resp.TransactionStates)
+		}
+		return false, strings.Join(behind, ", ") + "; the loop: " + eos.String() + "; stable offsets: " + stable + "; transaction: " + txs
 	})
 	rounds := eos.Stop()
 
@@ -307,7 +333,7 @@ func TestClusterModeSurvivesFaults(t *testing.T) {
 	if len(output) != len(input) {
 		t.Fatalf("the transactional output holds %d distinct values for %d input records", len(output), len(input))
 	}
-	t.Logf("consume-transform-produce: %d records exactly once in %d rounds (%v)", len(input), rounds.ok, rounds.errs)
+	t.Logf("consume-transform-produce: %d records exactly once: %v", len(input), rounds)
 
 	// No partition holds an open transaction: the last stable offset of
 	// every partition reaches its end.
@@ -398,31 +424,6 @@ func readCommitted(t *testing.T, c *testcluster.Cluster, ctx context.Context, to
 	return got
 }
 
-// keyIn returns the first of prefix-0, prefix-1, ... whose coordinator of
-// the given FindCoordinator type (0 group, 1 transaction) is in group g.
-func keyIn(t *testing.T, c *testcluster.Cluster, coordinatorType int8, prefix string, g int) string {
-	t.Helper()
-	cl := c.Client()
-	for i := 0; i < 200; {
-		key := fmt.Sprintf("%s-%d", prefix, i)
-		fc := kmsg.NewPtrFindCoordinatorRequest()
-		fc.CoordinatorType, fc.CoordinatorKey = coordinatorType, key
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := fc.RequestWith(ctx, cl)
-		cancel()
-		if err != nil || resp.ErrorCode != 0 {
-			time.Sleep(200 * time.Millisecond) // the coordinators' topics are created on first use
-			continue
-		}
-		if c.Replica(int(resp.NodeID)).Group == g {
-			t.Logf("%s is coordinated by %d, in g%d", key, resp.NodeID, g+1)
-			return key
-		}
-		i++
-	}
-	t.Fatalf("no key %s-N among 200 is coordinated in g%d", prefix, g+1)
-	return ""
-}
 
 // eosLoop is a consume-transform-produce loop (franz-go's
 // GroupTransactSession) from one topic to another, each input record
@@ -431,23 +432,40 @@ func keyIn(t *testing.T, c *testcluster.Cluster, coordinatorType int8, prefix st
 type eosLoop struct {
 	t          *testing.T
 	stop, done chan struct{}
-	ok         int
-	errs       map[string]int
+
+	mu   sync.Mutex
+	ok   int
+	errs map[string]int
+	last time.Time // when a round last committed
+}
+
+// String says how far the loop got, for a failure message.
+func (l *eosLoop) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%d rounds committed, the last %v ago; errors %v", l.ok, time.Since(l.last).Round(time.Second), l.errs)
 }
 
 func startEOS(t *testing.T, c *testcluster.Cluster, in, out, group, txnID string) *eosLoop {
 	l := &eosLoop{t: t, stop: make(chan struct{}), done: make(chan struct{}), errs: map[string]int{}}
-	s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(c.Addrs()...), kgo.MetadataMinAge(100*time.Millisecond),
-		kgo.RetryTimeout(60*time.Second), kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
-		kgo.ConsumerGroup(group), kgo.ConsumeTopics(in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.FetchMaxWait(200*time.Millisecond),
-		kgo.DefaultProduceTopic(out), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
+	session := func() *kgo.GroupTransactSession {
+		s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(c.Addrs()...), kgo.MetadataMinAge(100*time.Millisecond),
+			kgo.RetryTimeout(60*time.Second), kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
+			kgo.ConsumerGroup(group), kgo.ConsumeTopics(in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.FetchMaxWait(200*time.Millisecond),
+			kgo.DefaultProduceTopic(out), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Error(err)
+		}
+		return s
+	}
+	s := session()
+	if s == nil {
+		t.FailNow()
 	}
 	go func() {
 		defer close(l.done)
-		defer s.Close()
+		defer func() { s.Close() }()
 		for {
 			select {
 			case <-l.stop:
@@ -458,7 +476,17 @@ func startEOS(t *testing.T, c *testcluster.Cluster, in, out, group, txnID string
 			err := l.round(ctx, s)
 			cancel()
 			if err != nil {
+				l.mu.Lock()
 				l.errs[err.Error()]++
+				l.mu.Unlock()
+				// The session may be left inside a transaction it can
+				// no longer end: a new one, of the same transactional
+				// id, fences it (its InitProducerId finishes or aborts
+				// what is open) and resumes from the committed offsets.
+				s.Close()
+				if s = session(); s == nil {
+					return
+				}
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
@@ -501,7 +529,10 @@ func (l *eosLoop) round(ctx context.Context, s *kgo.GroupTransactSession) error 
 	case perr != nil:
 		return perr
 	case committed:
+		l.mu.Lock()
 		l.ok++
+		l.last = time.Now()
+		l.mu.Unlock()
 	}
 	return nil
 }

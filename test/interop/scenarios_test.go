@@ -30,7 +30,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
@@ -385,7 +384,7 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 		// is killed, not in the bootstrap broker's: the client finds
 		// its coordinator in another group and follows it through
 		// that group's failover.
-		group = groupCoordinatedIn(t, c, group, leader.Group)
+		group = c.KeyCoordinatedIn(0, group, leader.Group)
 	}
 	var killOnce sync.Once
 	killed := make(chan struct{})
@@ -478,35 +477,6 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 	if dups > 0 {
 		t.Logf("%d records stored twice by a retry across the failover (the client has no idempotent producer)", dups)
 	}
-}
-
-// groupCoordinatedIn returns the first of prefix, prefix-1, prefix-2, ...
-// whose group coordinator is in replication group g.
-func groupCoordinatedIn(t *testing.T, c *testcluster.Cluster, prefix string, g int) string {
-	t.Helper()
-	cl := c.Client()
-	for i, tries := 0, 0; i < 200 && tries < 600; tries++ {
-		key := prefix
-		if i > 0 {
-			key = fmt.Sprintf("%s-%d", prefix, i)
-		}
-		fc := kmsg.NewPtrFindCoordinatorRequest()
-		fc.CoordinatorKey = key
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := fc.RequestWith(ctx, cl)
-		cancel()
-		if err != nil || resp.ErrorCode != 0 {
-			time.Sleep(200 * time.Millisecond) // created on first use
-			continue
-		}
-		if c.Replica(int(resp.NodeID)).Group == g {
-			t.Logf("consumer group %s: coordinator %d, in g%d", key, resp.NodeID, g+1)
-			return key
-		}
-		i++
-	}
-	t.Fatalf("no group %s-N is coordinated in g%d", prefix, g+1)
-	return ""
 }
 
 // readAll reads every record of topic from the start to the end offsets.
