@@ -424,7 +424,6 @@ func readCommitted(t *testing.T, c *testcluster.Cluster, ctx context.Context, to
 	return got
 }
 
-
 // eosLoop is a consume-transform-produce loop (franz-go's
 // GroupTransactSession) from one topic to another, each input record
 // written once as "o-" + its value, with the group's offsets in the same
