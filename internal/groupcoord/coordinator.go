@@ -167,18 +167,6 @@ func (c *Coordinator) RunLeader(ctx context.Context) {
 	wg.Wait()
 }
 
-// PartitionOf returns the index of Topic's partition that holds group's
-// offsets, creating Topic if it does not exist yet, for a transaction that
-// is about to commit the group's offsets and must list the partition
-// first.
-func (c *Coordinator) PartitionOf(group string) (int32, error) {
-	p, err := c.partitionFor(group)
-	if err != nil {
-		return 0, err
-	}
-	return p.Index, nil
-}
-
 // partitionFor is the partition of Topic that holds group's records.
 func (c *Coordinator) partitionFor(group string) (*partition.Partition, error) {
 	return c.w.Partition(Topic, group, topicConfigs())
