@@ -30,7 +30,10 @@ end, and writes an HTML report. Exit status: 0 no anomaly, 1 anomalies,
 still heals, checks and reports); a second Ctrl-C aborts.
 
 The seed fixes the fault schedule (not the processes' timing): the same
---seed, --duration, --replicas and --faults replay the same faults.
+--seed, --duration, --replicas, --groups and --faults replay the same
+faults. --groups 2 or 3 runs a cluster of replication groups (cluster
+mode) with the workload's partitions spread over them; each fault hits
+one group.
 docs/RELIABILITY.md ("Tier 2") describes the faults and the checks.
 
 flags:
@@ -48,6 +51,7 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 5*time.Minute, "length of the fault phase (setup, healing, draining and checks come on top, about a minute)")
 	seed := fs.Int64("seed", 0, "seed of the fault schedule; 0 picks one from the clock and prints it")
 	replicas := fs.Int("replicas", 3, "group size: 3 or 5")
+	groups := fs.Int("groups", 1, "replication groups: 1, or 2-3 for a cluster of groups (cluster mode)")
 	faults := fs.String("faults", "all", "fault kinds: \"all\", a comma-separated list, or -kind,... to leave some out (kinds: "+allKinds()+")")
 	rate := fs.Int("rate", 100, "records per second per producer")
 	report := fs.String("report", "", "write the HTML report here (default chaos-report-<seed>.html in the current directory); the brokers' logs go beside it into FILE.logs/")
@@ -75,6 +79,9 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *replicas != 3 && *replicas != 5 {
 		return usageErr("--replicas %d: the harness runs groups of 3 or 5", *replicas)
+	}
+	if *groups < 1 || *groups > 3 {
+		return usageErr("--groups %d: the harness runs 1 group, or a cluster of 2 or 3", *groups)
 	}
 	if *rate <= 0 {
 		return usageErr("--rate must be a positive number of records per second")
@@ -120,14 +127,17 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	}
 
 	replay := fmt.Sprintf("moonmq chaos --seed %d --duration %v --replicas %d --faults %s", *seed, *duration, *replicas, chaos.KindList(kinds))
+	if *groups > 1 {
+		replay += fmt.Sprintf(" --groups %d", *groups)
+	}
 	if *rate != 100 {
 		replay += fmt.Sprintf(" --rate %d", *rate)
 	}
 	for _, kv := range server.raw {
 		replay += " --server " + kv
 	}
-	fmt.Fprintf(stdout, "moonmq chaos: seed %d, %d replicas of %s, fault phase %v, faults %s, report %s\n",
-		*seed, *replicas, *binary, *duration, chaos.KindList(kinds), *report)
+	fmt.Fprintf(stdout, "moonmq chaos: seed %d, %d groups of %d replicas of %s, fault phase %v, faults %s, report %s\n",
+		*seed, *groups, *replicas, *binary, *duration, chaos.KindList(kinds), *report)
 	fmt.Fprintf(stdout, "moonmq chaos: replicas' data in %s (%s); Ctrl-C ends the fault phase early\n", dir,
 		map[bool]string{true: "kept, --keep", false: "removed at the end; --keep keeps it"}[*keep])
 
@@ -155,7 +165,7 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	}()
 
 	cfg := chaos.Config{
-		Seed: *seed, Duration: *duration, Replicas: *replicas, Kinds: kinds, Rate: *rate,
+		Seed: *seed, Duration: *duration, Replicas: *replicas, Groups: *groups, Kinds: kinds, Rate: *rate,
 		ReportPath: *report, Progress: stdout, ProgressEvery: *progress, TolerateKnown: *tolerate,
 		Binary: *binary, Stop: stop, Replay: replay,
 		Options: append([]testcluster.Option{testcluster.WithOwnProcessGroup()}, server.opts...),

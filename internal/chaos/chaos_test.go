@@ -406,6 +406,26 @@ func TestDecideKeepsBothModes(t *testing.T) {
 			t.Fatalf("every replica in one mode: %v", in.lossy)
 		}
 	}
+	// In a cluster, each group keeps both modes.
+	in = newInjector(2)
+	in.lossyP, in.replicas = 0.5, 3
+	in.groupOf = map[int]int{1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1}
+	for range 200 {
+		for id := 1; id <= 6; id++ {
+			in.decide(id)
+		}
+		for g := range 2 {
+			n := 0
+			for id := 3*g + 1; id <= 3*g+3; id++ {
+				if in.lossy[id] {
+					n++
+				}
+			}
+			if n == 0 || n == 3 {
+				t.Fatalf("every replica of g%d in one mode: %v", g+1, in.lossy)
+			}
+		}
+	}
 	in.forceEnv = "broken-fsync"
 	in.decide(1)
 	if !in.isLossy(1) || len(in.env(1)) != 1 {

@@ -10,16 +10,20 @@ import (
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
-// dumpReplica reads every partition of topics from a stopped replica's
-// data directory. hw is the final high watermark to report for each
-// partition (by "topic/partition"); leader marks the final leader's dumps.
-// The second result holds each dump's batch epochs, record by record.
-func dumpReplica(r *testcluster.Replica, topics map[string]int32, hw map[string]int64, leader bool) ([]checker.Dump, [][]int32, []string) {
+// dumpReplica reads every partition of topics its group owns (owned) from
+// a stopped replica's data directory. hw is the final high watermark to
+// report for each partition (by "topic/partition"); leader marks the
+// final leader's dumps. The second result holds each dump's batch epochs,
+// record by record.
+func dumpReplica(r *testcluster.Replica, topics map[string]int32, owned func(string, int32) bool, hw map[string]int64, leader bool) ([]checker.Dump, [][]int32, []string) {
 	var out []checker.Dump
 	var epochs [][]int32
 	var problems []string
 	for t, n := range topics {
 		for p := range n {
+			if !owned(t, p) {
+				continue
+			}
 			data, start, _, err := r.ReadLog(t, p)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("replica %d: read %s/%d: %v", r.ID, t, p, err))
@@ -72,11 +76,11 @@ func decodeWithControl(data []byte) ([]checker.Record, []int32, error) {
 	return out, epochs, nil
 }
 
-// dumpOffsetCommits reads the committed-offset records of
-// __consumer_offsets from a stopped replica's data directory (group-
+// dumpOffsetCommits reads the committed-offset records of one partition
+// of __consumer_offsets from a stopped replica's data directory (group-
 // metadata records, tombstones and transaction markers are skipped).
-func dumpOffsetCommits(r *testcluster.Replica) ([]checker.LoggedCommit, error) {
-	data, _, _, err := r.ReadLog("__consumer_offsets", 0)
+func dumpOffsetCommits(r *testcluster.Replica, partition int32) ([]checker.LoggedCommit, error) {
+	data, _, _, err := r.ReadLog("__consumer_offsets", partition)
 	if err != nil || len(data) == 0 {
 		return nil, err
 	}

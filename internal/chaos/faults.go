@@ -13,6 +13,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/clock"
 	"github.com/moonmq/moonmq/internal/diskhealth"
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcluster"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -52,6 +53,11 @@ type injector struct {
 	lossyP   float64
 	forceEnv string
 	replicas int
+	// group is the replication group (0 for g1) the running step hits;
+	// a run of one group has only group 0. groupOf maps a replica id to
+	// its group (nil: all in group 0).
+	group   int
+	groupOf map[int]int
 	// clockDir, if set, holds each replica's wall clock offset file
 	// (clockFile), which every start of it reads (clock.OffsetFileEnv).
 	clockDir string
@@ -103,7 +109,7 @@ func (in *injector) env(id int) []string {
 }
 
 // decide chooses whether the next start of id runs in the lossy mode.
-// While both modes are in use, the group keeps at least one replica of
+// While both modes are in use, each group keeps at least one replica of
 // each, so that a planned kill and a planned power loss both find a
 // target.
 func (in *injector) decide(id int) {
@@ -117,13 +123,17 @@ func (in *injector) decide(id int) {
 	if in.lossyP <= 0 || in.lossyP >= 1 || len(in.lossy) < 2 {
 		return
 	}
-	same := true
+	same, decided := true, 0
 	for other, l := range in.lossy {
+		if in.groupOf[other] != in.groupOf[id] {
+			continue
+		}
+		decided++
 		if other != id && l != in.lossy[id] {
 			same = false
 		}
 	}
-	if same && len(in.lossy) == in.replicas {
+	if same && decided == in.replicas {
 		in.lossy[id] = !in.lossy[id]
 	}
 }
@@ -194,11 +204,11 @@ func (in *injector) isBroken(id int) bool {
 // target picks the replica the role names among the running, unpaused
 // replicas, preferring those for which ok holds.
 func (in *injector) target(role Role, rng *rand.Rand, ok func(*testcluster.Replica) bool) *testcluster.Replica {
-	up := in.c.Up()
+	up := in.up()
 	if len(up) == 0 {
 		return nil
 	}
-	leader, _ := in.c.ServingLeader()
+	leader, _ := in.leader()
 	var cands []*testcluster.Replica
 	for _, r := range up {
 		if (role == OnLeader) == (r == leader) {
@@ -263,6 +273,7 @@ func (in *injector) run(steps []Step, stop <-chan struct{}) int {
 
 func (in *injector) exec(s Step) {
 	rng := rand.New(rand.NewPCG(s.Pick, 0x70696b))
+	in.group = max(s.Group-1, 0)
 	e := Event{Step: s, Kind: s.Kind, Start: in.since()}
 	defer func() {
 		e.End = in.since()
@@ -313,7 +324,7 @@ func (in *injector) exec(s Step) {
 		rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 		minority := 1 + rng.IntN(max(1, (len(ids)-1)/2))
 		// The role decides whether the leader is in the minority.
-		if l, _ := in.c.ServingLeader(); l != nil {
+		if l, _ := in.leader(); l != nil {
 			i := slices.Index(ids, l.ID)
 			j := 0
 			if s.Role == OnFollower {
@@ -395,11 +406,11 @@ func (in *injector) exec(s Step) {
 		}
 		e.Detail = "connections of every link ended: " + strings.Join(how, ",")
 	case RollingRestart:
-		order := slices.Clone(in.c.Replicas)
+		order := in.members()
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		if s.Role == OnFollower {
 			// An operator's order: followers first, the leader last.
-			if l, _ := in.c.ServingLeader(); l != nil {
+			if l, _ := in.leader(); l != nil {
 				order = append(slices.DeleteFunc(order, func(r *testcluster.Replica) bool { return r == l }), l)
 			}
 		}
@@ -422,7 +433,7 @@ func (in *injector) exec(s Step) {
 		e.Detail = "SIGTERM and start, in turn: " + strings.Join(steps, ", ")
 	case KillAll:
 		var lossy []int
-		for _, r := range in.c.Replicas {
+		for _, r := range in.members() {
 			if r.Running() {
 				if in.isLossy(r.ID) {
 					lossy = append(lossy, r.ID)
@@ -436,7 +447,7 @@ func (in *injector) exec(s Step) {
 		e.Detail = fmt.Sprintf("SIGKILL all, down %v; lost power (lossy mode): %v", s.Hold.Round(time.Millisecond), lossy)
 	case RestartAll:
 		var wg sync.WaitGroup
-		for _, r := range in.c.Replicas {
+		for _, r := range in.members() {
 			if r.Running() {
 				e.Targets = append(e.Targets, r.ID)
 				wg.Add(1)
@@ -488,18 +499,32 @@ func (in *injector) exec(s Step) {
 	}
 }
 
+// members are the replicas of the group the running step hits.
+func (in *injector) members() []*testcluster.Replica { return in.c.InGroup(in.group) }
+
+// up are the members whose process runs and is not paused.
+func (in *injector) up() []*testcluster.Replica {
+	return slices.DeleteFunc(in.members(), func(r *testcluster.Replica) bool { return !r.Running() || r.Paused() })
+}
+
+// leader is the serving leader of the group the running step hits.
+func (in *injector) leader() (*testcluster.Replica, status.Replication) {
+	return in.c.ServingLeaderOf(in.group)
+}
+
 func (in *injector) ids() []int {
 	var ids []int
-	for _, r := range in.c.Replicas {
+	for _, r := range in.members() {
 		ids = append(ids, r.ID)
 	}
 	return ids
 }
 
-// waitISR waits until a serving leader reports id in its committed ISR.
+// waitISR waits until the group's serving leader reports id in its
+// committed ISR.
 func (in *injector) waitISR(id int, within time.Duration) bool {
 	return testcluster.Poll(within, func() (bool, string) {
-		_, st := in.c.ServingLeader()
+		_, st := in.leader()
 		return slices.Contains(st.ISR, int32(id)), ""
 	}) == nil
 }
@@ -628,12 +653,12 @@ func (in *injector) healAll() {
 
 // corruptElect runs the CorruptElect scenario and says what happened.
 func (in *injector) corruptElect(s Step, rng *rand.Rand, e *Event) string {
-	leader, _ := in.c.ServingLeader()
+	leader, _ := in.leader()
 	if leader == nil {
 		return "skipped: no serving leader"
 	}
 	var followers []*testcluster.Replica
-	for _, r := range in.c.Up() {
+	for _, r := range in.up() {
 		if r != leader {
 			followers = append(followers, r)
 		}
@@ -679,12 +704,12 @@ func (in *injector) corruptElect(s Step, rng *rand.Rand, e *Event) string {
 		cutOff = append(cutOff, c.ID)
 	}
 	in.start(a)
-	_, st := in.c.ServingLeader()
+	_, st := in.leader()
 	inISR := slices.Contains(st.ISR, int32(a.ID))
 	down := time.Since(stopped)
 	leader.Kill()
 	sleep(s.Hold)
-	served, sst := in.c.ServingLeader()
+	served, sst := in.leader()
 	who := "nobody"
 	if served != nil {
 		who = fmt.Sprintf("replica %d (epoch %d)", served.ID, sst.Epoch)

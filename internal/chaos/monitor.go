@@ -1,23 +1,28 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
-// sample is what the monitor saw at one moment: the serving leader
-// (0 if none) and its epoch.
+// sample is what the monitor saw of one group at one moment: the serving
+// leader (0 if none) and its epoch.
 type sample struct {
 	At     time.Duration
+	Group  int // 0 for g1
 	Leader int
 	Epoch  int32
 }
 
 // Failover is one change of serving leader (or epoch) during a run.
 type Failover struct {
+	// Group is the replication group that failed over (0 for g1).
+	Group int
 	// At is when the new leader was first seen serving.
 	At time.Duration
 	// From and To are the old and new leaders (0: none was seen), with
@@ -37,8 +42,9 @@ type Failover struct {
 // the proxies) a few times a second, to draw the leader timeline and time
 // failovers, and prints the progress line.
 type monitor struct {
-	c  *testcluster.Cluster
-	t0 time.Time
+	c      *testcluster.Cluster
+	t0     time.Time
+	groups int
 
 	mu      sync.Mutex
 	samples []sample
@@ -46,11 +52,13 @@ type monitor struct {
 	done    chan struct{}
 }
 
-func newMonitor(c *testcluster.Cluster, t0 time.Time) *monitor {
-	return &monitor{c: c, t0: t0, stop: make(chan struct{}), done: make(chan struct{})}
+func newMonitor(c *testcluster.Cluster, t0 time.Time, groups int) *monitor {
+	return &monitor{c: c, t0: t0, groups: max(groups, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-func (m *monitor) run(every time.Duration, progress func(leader int, epoch int32)) {
+// run samples every group until close; progress gets the latest sample
+// of each group every so often.
+func (m *monitor) run(every time.Duration, progress func([]sample)) {
 	defer close(m.done)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -61,17 +69,21 @@ func (m *monitor) run(every time.Duration, progress func(leader int, epoch int32
 			return
 		case <-tick.C:
 		}
-		r, st := m.c.ServingLeader()
-		s := sample{At: time.Since(m.t0)}
-		if r != nil {
-			s.Leader, s.Epoch = r.ID, st.Epoch
+		var now []sample
+		for g := range m.groups {
+			r, st := m.c.ServingLeaderOf(g)
+			s := sample{At: time.Since(m.t0), Group: g}
+			if r != nil {
+				s.Leader, s.Epoch = r.ID, st.Epoch
+			}
+			now = append(now, s)
 		}
 		m.mu.Lock()
-		m.samples = append(m.samples, s)
+		m.samples = append(m.samples, now...)
 		m.mu.Unlock()
 		if every > 0 && time.Since(last) >= every {
 			last = time.Now()
-			progress(s.Leader, s.Epoch)
+			progress(now)
 		}
 	}
 }
@@ -87,16 +99,29 @@ func (m *monitor) samplesCopy() []sample {
 	return append([]sample(nil), m.samples...)
 }
 
-// failovers derives the leader changes from the samples, and relates each
-// to the latest fault that hit the old leader (or every replica) before
-// it.
+// failovers derives each group's leader changes from the samples, and
+// relates each to the latest fault that hit the old leader (or every
+// replica) before it; they come ordered by time.
 func failovers(samples []sample, events []Event) []Failover {
+	groups := 0
+	for _, s := range samples {
+		groups = max(groups, s.Group+1)
+	}
+	var out []Failover
+	for g := range groups {
+		out = append(out, groupFailovers(g, samples, events)...)
+	}
+	slices.SortStableFunc(out, func(a, b Failover) int { return cmp.Compare(a.At, b.At) })
+	return out
+}
+
+func groupFailovers(g int, samples []sample, events []Event) []Failover {
 	var out []Failover
 	var cur sample
 	var lastServing time.Duration
 	have := false
 	for _, s := range samples {
-		if s.Leader == 0 {
+		if s.Leader == 0 || s.Group != g {
 			continue
 		}
 		if have && s.Leader == cur.Leader && s.Epoch == cur.Epoch {
@@ -104,7 +129,7 @@ func failovers(samples []sample, events []Event) []Failover {
 			continue
 		}
 		if have {
-			f := Failover{At: s.At, From: cur.Leader, FromEpoch: cur.Epoch, To: s.Leader, ToEpoch: s.Epoch,
+			f := Failover{Group: g, At: s.At, From: cur.Leader, FromEpoch: cur.Epoch, To: s.Leader, ToEpoch: s.Epoch,
 				Leaderless: s.At - lastServing}
 			// The cause is the first fault on the old leader (or on every
 			// replica) that was going on when it was last seen serving.
@@ -112,7 +137,7 @@ func failovers(samples []sample, events []Event) []Failover {
 				if e.Start > lastServing+time.Second || e.End < lastServing-time.Second {
 					continue
 				}
-				hit := e.Kind == KillAll || e.Kind == RestartAll || e.Kind == RollingRestart
+				hit := (e.Kind == KillAll || e.Kind == RestartAll || e.Kind == RollingRestart) && len(e.Targets) == 0
 				for _, id := range e.Targets {
 					hit = hit || id == cur.Leader
 				}

@@ -10,10 +10,13 @@ import (
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
-// Net is the set of proxies of one replication group: one per directed
-// replication link (replica From's view of replica To's replication
-// port) and one per replica's client port, which every Kafka client and
-// every replica's Metadata answers name.
+// Net is the set of proxies of a run: one per directed replication link
+// (replica From's view of replica To's replication port) and one per
+// replica's client port, which every Kafka client and every replica's
+// Metadata answers name. In a cluster of groups, the replication links
+// are those inside each group and those to the metadata log's voters
+// (which share the replication port); the groups' calls to each other
+// go to the addresses they registered, which are not proxied.
 type Net struct {
 	ids     []int
 	proxies map[testcluster.Link]*Proxy
@@ -21,11 +24,21 @@ type Net struct {
 
 // NewNet opens the proxies of a group with replica ids 1..n.
 func NewNet(n int) (*Net, error) {
-	nt := &Net{proxies: map[testcluster.Link]*Proxy{}}
+	var ids []int
 	for id := 1; id <= n; id++ {
-		nt.ids = append(nt.ids, id)
+		ids = append(ids, id)
 	}
+	return NewClusterNet([][]int{ids}, nil)
+}
+
+// NewClusterNet opens the proxies of groups (each a list of replica ids)
+// and of every replica's links to the voters.
+func NewClusterNet(groups [][]int, voters []int) (*Net, error) {
+	nt := &Net{proxies: map[testcluster.Link]*Proxy{}}
 	add := func(l testcluster.Link) error {
+		if nt.proxies[l] != nil {
+			return nil
+		}
 		p, err := NewProxy(linkName(l))
 		if err != nil {
 			nt.Close()
@@ -34,11 +47,25 @@ func NewNet(n int) (*Net, error) {
 		nt.proxies[l] = p
 		return nil
 	}
-	for _, to := range nt.ids {
-		if err := add(testcluster.Link{Kind: testcluster.ClientLink, To: to}); err != nil {
-			return nil, err
+	for _, g := range groups {
+		nt.ids = append(nt.ids, g...)
+	}
+	for _, g := range groups {
+		for _, to := range g {
+			if err := add(testcluster.Link{Kind: testcluster.ClientLink, To: to}); err != nil {
+				return nil, err
+			}
+			for _, from := range g {
+				if from != to {
+					if err := add(testcluster.Link{Kind: testcluster.ReplicationLink, From: from, To: to}); err != nil {
+						return nil, err
+					}
+				}
+			}
 		}
-		for _, from := range nt.ids {
+	}
+	for _, from := range nt.ids {
+		for _, to := range voters {
 			if from != to {
 				if err := add(testcluster.Link{Kind: testcluster.ReplicationLink, From: from, To: to}); err != nil {
 					return nil, err
@@ -106,9 +133,9 @@ func (n *Net) Client(to int) *Proxy {
 // replLinks returns the replication proxies touching id (both ways).
 func (n *Net) replLinks(id int) []*Proxy {
 	var out []*Proxy
-	for _, o := range n.ids {
-		if o != id {
-			out = append(out, n.Repl(id, o), n.Repl(o, id))
+	for l, p := range n.proxies {
+		if l.Kind == testcluster.ReplicationLink && (l.From == id || l.To == id) {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -131,18 +158,21 @@ func (n *Net) Partition(sides ...[]int) {
 			side[id] = i + 1
 		}
 	}
-	for _, a := range n.ids {
-		for _, b := range n.ids {
-			if a != b && side[a] != 0 && side[b] != 0 && side[a] != side[b] {
-				n.Repl(a, b).Blackhole(true, true)
-			}
+	for l, p := range n.proxies {
+		if l.Kind == testcluster.ReplicationLink && side[l.From] != 0 && side[l.To] != 0 && side[l.From] != side[l.To] {
+			p.Blackhole(true, true)
 		}
 	}
 }
 
 // Cut blackholes replica from's link to replica to only: from cannot reach
-// to, while to still reaches from.
-func (n *Net) Cut(from, to int) { n.Repl(from, to).Blackhole(true, true) }
+// to, while to still reaches from. A link that has no proxy (two groups'
+// brokers, neither a voter) is not cut.
+func (n *Net) Cut(from, to int) {
+	if p := n.Repl(from, to); p != nil {
+		p.Blackhole(true, true)
+	}
+}
 
 // Delay adds d to every replication link of id, both ways.
 func (n *Net) Delay(id int, d time.Duration) {

@@ -170,6 +170,10 @@ type Step struct {
 	// ResetOnHeal ends a network fault by resetting every connection
 	// instead of letting the held bytes flow on.
 	ResetOnHeal bool
+	// Group is the replication group the step hits in a cluster of
+	// groups, 1 for g1 (0 in a run of one group): its roles, sides and
+	// "every replica" are that group's.
+	Group int
 }
 
 // String describes the step for logs and the report.
@@ -178,7 +182,11 @@ func (s Step) String() string {
 	if s.ResetOnHeal {
 		h = ", heal with RST"
 	}
-	return fmt.Sprintf("+%v %s on the %s for %v%s", s.At.Round(100*time.Millisecond), s.Kind, s.Role, s.Hold.Round(100*time.Millisecond), h)
+	g := ""
+	if s.Group > 0 {
+		g = fmt.Sprintf(" of g%d", s.Group)
+	}
+	return fmt.Sprintf("+%v %s on the %s%s for %v%s", s.At.Round(100*time.Millisecond), s.Kind, s.Role, g, s.Hold.Round(100*time.Millisecond), h)
 }
 
 // PlanOptions shape a generated schedule.
@@ -192,6 +200,9 @@ type PlanOptions struct {
 	GapMin, GapMax time.Duration
 	// HoldMax caps every hold (default 8 s).
 	HoldMax time.Duration
+	// Groups is the number of replication groups (cluster mode) each
+	// step picks one of; 0 or 1 for one group.
+	Groups int
 }
 
 // expected is roughly how long a step takes beyond its hold (stops,
@@ -275,6 +286,10 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 			s.Role = OnLeader
 		}
 		s.Hold = min(s.Hold, opt.HoldMax)
+		if opt.Groups > 1 {
+			// Drawn last, so a one-group schedule stays what it was.
+			s.Group = 1 + rng.IntN(opt.Groups)
+		}
 		out = append(out, s)
 		at += s.Hold + expected(k, replicas) + dur(opt.GapMin, opt.GapMax)
 	}

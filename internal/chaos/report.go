@@ -144,18 +144,20 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 	b.WriteString("</table>")
 
 	// Timeline: one row per replica with the faults that hit it, and a
-	// row showing which replica served.
-	rows := r.Config.Replicas + 1
+	// row per group showing which replica served.
+	groups := max(r.Config.Groups, 1)
+	total := r.Config.Replicas * groups
+	rows := total + groups
 	rowH := 26.0
 	tl := newPlot(1250, 30+rowH*float64(rows)+30, tmax)
-	for i := 0; i < r.Config.Replicas; i++ {
+	for i := 0; i < total; i++ {
 		y := 20 + rowH*float64(i)
 		fmt.Fprintf(&tl.b, `<text x="5" y="%.1f">replica %d</text><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`, y+15, i+1, tl.left, y+rowH, tl.w-10, y+rowH)
 	}
 	for _, e := range r.Events {
 		targets := e.Targets
 		if len(targets) == 0 {
-			for i := 1; i <= r.Config.Replicas; i++ {
+			for i := 1; i <= total; i++ {
 				targets = append(targets, i)
 			}
 		}
@@ -166,31 +168,43 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 				x1, y, math.Max(x2-x1, 2), rowH-6, kindColor[e.Kind], html.EscapeString(e.String()))
 		}
 	}
-	ly := 20 + rowH*float64(r.Config.Replicas)
-	fmt.Fprintf(&tl.b, `<text x="5" y="%.1f">leader</text>`, ly+15)
-	// One bar per stretch of one leader and epoch, a tick at each start.
-	for i := 0; i < len(r.samples); {
-		s := r.samples[i]
-		j := i + 1
-		for j < len(r.samples) && r.samples[j].Leader == s.Leader && r.samples[j].Epoch == s.Epoch {
-			j++
+	for g := range groups {
+		ly := 20 + rowH*float64(total+g)
+		label := "leader"
+		if groups > 1 {
+			label = fmt.Sprintf("g%d leader", g+1)
 		}
-		endAt := r.samples[j-1].At + 250*time.Millisecond
-		if j < len(r.samples) {
-			endAt = r.samples[j].At
+		fmt.Fprintf(&tl.b, `<text x="5" y="%.1f">%s</text>`, ly+15, label)
+		var gs []sample
+		for _, s := range r.samples {
+			if s.Group == g {
+				gs = append(gs, s)
+			}
 		}
-		i = j
-		if s.Leader == 0 {
-			continue
+		// One bar per stretch of one leader and epoch, a tick at each start.
+		for i := 0; i < len(gs); {
+			s := gs[i]
+			j := i + 1
+			for j < len(gs) && gs[j].Leader == s.Leader && gs[j].Epoch == s.Epoch {
+				j++
+			}
+			endAt := gs[j-1].At + 250*time.Millisecond
+			if j < len(gs) {
+				endAt = gs[j].At
+			}
+			i = j
+			if s.Leader == 0 {
+				continue
+			}
+			x1, x2 := tl.x(s.At.Seconds()), tl.x(endAt.Seconds())
+			fmt.Fprintf(&tl.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>replica %d serving, epoch %d, %.1fs-%.1fs</title></rect><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`,
+				x1, ly+3, math.Max(x2-x1, 0.5), rowH-6, replicaColor[(s.Leader-1)%len(replicaColor)], s.Leader, s.Epoch,
+				s.At.Seconds(), endAt.Seconds(), x1, ly+1, x1, ly+rowH-1)
 		}
-		x1, x2 := tl.x(s.At.Seconds()), tl.x(endAt.Seconds())
-		fmt.Fprintf(&tl.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>replica %d serving, epoch %d, %.1fs-%.1fs</title></rect><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`,
-			x1, ly+3, math.Max(x2-x1, 0.5), rowH-6, replicaColor[(s.Leader-1)%len(replicaColor)], s.Leader, s.Epoch,
-			s.At.Seconds(), endAt.Seconds(), x1, ly+1, x1, ly+rowH-1)
 	}
 	tl.timeAxis()
-	b.WriteString("<h2>Timeline</h2><p>Faults per replica (hover for details); the last row is the serving leader, coloured by replica (")
-	for i := 0; i < r.Config.Replicas; i++ {
+	b.WriteString("<h2>Timeline</h2><p>Faults per replica (hover for details); the last rows are each group's serving leader, coloured by replica (")
+	for i := 0; i < total; i++ {
 		fmt.Fprintf(&b, `<span class="k" style="background:%s"></span>%d `, replicaColor[i%len(replicaColor)], i+1)
 	}
 	b.WriteString("), blank where none served.</p>")
@@ -260,14 +274,14 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 	b.WriteString(lp.String())
 
 	// Failovers.
-	b.WriteString("<h2>Failovers</h2><table><tr><th>at</th><th>from (epoch)</th><th>to (epoch)</th><th>no leader seen for</th><th>since the fault</th><th>fault</th></tr>")
+	b.WriteString("<h2>Failovers</h2><table><tr><th>at</th><th>group</th><th>from (epoch)</th><th>to (epoch)</th><th>no leader seen for</th><th>since the fault</th><th>fault</th></tr>")
 	for _, f := range r.Failovers {
 		since := "-"
 		if f.Cause != "" {
 			since = fmt.Sprintf("%.2fs", f.SinceFault.Seconds())
 		}
-		fmt.Fprintf(&b, "<tr><td>%.1fs</td><td>%d (%d)</td><td>%d (%d)</td><td>%.2fs</td><td>%s</td><td>%s</td></tr>",
-			f.At.Seconds(), f.From, f.FromEpoch, f.To, f.ToEpoch, f.Leaderless.Seconds(), since, html.EscapeString(f.Cause))
+		fmt.Fprintf(&b, "<tr><td>%.1fs</td><td>g%d</td><td>%d (%d)</td><td>%d (%d)</td><td>%.2fs</td><td>%s</td><td>%s</td></tr>",
+			f.At.Seconds(), f.Group+1, f.From, f.FromEpoch, f.To, f.ToEpoch, f.Leaderless.Seconds(), since, html.EscapeString(f.Cause))
 	}
 	b.WriteString("</table>")
 

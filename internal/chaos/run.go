@@ -19,6 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/moonmq/moonmq/internal/checker"
+	"github.com/moonmq/moonmq/internal/coordinator"
+	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
@@ -34,6 +36,10 @@ type Config struct {
 	Duration time.Duration
 	// Replicas is the group size, 3 or 5 (default 3).
 	Replicas int
+	// Groups is the number of replication groups (default 1); more than
+	// one runs a cluster of groups (cluster mode), whose partitions are
+	// spread over them, and each step hits one group.
+	Groups int
 	// Kinds are the faults to inject (default AllKinds).
 	Kinds []Kind
 	// Steps, if set, replaces the generated schedule.
@@ -55,6 +61,11 @@ type Config struct {
 	// ForceEnv, if set, is the vfs.LoseUnsyncedEnv value of every start
 	// (the tests of the harness itself use the broken-fsync build).
 	ForceEnv string
+	// SettleWithin bounds the waits after healing (default 120 s): for
+	// the producers' last answers (at most 45 s) and for every group to
+	// converge. A run that expects a group never to serve again (a
+	// broken build) shortens it.
+	SettleWithin time.Duration
 	// SegmentBytes is the brokers' segment size (default 256 KiB, so that
 	// segments roll and older ones can be corrupted).
 	SegmentBytes int
@@ -158,7 +169,7 @@ func (r *Result) summary(detail bool) string {
 			ks = append(ks, fmt.Sprintf("%s=%d", k, kinds[k]))
 		}
 	}
-	fmt.Fprintf(&b, "chaos seed %d: %d replicas, fault phase %v, run %v\n", r.Config.Seed, r.Config.Replicas,
+	fmt.Fprintf(&b, "chaos seed %d: %s, fault phase %v, run %v\n", r.Config.Seed, r.Config.shape(),
 		r.FaultPhase.Round(time.Second), r.Took.Round(time.Second))
 	if r.Interrupted {
 		fmt.Fprintf(&b, "interrupted: the fault phase ended after %d of %d planned steps\n", r.StepsRun, len(r.Steps))
@@ -231,7 +242,19 @@ func (r *Result) ReplayCommand() string {
 		// The schedule depends on the group size.
 		cmd += fmt.Sprintf(" -chaos.replicas=%d", r.Config.Replicas)
 	}
+	if r.Config.Groups > 1 {
+		cmd += fmt.Sprintf(" -chaos.groups=%d", r.Config.Groups)
+	}
 	return cmd
+}
+
+// shape says what the run's cluster is: "3 replicas", "2 groups of 3
+// replicas".
+func (c Config) shape() string {
+	if c.Groups > 1 {
+		return fmt.Sprintf("%d groups of %d replicas", c.Groups, c.Replicas)
+	}
+	return fmt.Sprintf("%d replicas", c.Replicas)
 }
 
 // KindList is the --faults (-chaos.faults) value that names kinds: "all"
@@ -273,6 +296,12 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 3
 	}
+	if cfg.Groups <= 0 {
+		cfg.Groups = 1
+	}
+	if cfg.SettleWithin <= 0 {
+		cfg.SettleWithin = 120 * time.Second
+	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = AllKinds
 	}
@@ -309,13 +338,31 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	if steps == nil {
 		opt := cfg.Plan
 		opt.Kinds = cfg.Kinds
+		opt.Groups = cfg.Groups
 		steps = Plan(cfg.Seed, cfg.Duration, cfg.Replicas, opt)
 	}
 	res.Steps = steps
 	began := time.Now()
-	logf("chaos: seed %d, %d replicas, fault phase %v, %d planned steps", cfg.Seed, cfg.Replicas, cfg.Duration, len(steps))
+	logf("chaos: seed %d, %s, fault phase %v, %d planned steps", cfg.Seed, cfg.shape(), cfg.Duration, len(steps))
 
-	nt, err := NewNet(cfg.Replicas)
+	// Replica ids run 1..Replicas in g1, on from there in g2, ...; the
+	// metadata log's voters are testcluster's: 1, 2 and g2's first.
+	var groupIDs [][]int
+	groupOf := map[int]int{}
+	for g := range cfg.Groups {
+		var ids []int
+		for i := 1; i <= cfg.Replicas; i++ {
+			id := g*cfg.Replicas + i
+			ids = append(ids, id)
+			groupOf[id] = g
+		}
+		groupIDs = append(groupIDs, ids)
+	}
+	var voters []int
+	if cfg.Groups > 1 {
+		voters = []int{1, 2, cfg.Replicas + 1}
+	}
+	nt, err := NewClusterNet(groupIDs, voters)
 	if err != nil {
 		t.Fatalf("chaos: proxies: %v", err)
 	}
@@ -324,10 +371,11 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	inj := newInjector(cfg.Seed)
 	inj.net, inj.logf, inj.forceEnv = nt, logf, cfg.ForceEnv
 	inj.lossyP = max(cfg.LossyShare, 0)
-	inj.replicas = cfg.Replicas
+	inj.replicas, inj.groupOf = cfg.Replicas, groupOf
 	inj.topics = []string{dataTopic, txnTopic}
 	opts := []testcluster.Option{
 		testcluster.WithReplicas(cfg.Replicas),
+		testcluster.WithGroups(cfg.Groups),
 		testcluster.WithAddressMapper(nt.Mapper()),
 		testcluster.WithEnv(inj.env),
 		testcluster.WithServer("SegmentBytes", cfg.SegmentBytes),
@@ -353,7 +401,12 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		inj.decide(r.ID)
 	}
 	c.StartAll()
-	c.Leader(90 * time.Second)
+	for g := range cfg.Groups {
+		c.WaitFor(90*time.Second, fmt.Sprintf("a serving leader in g%d", g+1), func() (bool, string) {
+			l, _ := c.ServingLeaderOf(g)
+			return l != nil, ""
+		})
+	}
 
 	adm, err := kgo.NewClient(kgo.SeedBrokers(nt.ClientAddrs()...), kgo.MetadataMinAge(250*time.Millisecond))
 	if err != nil {
@@ -366,6 +419,15 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		if err := createTopic(admin, name, topics[name], cfg.Replicas, topicConfigs); err != nil {
 			t.Fatalf("chaos: create topic %s: %v", name, err)
 		}
+	}
+	// Which group owns each partition (partitions do not move, so once
+	// is enough); in a run of one group, g1 owns them all.
+	owner, err := owners(admin, topics, groupOf)
+	if err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	if cfg.Groups > 1 {
+		logf("chaos: partitions by group: %s", describeOwners(owner))
 	}
 	if inj.clockDir != "" {
 		if err := leaveIdleState(admin, nt.ClientAddrs(), cfg.Replicas, clockStepLimit(steps, cfg.Replicas)); err != nil {
@@ -391,16 +453,24 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		res.Problems = append(res.Problems, "the workload never got going: "+err.Error())
 	}
 
-	mon := newMonitor(c, t0)
+	mon := newMonitor(c, t0, cfg.Groups)
 	phaseStart := time.Now()
-	go mon.run(cfg.ProgressEvery, func(leader int, epoch int32) {
+	go mon.run(cfg.ProgressEvery, func(latest []sample) {
 		acked, unknown, pending, polled := rec.counts()
 		now := inj.current()
 		if now == "" {
 			now = "-"
 		}
-		logf("chaos: %5.0fs/%v faults=%d now=%s acked=%d unknown=%d in-flight=%d polled=%d leader=%d epoch=%d",
-			time.Since(phaseStart).Seconds(), cfg.Duration, len(inj.eventsCopy()), now, acked, unknown, pending, polled, leader, epoch)
+		var leaders []string
+		for _, s := range latest {
+			l := fmt.Sprintf("leader=%d epoch=%d", s.Leader, s.Epoch)
+			if cfg.Groups > 1 {
+				l = fmt.Sprintf("g%d:%d@%d", s.Group+1, s.Leader, s.Epoch)
+			}
+			leaders = append(leaders, l)
+		}
+		logf("chaos: %5.0fs/%v faults=%d now=%s acked=%d unknown=%d in-flight=%d polled=%d %s",
+			time.Since(phaseStart).Seconds(), cfg.Duration, len(inj.eventsCopy()), now, acked, unknown, pending, polled, strings.Join(leaders, " "))
 	})
 	res.StepsRun = inj.run(steps, cfg.Stop)
 	res.Interrupted = res.StepsRun < len(steps)
@@ -408,11 +478,11 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	inj.healAll()
 	// Some writes after the last fault, on a whole group.
 	time.Sleep(3 * time.Second)
-	w.stopProducing(45 * time.Second)
+	w.stopProducing(min(45*time.Second, cfg.SettleWithin))
 
-	leader, hw, why := converge(c, admin, topics, inj.isBroken, 120*time.Second)
-	if leader == nil {
-		res.Problems = append(res.Problems, "the group did not converge within 120 s after healing: "+why)
+	leaders, hw, why := converge(c, admin, topics, owner, cfg.Groups, inj.isBroken, cfg.SettleWithin)
+	if leaders == nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("the cluster did not converge within %v after healing: %s", cfg.SettleWithin, why))
 	}
 	drain(w, admin, topics, hw, logf)
 	w.stop()
@@ -442,17 +512,26 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	}
 	h := rec.history()
 	var dumpEpochs [][]int32
+	// A group's brokers hold empty copies of the partitions other groups
+	// own: only the owner's copies are judged.
+	offsets := offsetsPartitions(admin, []string{w.group, w.group848()}, cfg.Groups, groupOf)
 	for _, r := range c.Replicas {
-		ds, eps, probs := dumpReplica(r, topics, hw, r == leader)
+		isLeader := leaders != nil && r == leaders[r.Group]
+		ds, eps, probs := dumpReplica(r, topics, func(topic string, p int32) bool {
+			return owner[fmt.Sprintf("%s/%d", topic, p)] == r.Group
+		}, hw, isLeader)
 		h.Dumps = append(h.Dumps, ds...)
 		dumpEpochs = append(dumpEpochs, eps...)
 		res.Problems = append(res.Problems, probs...)
-		if r == leader {
-			logged, err := dumpOffsetCommits(r)
-			if err != nil {
-				res.Problems = append(res.Problems, fmt.Sprintf("replica %d: read __consumer_offsets: %v", r.ID, err))
+		for _, o := range offsets {
+			if !isLeader || r.Group != o.group {
+				continue
 			}
-			h.OffsetsLog = logged
+			logged, err := dumpOffsetCommits(r, o.partition)
+			if err != nil {
+				res.Problems = append(res.Problems, fmt.Sprintf("replica %d: read __consumer_offsets/%d: %v", r.ID, o.partition, err))
+			}
+			h.OffsetsLog = append(h.OffsetsLog, logged...)
 		}
 	}
 	res.History = h
@@ -518,32 +597,40 @@ func createTopic(adm *kadm.Client, name string, partitions int32, rf int, config
 	}
 }
 
-// converge waits until a serving leader has every replica in its ISR and
-// every follower's durable position equals the leader's high watermark on
-// every partition of topics, twice in a row a second apart. It returns
-// the leader and the high watermarks (by "topic/partition"), or nil and
-// why not.
+// converge waits until every group has a serving leader with every
+// replica of the group in its ISR, and every follower's durable position
+// equals the high watermark on every partition of topics its group owns
+// (owner, by "topic/partition"), twice in a row a second apart. It
+// returns each group's leader (by group index) and the high watermarks
+// (by "topic/partition"), or nil and why not.
 // Replicas that could not start again (broken) are left out.
-func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32, broken func(int) bool, within time.Duration) (*testcluster.Replica, map[string]int64, string) {
-	whole := 0
-	for _, r := range c.Replicas {
-		if !broken(r.ID) {
-			whole++
-		}
-	}
-	var leader *testcluster.Replica
+func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32, owner map[string]int, groups int, broken func(int) bool, within time.Duration) ([]*testcluster.Replica, map[string]int64, string) {
+	var leaders []*testcluster.Replica
 	var hw map[string]int64
 	var prev string
 	stable := 0
 	err := testcluster.Poll(within, func() (bool, string) {
-		l, st := c.ServingLeader()
-		if l == nil {
-			stable = 0
-			return false, "no serving leader"
-		}
-		if len(st.ISR) != whole {
-			stable = 0
-			return false, fmt.Sprintf("leader %d, ISR %v", l.ID, st.ISR)
+		ls := make([]*testcluster.Replica, groups)
+		sts := make([]status.Replication, groups)
+		sig := ""
+		for g := range groups {
+			whole := 0
+			for _, r := range c.InGroup(g) {
+				if !broken(r.ID) {
+					whole++
+				}
+			}
+			l, st := c.ServingLeaderOf(g)
+			if l == nil {
+				stable = 0
+				return false, fmt.Sprintf("no serving leader in g%d", g+1)
+			}
+			if len(st.ISR) != whole {
+				stable = 0
+				return false, fmt.Sprintf("g%d: leader %d, ISR %v", g+1, l.ID, st.ISR)
+			}
+			ls[g], sts[g] = l, st
+			sig += fmt.Sprint(l.ID, "@", st.Epoch, " ")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ends, err := adm.ListEndOffsets(ctx, dataTopic, txnTopic)
@@ -567,19 +654,21 @@ func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32,
 		}
 		for t, n := range topics {
 			for p := range n {
-				want := cur[fmt.Sprintf("%s/%d", t, p)]
-				for id, fp := range st.Followers {
+				key := fmt.Sprintf("%s/%d", t, p)
+				g := owner[key]
+				want := cur[key]
+				for id, fp := range sts[g].Followers {
 					if n, err := strconv.Atoi(id); err == nil && broken(n) {
 						continue
 					}
 					if got, ok := fp.Partitions[fmt.Sprintf("%s-%d", t, p)]; !ok || got != want {
 						stable = 0
-						return false, fmt.Sprintf("follower %s at %d on %s/%d, leader %d's high watermark %d", id, got, t, p, l.ID, want)
+						return false, fmt.Sprintf("follower %s at %d on %s, g%d leader %d's high watermark %d", id, got, key, g+1, ls[g].ID, want)
 					}
 				}
 			}
 		}
-		sig := fmt.Sprint(l.ID, st.Epoch, sortedMap(cur))
+		sig += sortedMap(cur)
 		if sig != prev {
 			prev, stable = sig, 0
 		}
@@ -588,13 +677,104 @@ func converge(c *testcluster.Cluster, adm *kadm.Client, topics map[string]int32,
 			time.Sleep(500 * time.Millisecond)
 			return false, "settling"
 		}
-		leader, hw = l, cur
+		leaders, hw = ls, cur
 		return true, ""
 	})
 	if err != nil {
 		return nil, hw, err.Error()
 	}
-	return leader, hw, ""
+	return leaders, hw, ""
+}
+
+// owners returns the group (0 for g1) owning each partition of topics, by
+// "topic/partition", from the Metadata answer: a partition's replicas are
+// its owning group's brokers.
+func owners(adm *kadm.Client, topics map[string]int32, groupOf map[int]int) (map[string]int, error) {
+	var names []string
+	for t := range topics {
+		names = append(names, t)
+	}
+	out := map[string]int{}
+	err := testcluster.Poll(60*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		md, err := adm.ListTopics(ctx, names...)
+		cancel()
+		if err != nil {
+			return false, err.Error()
+		}
+		for t, n := range topics {
+			d, ok := md[t]
+			if !ok || d.Err != nil || len(d.Partitions) != int(n) {
+				return false, fmt.Sprintf("topic %s not yet listed whole", t)
+			}
+			for p, pd := range d.Partitions {
+				if len(pd.Replicas) == 0 {
+					return false, fmt.Sprintf("%s/%d has no replicas yet", t, p)
+				}
+				out[fmt.Sprintf("%s/%d", t, p)] = groupOf[int(pd.Replicas[0])]
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the owners of the workload's partitions: %w", err)
+	}
+	return out, nil
+}
+
+// describeOwners lists the partitions by owning group, for the log.
+func describeOwners(owner map[string]int) string {
+	by := map[int][]string{}
+	for k, g := range owner {
+		by[g] = append(by[g], k)
+	}
+	var out []string
+	for g := range len(by) + 1 {
+		if ps := by[g]; len(ps) > 0 {
+			sort.Strings(ps)
+			out = append(out, fmt.Sprintf("g%d: %s", g+1, strings.Join(ps, " ")))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// offsetsLocation is the __consumer_offsets partition holding a consumer
+// group's commits and the replication group owning it.
+type offsetsLocation struct {
+	partition int32
+	group     int
+}
+
+// offsetsPartitions finds where the workload's consumer groups commit: in
+// a run of one group, partition 0 in g1; in a cluster, the partitions
+// their ids hash to, each owned by the group Metadata names (none if
+// Metadata cannot be read: the check of refused commits then has no log
+// to judge).
+func offsetsPartitions(adm *kadm.Client, consumerGroups []string, groups int, groupOf map[int]int) []offsetsLocation {
+	if groups <= 1 {
+		return []offsetsLocation{{}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	md, err := adm.ListTopics(ctx, "__consumer_offsets")
+	if err != nil {
+		return nil
+	}
+	d := md["__consumer_offsets"]
+	if len(d.Partitions) == 0 {
+		return nil
+	}
+	var out []offsetsLocation
+	for _, cg := range consumerGroups {
+		loc := offsetsLocation{partition: coordinator.PartitionFor(cg, len(d.Partitions))}
+		if pd, ok := d.Partitions[loc.partition]; ok && len(pd.Replicas) > 0 {
+			loc.group = groupOf[int(pd.Replicas[0])]
+		}
+		if !slices.Contains(out, loc) {
+			out = append(out, loc)
+		}
+	}
+	return out
 }
 
 func sortedMap(m map[string]int64) string {

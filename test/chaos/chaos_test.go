@@ -10,6 +10,7 @@ package chaos_test
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,6 +29,7 @@ var (
 	flagSeed     = flag.Int64("chaos.seed", 0, "seed of the fault schedule (TestChaos: 0 picks one from the clock; TestChaosShort: 0 keeps its fixed seed)")
 	flagReport   = flag.String("chaos.report", "", "write the HTML report here")
 	flagReplicas = flag.Int("chaos.replicas", 3, "group size for TestChaos (3 or 5)")
+	flagGroups   = flag.Int("chaos.groups", 1, "replication groups for TestChaos (1, or 2-3 for a cluster of groups)")
 	flagFaults   = flag.String("chaos.faults", "all", "fault kinds for TestChaos: a comma-separated list, or -kind,... to leave some out")
 	flagRate     = flag.Int("chaos.rate", 100, "records per second per producer")
 	flagProgress = flag.Duration("chaos.progress", 10*time.Second, "interval of the progress line")
@@ -81,6 +83,48 @@ func TestChaosShort(t *testing.T) {
 	}
 }
 
+// TestChaosClusterShort is a seeded run of a cluster of three groups of
+// three replicas, the workload's partitions spread over them: every step
+// hits one group while the others serve, and the checks are those of
+// one group, each partition judged on its owner's copies.
+func TestChaosClusterShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts nine broker processes and runs for minutes")
+	}
+	seed := int64(clusterSeed)
+	if *flagSeed != 0 {
+		seed = *flagSeed
+	}
+	report := *flagReport
+	if report == "" {
+		report = filepath.Join(os.TempDir(), "moonmq-chaos-cluster-short.html")
+	}
+	res := chaos.Run(t, chaos.Config{
+		Seed: seed, Duration: 45 * time.Second, Replicas: 3, Groups: 3, Kinds: clusterKinds,
+		Partitions: 6, Producers: 3, Rate: 40, ReportPath: report, ProgressEvery: *flagProgress, TolerateKnown: *flagTolerate,
+		Plan: chaos.PlanOptions{GapMin: 500 * time.Millisecond, GapMax: 1500 * time.Millisecond, HoldMax: 4 * time.Second},
+	})
+	if !res.OK() {
+		t.Fatalf("chaos run found anomalies (report: %s):\n%s", report, res.Summary())
+	}
+	hit := map[int]bool{}
+	for _, s := range res.Steps[:res.StepsRun] {
+		hit[s.Group] = true
+	}
+	for g := 1; g <= 3; g++ {
+		if !hit[g] {
+			t.Errorf("no fault hit g%d (seed %d)", g, seed)
+		}
+	}
+}
+
+// clusterSeed is TestChaosClusterShort's fixed seed; clusterKinds its
+// faults: those of processes and links, which every group meets alike.
+const clusterSeed = 20261205
+
+var clusterKinds = []chaos.Kind{chaos.Kill, chaos.PowerLoss, chaos.Pause, chaos.IsolateLeader, chaos.Partition,
+	chaos.OneWay, chaos.Drop, chaos.RestartAll}
+
 // TestChaos is the long run as a test (`moonmq chaos` is the same run as
 // a command):
 //
@@ -101,7 +145,7 @@ func TestChaos(t *testing.T) {
 		seed = time.Now().UnixNano() % 1_000_000_000
 	}
 	res := chaos.Run(t, chaos.Config{
-		Seed: seed, Duration: *flagDuration, Replicas: *flagReplicas, Kinds: kinds, Rate: *flagRate,
+		Seed: seed, Duration: *flagDuration, Replicas: *flagReplicas, Groups: *flagGroups, Kinds: kinds, Rate: *flagRate,
 		ReportPath: *flagReport, Progress: os.Stderr, ProgressEvery: *flagProgress, TolerateKnown: *flagTolerate,
 	})
 	if !res.OK() {
@@ -116,21 +160,35 @@ func TestChaos(t *testing.T) {
 // fail: every broker runs a deliberately broken build whose fsync of
 // segment files lies (vfs.LoseUnsyncedBrokenSync), so acks=all is
 // answered for records no disk holds, and restarting the whole group
-// loses them. The run must report it.
+// loses them. The run must report it, in one group and in a cluster of
+// two (where only the owning group's copies are judged, so a harness
+// that judged the wrong copies would be caught here too).
 func TestChaosCatchesBrokenFsync(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts broker processes")
 	}
-	res := chaos.Run(t, chaos.Config{
-		Seed: 1, Duration: 10 * time.Second, ForceEnv: vfs.LoseUnsyncedBrokenSync, Rate: 60,
-		Steps:         []chaos.Step{{At: 6 * time.Second, Kind: chaos.RestartAll, Hold: 500 * time.Millisecond}},
-		ProgressEvery: *flagProgress,
-	})
-	if res.Report.OK() {
-		t.Fatalf("a group that lost every acknowledged record on restart passed the checker:\n%s", res.Summary())
+	for _, groups := range []int{1, 2} {
+		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) {
+			// In a cluster, the restart hits g2, which owns some of
+			// the partitions.
+			step := chaos.Step{At: 6 * time.Second, Kind: chaos.RestartAll, Hold: 500 * time.Millisecond}
+			if groups > 1 {
+				step.Group = 2
+			}
+			res := chaos.Run(t, chaos.Config{
+				Seed: 1, Duration: 10 * time.Second, ForceEnv: vfs.LoseUnsyncedBrokenSync, Rate: 60, Groups: groups,
+				Steps: []chaos.Step{step}, ProgressEvery: *flagProgress,
+				// The group that lost its records does not serve
+				// again (no replica holds what it acknowledged).
+				SettleWithin: 15 * time.Second,
+			})
+			if res.Report.OK() {
+				t.Fatalf("a group that lost every acknowledged record on restart passed the checker:\n%s", res.Summary())
+			}
+			if !res.Report.Has(checker.LostWrite) && !res.Report.Has(checker.Unseen) && !res.Report.Has(checker.TruncatedRead) {
+				t.Fatalf("anomalies found, but no lost, unseen or truncated acknowledged record:\n%s", res.Summary())
+			}
+			t.Logf("caught, as it should be: %v", res.Report.Counts)
+		})
 	}
-	if !res.Report.Has(checker.LostWrite) && !res.Report.Has(checker.Unseen) && !res.Report.Has(checker.TruncatedRead) {
-		t.Fatalf("anomalies found, but no lost, unseen or truncated acknowledged record:\n%s", res.Summary())
-	}
-	t.Logf("caught, as it should be: %v", res.Report.Counts)
 }
