@@ -232,6 +232,9 @@ func allKinds() string {
 	for _, k := range chaos.AllKinds {
 		ks = append(ks, string(k))
 	}
+	for _, k := range chaos.ClusterKinds {
+		ks = append(ks, string(k)+" (--groups 2 or 3)")
+	}
 	return strings.Join(ks, ",")
 }
 

@@ -118,7 +118,7 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	node, err := metanode.New(metanode.Config{
 		ID: c.self, GroupID: c.group, Voters: voters,
 		ClientAddress:      net.JoinHostPort(host, strconv.Itoa(int(port))),
-		ReplicationAddress: replicationAddress(voters[c.self], r.cfg.ReplicateHost, host, r.cfg.ReplicatePort),
+		ReplicationAddress: replicationAddress(c.b.cfg.Cluster.ReplicationAddress, voters[c.self], r.cfg.ReplicateHost, host, r.cfg.ReplicatePort),
 		DataDir:            c.b.cfg.DataDir, FS: c.b.fs, Token: r.cfg.Token, TLS: r.tls.ClientConfig(),
 		Now: c.b.clock.Now, Logger: c.b.log,
 	})
@@ -148,10 +148,14 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 }
 
 // replicationAddress is the replication address this broker registers,
-// where other groups' brokers reach it: its MetadataVoters entry if it is
-// a voter, else ReplicateHost, or the client address's host when
-// ReplicateHost binds every interface.
-func replicationAddress(voterAddr, replicateHost, clientHost string, port int) string {
+// where other groups' brokers reach it: Cluster.ReplicationAddress if
+// set, else its MetadataVoters entry if it is a voter, else
+// ReplicateHost, or the client address's host when ReplicateHost binds
+// every interface.
+func replicationAddress(advertised, voterAddr, replicateHost, clientHost string, port int) string {
+	if advertised != "" {
+		return advertised
+	}
 	if voterAddr != "" {
 		return voterAddr
 	}

@@ -547,6 +547,10 @@ func (r *replica) stop() {
 // status is the body of GET /replication/status.
 func (r *replica) status() status.Replication {
 	d := status.Replication{Role: "follower", ReplicaID: r.self, Leader: r.leaderID(), Epoch: staticEpoch, ISR: r.groupISR()}
+	if cl := r.b.cl; cl != nil && cl.node != nil {
+		st := cl.node.Status()
+		d.Metadata = &status.MetadataLog{Voter: st.Voter, Role: st.Role, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
+	}
 	if r.failover {
 		st := r.node.Status()
 		d.Raft, d.Epoch = raftStatus(st), st.Epoch

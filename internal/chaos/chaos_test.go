@@ -237,14 +237,14 @@ func TestPlanIsSeeded(t *testing.T) {
 }
 
 func TestParseKinds(t *testing.T) {
-	if ks, err := ParseKinds("all"); err != nil || !slices.Equal(ks, AllKinds) {
+	if ks, err := ParseKinds("all"); err != nil || !slices.Equal(ks, append(slices.Clone(AllKinds), ClusterKinds...)) {
 		t.Fatalf("all: %v %v", ks, err)
 	}
 	if ks, err := ParseKinds("kill, pause"); err != nil || !slices.Equal(ks, []Kind{Kill, Pause}) {
 		t.Fatalf("list: %v %v", ks, err)
 	}
 	ks, err := ParseKinds("-kill-all,-bit-flip")
-	if err != nil || slices.Contains(ks, KillAll) || slices.Contains(ks, BitFlip) || len(ks) != len(AllKinds)-2 {
+	if err != nil || slices.Contains(ks, KillAll) || slices.Contains(ks, BitFlip) || len(ks) != len(AllKinds)+len(ClusterKinds)-2 {
 		t.Fatalf("exclusions: %v %v", ks, err)
 	}
 	for _, bad := range []string{"nap", "kill,-pause"} {

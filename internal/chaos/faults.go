@@ -58,6 +58,8 @@ type injector struct {
 	// its group (nil: all in group 0).
 	group   int
 	groupOf map[int]int
+	// voters are the metadata log's voters (a cluster of groups only).
+	voters []int
 	// clockDir, if set, holds each replica's wall clock offset file
 	// (clockFile), which every start of it reads (clock.OffsetFileEnv).
 	clockDir string
@@ -494,9 +496,78 @@ func (in *injector) exec(s Step) {
 		sleep(s.Hold)
 		in.start(r)
 		e.Detail = fmt.Sprintf("stopped with %s; %s", how, what)
+	case MetaIsolate:
+		e.Detail = in.metaIsolate(s, &e)
+	case GroupLinkCut:
+		var cut []int
+		if rng.IntN(3) == 0 {
+			cut = in.allIDs()
+			e.Detail = "no group reaches another"
+		} else {
+			cut = in.ids()
+			e.Detail = fmt.Sprintf("the other groups cannot reach g%d", in.group+1)
+		}
+		e.Targets = cut
+		in.net.CutGroupLinks(cut)
+		sleep(s.Hold)
+		in.net.Heal(s.ResetOnHeal)
 	default:
 		e.Detail = "unknown kind"
 	}
+}
+
+// metaIsolate cuts the metadata log's leader off from the other voters
+// for the step's hold and says what happened.
+func (in *injector) metaIsolate(s Step, e *Event) string {
+	// A step right after a voter's restart may find an election going
+	// on: wait for its outcome.
+	var leader int
+	_ = testcluster.Poll(10*time.Second, func() (bool, string) {
+		leader = in.metaLeader()
+		return leader != 0, ""
+	})
+	if leader == 0 {
+		return "skipped: no metadata leader known for 10 s"
+	}
+	e.Targets = []int{leader}
+	for _, v := range in.voters {
+		if v != leader {
+			in.net.Cut(leader, v)
+			in.net.Cut(v, leader)
+		}
+	}
+	what := in.net.Describe()
+	sleep(s.Hold)
+	after := in.metaLeader()
+	in.net.Heal(s.ResetOnHeal)
+	return fmt.Sprintf("metadata leader %d cut off from the other voters %v (%s); after %v the leader was %d",
+		leader, in.voters, what, s.Hold.Round(time.Millisecond), after)
+}
+
+// metaLeader returns the metadata log's leader as the running voters
+// report it (by the highest term; 0 if none says it leads).
+func (in *injector) metaLeader() int {
+	var leader int
+	var term uint64
+	for _, r := range in.c.Up() {
+		st, err := r.Status()
+		if err != nil || st.Metadata == nil {
+			continue
+		}
+		if m := st.Metadata; m.Voter && m.Role == "leader" && m.Term >= term {
+			leader, term = r.ID, m.Term
+		}
+	}
+	return leader
+}
+
+// allIDs are the ids of every replica of every group.
+func (in *injector) allIDs() []int {
+	var ids []int
+	for _, r := range in.c.Replicas {
+		ids = append(ids, r.ID)
+	}
+	return ids
 }
 
 // members are the replicas of the group the running step hits.

@@ -15,8 +15,9 @@ import (
 // replica's client port, which every Kafka client and every replica's
 // Metadata answers name. In a cluster of groups, the replication links
 // are those inside each group and those to the metadata log's voters
-// (which share the replication port); the groups' calls to each other
-// go to the addresses they registered, which are not proxied.
+// (which share the replication port), and each replica has one more
+// proxy, in front of the replication address it registers for the other
+// groups' calls (transaction markers, offset commits of transactions).
 type Net struct {
 	ids     []int
 	proxies map[testcluster.Link]*Proxy
@@ -64,6 +65,13 @@ func NewClusterNet(groups [][]int, voters []int) (*Net, error) {
 			}
 		}
 	}
+	if len(groups) > 1 {
+		for _, to := range nt.ids {
+			if err := add(testcluster.Link{Kind: testcluster.GroupLink, To: to}); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for _, from := range nt.ids {
 		for _, to := range voters {
 			if from != to {
@@ -77,8 +85,11 @@ func NewClusterNet(groups [][]int, voters []int) (*Net, error) {
 }
 
 func linkName(l testcluster.Link) string {
-	if l.Kind == testcluster.ClientLink {
+	switch l.Kind {
+	case testcluster.ClientLink:
 		return fmt.Sprintf("clients->%d", l.To)
+	case testcluster.GroupLink:
+		return fmt.Sprintf("groups->%d", l.To)
 	}
 	return fmt.Sprintf("%d->%d", l.From, l.To)
 }
@@ -87,7 +98,7 @@ func linkName(l testcluster.Link) string {
 // link through its proxy.
 func (n *Net) Mapper() func(testcluster.Link) string {
 	return func(l testcluster.Link) string {
-		if l.Kind == testcluster.ClientLink {
+		if l.Kind != testcluster.ReplicationLink {
 			l.From = 0
 		}
 		if p := n.proxies[l]; p != nil {
@@ -160,6 +171,17 @@ func (n *Net) Partition(sides ...[]int) {
 	}
 	for l, p := range n.proxies {
 		if l.Kind == testcluster.ReplicationLink && side[l.From] != 0 && side[l.To] != 0 && side[l.From] != side[l.To] {
+			p.Blackhole(true, true)
+		}
+	}
+}
+
+// CutGroupLinks blackholes, both ways, the proxies in front of the
+// replication addresses the replicas ids registered: other groups'
+// brokers cannot reach them (connections already open hold their bytes).
+func (n *Net) CutGroupLinks(ids []int) {
+	for _, id := range ids {
+		if p := n.proxies[testcluster.Link{Kind: testcluster.GroupLink, To: id}]; p != nil {
 			p.Blackhole(true, true)
 		}
 	}

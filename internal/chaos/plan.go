@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -81,7 +82,27 @@ const (
 	// naming the file), and the others go on; it is started again on a
 	// healthy disk.
 	FsyncEIO Kind = "fsync-eio"
+	// MetaIsolate (a cluster of groups only): every link between the
+	// metadata log's leader and the other voters blackholed both ways.
+	// The groups go on serving produce, fetch and their own failovers;
+	// only what needs the metadata log (admin changes, new producer-id
+	// blocks) waits for the new metadata leader.
+	MetaIsolate Kind = "meta-isolate"
+	// GroupLinkCut (a cluster of groups only): other groups' brokers
+	// cannot reach one group's brokers (the replication addresses they
+	// registered), or, in a third of the steps, no group reaches another.
+	// Transaction markers and offset commits of transactions between
+	// groups wait and retry; nothing else crosses.
+	GroupLinkCut Kind = "group-link"
 )
+
+// ClusterKinds are the faults only a cluster of groups has. "all" (and
+// the default of a run of several groups) adds them to AllKinds; a run of
+// one group leaves them out.
+var ClusterKinds = []Kind{MetaIsolate, GroupLinkCut}
+
+// everyKind is AllKinds and ClusterKinds.
+func everyKind() []Kind { return append(slices.Clone(AllKinds), ClusterKinds...) }
 
 // AllKinds lists every fault kind.
 var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, Delay, Drop,
@@ -89,14 +110,15 @@ var AllKinds = []Kind{Kill, PowerLoss, Pause, IsolateLeader, Partition, OneWay, 
 	DiskFull, DiskStall, FsyncEIO}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all" is
-// AllKinds); a leading "-" on every entry excludes those from AllKinds.
+// every kind, the cluster's included); a leading "-" on every entry
+// excludes those from every kind.
 func ParseKinds(s string) ([]Kind, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "all" {
-		return AllKinds, nil
+		return everyKind(), nil
 	}
 	known := map[Kind]bool{}
-	for _, k := range AllKinds {
+	for _, k := range everyKind() {
 		known[k] = true
 	}
 	var in, out []Kind
@@ -105,7 +127,7 @@ func ParseKinds(s string) ([]Kind, error) {
 		neg := strings.HasPrefix(f, "-")
 		k := Kind(strings.TrimPrefix(f, "-"))
 		if !known[k] {
-			return nil, fmt.Errorf("unknown fault kind %q (known: %v)", k, AllKinds)
+			return nil, fmt.Errorf("unknown fault kind %q (known: %v)", k, everyKind())
 		}
 		if neg {
 			out = append(out, k)
@@ -120,7 +142,7 @@ func ParseKinds(s string) ([]Kind, error) {
 		return in, nil
 	}
 	var res []Kind
-	for _, k := range AllKinds {
+	for _, k := range everyKind() {
 		excluded := false
 		for _, o := range out {
 			excluded = excluded || o == k
@@ -263,7 +285,7 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 			s.Hold = dur(500*time.Millisecond, 6*time.Second)
 		case CorruptElect:
 			s.Hold = dur(3*time.Second, 6*time.Second)
-		case IsolateLeader, Partition, OneWay, Delay:
+		case IsolateLeader, Partition, OneWay, Delay, MetaIsolate, GroupLinkCut:
 			s.Hold = dur(2*time.Second, 8*time.Second)
 		case ClockStep:
 			// Long enough for the broker to see both steps (it

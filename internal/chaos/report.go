@@ -16,7 +16,8 @@ var kindColor = map[Kind]string{
 	Kill: "#d62728", PowerLoss: "#8c1c13", Pause: "#ff7f0e", IsolateLeader: "#9467bd",
 	Partition: "#1f77b4", OneWay: "#17becf", Delay: "#bcbd22", Drop: "#7f7f7f",
 	RollingRestart: "#2ca02c", KillAll: "#000000", RestartAll: "#98df8a", BitFlip: "#e377c2", Truncate: "#8c564b", CorruptElect: "#ff00ff", DamageRolled: "#f7b6d2",
-	ClockStep: "#aec7e8", DiskFull: "#8c564b", DiskStall: "#c49c94", FsyncEIO: "#e377c2", "heal": "#c7c7c7",
+	ClockStep: "#aec7e8", DiskFull: "#8c564b", DiskStall: "#c49c94", FsyncEIO: "#e377c2",
+	MetaIsolate: "#393b79", GroupLinkCut: "#637939", "heal": "#c7c7c7",
 }
 
 var replicaColor = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"}
@@ -136,7 +137,7 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 		cnt[e.Kind]++
 		dur[e.Kind] += e.End - e.Start
 	}
-	for _, k := range append(append([]Kind{}, AllKinds...), "heal") {
+	for _, k := range append(everyKind(), "heal") {
 		if cnt[k] > 0 {
 			fmt.Fprintf(&b, `<tr><td><span class="k" style="background:%s"></span>%s</td><td>%d</td><td>%.1fs</td></tr>`, kindColor[k], k, cnt[k], dur[k].Seconds())
 		}

@@ -164,7 +164,7 @@ func (r *Result) summary(detail bool) string {
 		kinds[e.Kind]++
 	}
 	var ks []string
-	for _, k := range AllKinds {
+	for _, k := range everyKind() {
 		if kinds[k] > 0 {
 			ks = append(ks, fmt.Sprintf("%s=%d", k, kinds[k]))
 		}
@@ -262,7 +262,7 @@ func (c Config) shape() string {
 func KindList(ks []Kind) string { return kindList(ks) }
 
 func kindList(ks []Kind) string {
-	if len(ks) == 0 || slices.Equal(ks, AllKinds) {
+	if len(ks) == 0 || slices.Equal(ks, AllKinds) || slices.Equal(ks, everyKind()) {
 		return "all"
 	}
 	var s []string
@@ -303,7 +303,15 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		cfg.SettleWithin = 120 * time.Second
 	}
 	if len(cfg.Kinds) == 0 {
-		cfg.Kinds = AllKinds
+		cfg.Kinds = everyKind()
+	}
+	if cfg.Groups == 1 {
+		// One group has no metadata log and no links between groups.
+		kinds := slices.DeleteFunc(slices.Clone(cfg.Kinds), func(k Kind) bool { return slices.Contains(ClusterKinds, k) })
+		if len(kinds) == 0 && cfg.Steps == nil {
+			t.Fatalf("chaos: fault kinds %v need a cluster of groups (Groups > 1)", cfg.Kinds)
+		}
+		cfg.Kinds = kinds
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 3
@@ -371,7 +379,7 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	inj := newInjector(cfg.Seed)
 	inj.net, inj.logf, inj.forceEnv = nt, logf, cfg.ForceEnv
 	inj.lossyP = max(cfg.LossyShare, 0)
-	inj.replicas, inj.groupOf = cfg.Replicas, groupOf
+	inj.replicas, inj.groupOf, inj.voters = cfg.Replicas, groupOf, voters
 	inj.topics = []string{dataTopic, txnTopic}
 	opts := []testcluster.Option{
 		testcluster.WithReplicas(cfg.Replicas),

@@ -222,6 +222,12 @@ type Cluster struct {
 	// by id and replication address (host:port); the same list on every
 	// broker of the cluster.
 	MetadataVoters []MetadataVoter
+	// ReplicationAddress is the host:port at which brokers of the other
+	// groups reach this broker's replication port (transaction markers
+	// and offset commits of transactions between groups), as Kafka's
+	// advertised listeners; empty: its MetadataVoters address if it is a
+	// voter, else Replication.ReplicateHost:ReplicatePort.
+	ReplicationAddress string
 	// CoordinatorPartitions is how many partitions __consumer_offsets
 	// and __transaction_state get when the cluster creates them, spread
 	// over the groups (Kafka's offsets.topic.num.partitions and
@@ -775,6 +781,11 @@ func (c *Cluster) validate(s *Server) []error {
 		seen[v.Id] = true
 		if _, _, err := net.SplitHostPort(v.Address); err != nil {
 			bad(fmt.Sprintf("MetadataVoters[%d].Address", i), "%q: %v (want the voter's replication host:port)", v.Address, err)
+		}
+	}
+	if a := c.ReplicationAddress; a != "" {
+		if h, _, err := net.SplitHostPort(a); err != nil || h == "" {
+			bad("ReplicationAddress", "%q is not host:port (the address other groups' brokers reach this broker's replication port at; leave it out to use the voter address or ReplicateHost:ReplicatePort)", a)
 		}
 	}
 	return errs

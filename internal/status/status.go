@@ -141,6 +141,24 @@ type Replication struct {
 	Follower *Follower `json:"follower,omitempty"`
 	// Raft is the failover group's Raft view (failover mode only).
 	Raft *Raft `json:"raft,omitempty"`
+	// Metadata is the broker's view of the cluster's metadata log
+	// (cluster mode only).
+	Metadata *MetadataLog `json:"metadata,omitempty"`
+}
+
+// MetadataLog is a broker's view of the cluster's metadata log.
+type MetadataLog struct {
+	// Voter says whether the broker is one of the log's voters; Role is
+	// leader, follower or candidate on a voter, observer else.
+	Voter bool   `json:"voter"`
+	Role  string `json:"role"`
+	// Leader is the metadata leader the broker knows of, -1 if none.
+	Leader int32 `json:"leader"`
+	// Term and Commit are Raft's, on a voter.
+	Term   uint64 `json:"term,omitempty"`
+	Commit uint64 `json:"commit,omitempty"`
+	// Applied is the log index the broker's copy has applied.
+	Applied uint64 `json:"applied"`
 }
 
 // FollowerPosition is what a leader knows of one follower.

@@ -179,6 +179,10 @@ const (
 	// port; From is 0, because every replica advertises one address for
 	// each member, whoever asks.
 	ClientLink
+	// GroupLink is the connections of other groups' brokers to replica
+	// To's replication port in cluster mode (the address it registers,
+	// Cluster.ReplicationAddress); From is 0, as for a ClientLink.
+	GroupLink
 )
 
 // Link is one directed connection that a configuration names an address
@@ -191,7 +195,9 @@ type Link struct {
 // WithAddressMapper makes the configurations name f(link) instead of the
 // replica's own port wherever one replica addresses another
 // (Peers[].Address for a ReplicationLink) or advertises a client address
-// (ClientAddress and Peers[].ClientAddress for a ClientLink). A fault
+// (ClientAddress and Peers[].ClientAddress for a ClientLink) or registers
+// a replication address for other groups (Cluster.ReplicationAddress for
+// a GroupLink, left out when f has none). A fault
 // harness returns the address of a proxy it controls; an empty answer keeps
 // the real address. f is called by New, after every replica's ports are
 // chosen and before any process starts.
@@ -341,8 +347,12 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 			v := c.Replicas[id-1]
 			voters = append(voters, map[string]any{"Id": id, "Address": c.linkAddr(Link{ReplicationLink, r.ID, id}, v.ReplicateAddr())})
 		}
-		s["Cluster"] = map[string]any{"Enabled": true, "Experimental": true, "ClusterId": "testcluster",
+		cl := map[string]any{"Enabled": true, "Experimental": true, "ClusterId": "testcluster",
 			"BrokerId": r.ID, "GroupId": r.GroupID(), "MetadataVoters": voters}
+		if a := c.linkAddr(Link{GroupLink, 0, r.ID}, ""); a != "" {
+			cl["ReplicationAddress"] = a
+		}
+		s["Cluster"] = cl
 	}
 	for k, v := range o.server {
 		s[k] = v

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,14 +118,21 @@ func TestChaosClusterShort(t *testing.T) {
 			t.Errorf("no fault hit g%d (seed %d)", g, seed)
 		}
 	}
+	for _, e := range res.Events {
+		if slices.Contains(chaos.ClusterKinds, e.Kind) && strings.HasPrefix(e.Detail, "skipped") {
+			t.Errorf("the %s step did not run: %s", e.Kind, e.Detail)
+		}
+	}
 }
 
 // clusterSeed is TestChaosClusterShort's fixed seed; clusterKinds its
-// faults: those of processes and links, which every group meets alike.
+// faults: those of processes and links, which every group meets alike,
+// and the cluster's own (the metadata leader cut off, the links between
+// groups cut).
 const clusterSeed = 20261205
 
-var clusterKinds = []chaos.Kind{chaos.Kill, chaos.PowerLoss, chaos.Pause, chaos.IsolateLeader, chaos.Partition,
-	chaos.OneWay, chaos.Drop, chaos.RestartAll}
+var clusterKinds = append([]chaos.Kind{chaos.Kill, chaos.PowerLoss, chaos.Pause, chaos.IsolateLeader, chaos.Partition,
+	chaos.OneWay, chaos.Drop, chaos.RestartAll}, chaos.ClusterKinds...)
 
 // TestChaos is the long run as a test (`moonmq chaos` is the same run as
 // a command):

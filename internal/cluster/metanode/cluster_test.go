@@ -11,12 +11,15 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/cluster/meta"
+	"github.com/moonmq/moonmq/internal/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -537,4 +540,60 @@ func TestLeases(t *testing.T) {
 		return inc == n4.Incarnation() && n4.Status().LeaseExpiryMs > c.clock.ms()
 	})
 	c.registered(1, 2, 3, 4)
+}
+
+// TestFullDiskSilencesVoter: a voter that cannot save its Raft state for
+// want of space goes quiet instead of stopping: the others elect and
+// commit without it, and once space returns it saves, hears from the
+// leader again and catches up. (It used to stop its node for good: the
+// broker ran on with a voter that never came back and a copy that never
+// moved, and its group's state was never published again.)
+func TestFullDiskSilencesVoter(t *testing.T) {
+	fss := map[int32]*vfs.MemFS{}
+	var full atomic.Bool
+	var fullID atomic.Int32
+	c := newCluster(t, []int32{1, 2, 3}, []int32{4}, func(cfg *Config) {
+		quiet(cfg)
+		if fss[cfg.ID] == nil {
+			fs := vfs.NewMem()
+			id := cfg.ID
+			fs.SetHook(func(op vfs.Op, name string) error {
+				if full.Load() && fullID.Load() == id && op == vfs.OpCreate && strings.Contains(name, FileName) {
+					return fmt.Errorf("create %s: %w", name, syscall.ENOSPC)
+				}
+				return nil
+			})
+			fss[cfg.ID] = fs
+		}
+		cfg.FS = fss[cfg.ID]
+	})
+	l := c.leader()
+	c.registered(1, 2, 3, 4)
+	propose(t, c.node(4), createTopic("before", 1))
+
+	fullID.Store(l)
+	full.Store(true)
+	// The first proposal gives the full voter something to save; it can
+	// save nothing more, so it sends nothing and may not lead: another
+	// voter is elected and commits without it.
+	eventually(t, "a commit without the voter whose disk is full", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := c.node(4).Propose(ctx, createTopic("during", 1))
+		if err != nil && ErrorCode(err) != kerr.TopicAlreadyExists.Code {
+			return false
+		}
+		return hasTopic(c.node(4), "during")
+	})
+	if st := c.node(l).Status(); st.Err != "" || hasTopic(c.node(l), "during") {
+		t.Fatalf("voter %d with a full disk: error %q, has the topic committed without it: %v", l, st.Err, hasTopic(c.node(l), "during"))
+	}
+
+	full.Store(false)
+	eventually(t, "the voter takes part again once it can save", func() bool {
+		st := c.node(l).Status()
+		return st.Err == "" && st.Leader != NoLeader && hasTopic(c.node(l), "during")
+	})
+	propose(t, c.node(l), createTopic("after", 1))
+	c.converged(c.leader())
 }

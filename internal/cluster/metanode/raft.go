@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/cluster/meta"
+	"github.com/moonmq/moonmq/internal/diskhealth"
 	"github.com/moonmq/moonmq/internal/replication/raftgroup"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -49,6 +50,14 @@ type raftLoop struct {
 	// they were overwritten and never will.
 	pending map[uint64]pendingProposal
 	failed  error
+	// unsaved: the last save of the Raft state failed for want of disk
+	// space. The state in memory is ahead of the file, so no message is
+	// sent (none may vouch for what is not durable; Raft tolerates their
+	// loss) and the save is retried every tick until it succeeds. A full
+	// disk thus silences this voter rather than ending it: the others
+	// elect and commit without it, and it takes part again once it can
+	// save.
+	unsaved bool
 }
 
 type proposal struct {
@@ -175,6 +184,9 @@ func (r *raftLoop) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			if r.unsaved {
+				r.save()
+			}
 			r.rn.Tick()
 			r.process()
 		case m := <-r.inbox:
@@ -309,15 +321,21 @@ func (r *raftLoop) handleReady() {
 		}
 		dirty = true
 	}
-	if dirty {
-		if err := r.disk.Save(r.ms); err != nil {
-			r.fail(err)
+	if dirty || r.unsaved {
+		r.save()
+		if r.failed != nil {
 			return
 		}
 	}
 	var snapReports []*pb.Message
 	var unreachable []uint64
 	for _, m := range rd.Messages {
+		if r.unsaved {
+			if m.GetType() == pb.MsgSnap {
+				snapReports = append(snapReports, &pb.Message{To: m.To, Reject: new(true)})
+			}
+			continue
+		}
 		ok := r.send(m)
 		switch {
 		case m.GetType() == pb.MsgSnap:
@@ -416,11 +434,30 @@ func (r *raftLoop) maybeCompact() {
 		r.fail(err)
 		return
 	}
-	if err := r.disk.Save(r.ms); err != nil {
-		r.fail(err)
-		return
-	}
+	// The log in memory is compacted now, saved or not (a save that
+	// failed for space is retried with the rest).
 	r.snapIndex = r.applied
+	r.save()
+}
+
+// save writes the Raft state to its file. A failure for want of space
+// leaves the loop unsaved (see unsaved); any other fails it.
+func (r *raftLoop) save() {
+	err := r.disk.Save(r.ms)
+	switch {
+	case err == nil:
+		if r.unsaved {
+			r.n.log.Warn("metadata raft: the Raft state is saved again; this voter takes part again")
+		}
+		r.unsaved = false
+	case diskhealth.IsSpaceError(err):
+		if !r.unsaved {
+			r.n.log.Warn("metadata raft: no disk space to save the Raft state; this voter sends nothing until it can, and the others go on without it", "err", err)
+		}
+		r.unsaved = true
+	default:
+		r.fail(err)
+	}
 }
 
 func (r *raftLoop) fail(err error) {
