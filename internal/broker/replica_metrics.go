@@ -18,24 +18,29 @@ type replicationCollector struct {
 	leader, epoch, isrSize, term  *prometheus.Desc
 	inISR, lagRecords, lagSeconds *prometheus.Desc
 	forwards                      *prometheus.Desc
+	// The metadata log, in cluster mode.
+	metaLeader, metaApplied, metaFailed *prometheus.Desc
 }
 
 func newReplicationCollector(r *replica) *replicationCollector {
 	return &replicationCollector{
-		r:          r,
-		leader:     prometheus.NewDesc("moonmq_replication_leader", "1 while this replica is the serving leader, else 0.", nil, nil),
-		epoch:      prometheus.NewDesc("moonmq_replication_epoch", "Current leader epoch.", nil, nil),
-		isrSize:    prometheus.NewDesc("moonmq_replication_isr_size", "Replicas in the committed in-sync set.", nil, nil),
-		term:       prometheus.NewDesc("moonmq_replication_raft_term", "Raft term (failover mode).", nil, nil),
-		inISR:      prometheus.NewDesc("moonmq_replication_follower_in_isr", "1 if the follower is in the in-sync set (leader only).", []string{"follower"}, nil),
-		lagRecords: prometheus.NewDesc("moonmq_replication_follower_lag_records", "Records the follower lacks over all partitions (leader only).", []string{"follower"}, nil),
-		lagSeconds: prometheus.NewDesc("moonmq_replication_follower_last_fetch_seconds", "Seconds since the follower's last fetch (leader only).", []string{"follower"}, nil),
-		forwards:   prometheus.NewDesc("moonmq_replication_forwarded_requests_total", "Client requests this replica forwarded to the leader, by result (relayed: the leader's answer; failed: a retriable error answered instead).", []string{"result"}, nil),
+		r:           r,
+		leader:      prometheus.NewDesc("moonmq_replication_leader", "1 while this replica is the serving leader, else 0.", nil, nil),
+		epoch:       prometheus.NewDesc("moonmq_replication_epoch", "Current leader epoch.", nil, nil),
+		isrSize:     prometheus.NewDesc("moonmq_replication_isr_size", "Replicas in the committed in-sync set.", nil, nil),
+		term:        prometheus.NewDesc("moonmq_replication_raft_term", "Raft term (failover mode).", nil, nil),
+		inISR:       prometheus.NewDesc("moonmq_replication_follower_in_isr", "1 if the follower is in the in-sync set (leader only).", []string{"follower"}, nil),
+		lagRecords:  prometheus.NewDesc("moonmq_replication_follower_lag_records", "Records the follower lacks over all partitions (leader only).", []string{"follower"}, nil),
+		lagSeconds:  prometheus.NewDesc("moonmq_replication_follower_last_fetch_seconds", "Seconds since the follower's last fetch (leader only).", []string{"follower"}, nil),
+		forwards:    prometheus.NewDesc("moonmq_replication_forwarded_requests_total", "Client requests this replica forwarded to the leader, by result (relayed: the leader's answer; failed: a retriable error answered instead).", []string{"result"}, nil),
+		metaLeader:  prometheus.NewDesc("moonmq_metadata_leader", "Cluster mode: the metadata log's leader as this broker knows it (-1: none).", nil, nil),
+		metaApplied: prometheus.NewDesc("moonmq_metadata_applied_index", "Cluster mode: the metadata log index this broker's copy has applied (a copy that stops rising while others rise is stale).", nil, nil),
+		metaFailed:  prometheus.NewDesc("moonmq_metadata_failed", "Cluster mode: 1 if this broker's metadata node stopped on a storage error (restart the broker once the disk is fixed).", nil, nil),
 	}
 }
 
 func (c *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leader, c.epoch, c.isrSize, c.term, c.inISR, c.lagRecords, c.lagSeconds, c.forwards} {
+	for _, d := range []*prometheus.Desc{c.leader, c.epoch, c.isrSize, c.term, c.inISR, c.lagRecords, c.lagSeconds, c.forwards, c.metaLeader, c.metaApplied, c.metaFailed} {
 		ch <- d
 	}
 }
@@ -53,6 +58,15 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.forwards, prometheus.CounterValue, float64(c.r.fwdFailed.Load()), "failed")
 	if st.Raft != nil {
 		ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(st.Raft.RaftTerm))
+	}
+	if m := st.Metadata; m != nil {
+		failed := 0.0
+		if m.Error != "" {
+			failed = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.metaLeader, prometheus.GaugeValue, float64(m.Leader))
+		ch <- prometheus.MustNewConstMetric(c.metaApplied, prometheus.GaugeValue, float64(m.Applied))
+		ch <- prometheus.MustNewConstMetric(c.metaFailed, prometheus.GaugeValue, failed)
 	}
 	isr := map[string]bool{}
 	for _, id := range st.ISR {

@@ -159,6 +159,9 @@ type MetadataLog struct {
 	Commit uint64 `json:"commit,omitempty"`
 	// Applied is the log index the broker's copy has applied.
 	Applied uint64 `json:"applied"`
+	// Error is set when the broker's metadata node stopped on a storage
+	// error; the broker must be restarted once the disk is fixed.
+	Error string `json:"error,omitempty"`
 }
 
 // FollowerPosition is what a leader knows of one follower.

@@ -808,6 +808,16 @@ func statsOwners(t *testing.T, n *node, topic string, leaders []int32) {
 		if seen != len(leaders) {
 			problems = append(problems, fmt.Sprintf("/stats lists %d partitions of %s, want %d", seen, topic, len(leaders)))
 		}
+		// The metadata log as this broker sees it: a leader among the
+		// voters (1, 2, 4), and a copy applied.
+		if r := stats.Replication; r == nil || r.Metadata == nil || !slices.Contains([]int32{1, 2, 4}, r.Metadata.Leader) ||
+			r.Metadata.Applied == 0 || r.Metadata.Voter != slices.Contains([]int{1, 2, 4}, n.id) || r.Metadata.Error != "" {
+			var m any
+			if r != nil {
+				m = r.Metadata
+			}
+			problems = append(problems, fmt.Sprintf("metadata log status %+v", m))
+		}
 		if len(problems) == 0 {
 			resp, err := http.Get(base + "/metrics")
 			if err != nil {
@@ -815,8 +825,14 @@ func statsOwners(t *testing.T, n *node, topic string, leaders []int32) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			if !regexp.MustCompile(`(?m)^moonmq_metadata_leader [124]$`).Match(body) {
+				t.Fatalf("/metrics of broker %d lacks moonmq_metadata_leader naming a voter", n.id)
+			}
+			lines := []string{"moonmq_metadata_failed 0"}
 			for p, l := range leaders {
-				line := fmt.Sprintf(`moonmq_partition_owner_info{local="%t",owner_group="%s",partition="%d",topic="%s"} 1`, groupOf(l) == mine, groupOf(l), p, topic)
+				lines = append(lines, fmt.Sprintf(`moonmq_partition_owner_info{local="%t",owner_group="%s",partition="%d",topic="%s"} 1`, groupOf(l) == mine, groupOf(l), p, topic))
+			}
+			for _, line := range lines {
 				if !strings.Contains(string(body), line) {
 					t.Fatalf("/metrics of broker %d lacks %s", n.id, line)
 				}
