@@ -1,0 +1,179 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/moonmq/moonmq/internal/testcluster"
+)
+
+// TestClusterGroupJoinsLater: a third group started beside a running
+// cluster of two registers, is listed by every broker, and takes
+// partitions of the topics created from then on (it holds the fewest);
+// its partitions are served through brokers of the other groups as well,
+// and what the first two groups held is untouched. (Existing partitions
+// stay where they are: moving them is not built.)
+func TestClusterGroupJoinsLater(t *testing.T) {
+	skipShort(t)
+	c := testcluster.New(t, testcluster.WithGroups(3))
+	for g := range 2 {
+		for _, r := range c.InGroup(g) {
+			r.Start()
+		}
+	}
+	serving := func(groups int) {
+		t.Helper()
+		c.WaitFor(electWithin, fmt.Sprintf("%d groups serving with their whole ISR", groups), func() (bool, string) {
+			for g := range groups {
+				l, st := c.ServingLeaderOf(g)
+				if l == nil || len(st.ISR) != 3 {
+					return false, fmt.Sprintf("g%d: leader %v ISR %v", g+1, l, st.ISR)
+				}
+			}
+			return true, ""
+		})
+	}
+	serving(2)
+	// Seeded with the first two groups' brokers only, as a client of the
+	// cluster before the third group existed.
+	var seeds []string
+	for _, r := range append(c.InGroup(0), c.InGroup(1)...) {
+		seeds = append(seeds, r.ClientAddr())
+	}
+	cl := c.Client(kgo.SeedBrokers(seeds...))
+	adm := kadm.NewClient(cl)
+	ctx := testcluster.Context(t, 5*time.Minute)
+	create := func(topic string, partitions int32) {
+		t.Helper()
+		c.WaitFor(readWithin, "topic "+topic+" created", func() (bool, string) {
+			resp, err := adm.CreateTopic(ctx, partitions, -1, nil, topic)
+			if err == nil {
+				err = resp.Err
+			}
+			return err == nil || errors.Is(err, kerr.TopicAlreadyExists), fmt.Sprint(err)
+		})
+	}
+	// groupsOf waits until every partition of topic has a leader and
+	// returns each partition's group.
+	groupsOf := func(topic string, partitions int) map[int32]int {
+		t.Helper()
+		out := map[int32]int{}
+		c.WaitFor(readWithin, "leaders of "+topic, func() (bool, string) {
+			md, err := adm.Metadata(ctx, topic)
+			if err != nil {
+				return false, err.Error()
+			}
+			td := md.Topics[topic]
+			if len(td.Partitions) != partitions {
+				return false, fmt.Sprintf("%d partitions listed", len(td.Partitions))
+			}
+			for _, p := range td.Partitions {
+				if p.Leader < 0 {
+					return false, fmt.Sprintf("%s/%d has no leader", topic, p.Partition)
+				}
+				out[p.Partition] = c.Replica(int(p.Leader)).Group
+			}
+			return true, ""
+		})
+		return out
+	}
+	create("before", 4)
+	before := groupsOf("before", 4)
+	var acked []string
+	for i := range 40 {
+		acked = append(acked, fmt.Sprintf("before-%d", i))
+	}
+	produceValues(t, cl, ctx, "before", acked)
+
+	for _, r := range c.InGroup(2) {
+		r.Start()
+	}
+	serving(3)
+	c.WaitFor(readWithin, "every broker listing the nine brokers", func() (bool, string) {
+		for _, r := range c.Replicas {
+			one := c.Client(kgo.SeedBrokers(r.ClientAddr()))
+			bs, err := kadm.NewClient(one).ListBrokers(ctx)
+			one.Close()
+			if err != nil || len(bs) != 9 {
+				return false, fmt.Sprintf("broker %d lists %d brokers: %v", r.ID, len(bs), err)
+			}
+		}
+		return true, ""
+	})
+
+	create("after", 3)
+	after := groupsOf("after", 3)
+	inG3 := 0
+	for _, g := range after {
+		if g == 2 {
+			inG3++
+		}
+	}
+	if inG3 < 2 {
+		t.Fatalf("topic after is placed %v: the new group, holding no partition, should get at least two of three", after)
+	}
+	var later []string
+	for i := range 30 {
+		later = append(later, fmt.Sprintf("after-%d", i))
+	}
+	// Produced through the first groups' brokers (the client follows
+	// Metadata to g3's leaders), read back through one broker of g1 and
+	// one of g3.
+	produceValues(t, cl, ctx, "after", later)
+	for _, r := range []*testcluster.Replica{c.InGroup(0)[1], c.InGroup(2)[1]} {
+		got := readValuesFrom(t, c, ctx, r.ClientAddr(), "after", len(later))
+		for _, v := range later {
+			if got[v] != 1 {
+				t.Fatalf("through broker %d: %s read %d times", r.ID, v, got[v])
+			}
+		}
+	}
+	// The first groups' partitions did not move, and hold what they held.
+	if now := groupsOf("before", 4); fmt.Sprint(now) != fmt.Sprint(before) {
+		t.Fatalf("partitions of before moved from %v to %v", before, now)
+	}
+	got := readValuesFrom(t, c, ctx, c.InGroup(2)[0].ClientAddr(), "before", len(acked))
+	for _, v := range acked {
+		if got[v] != 1 {
+			t.Fatalf("before: %s read %d times after the third group joined", v, got[v])
+		}
+	}
+}
+
+// produceValues produces one record per value, round robin over the
+// topic's partitions, and fails unless each is acknowledged.
+func produceValues(t *testing.T, cl *kgo.Client, ctx context.Context, topic string, values []string) {
+	t.Helper()
+	for i, v := range values {
+		r := &kgo.Record{Topic: topic, Value: []byte(v), Key: []byte(fmt.Sprint(i))}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %s to %s: %v", v, topic, err)
+		}
+	}
+}
+
+// readValuesFrom reads topic from the start through the broker at seed
+// only, until want distinct values arrived, and counts each value.
+func readValuesFrom(t *testing.T, c *testcluster.Cluster, ctx context.Context, seed, topic string, want int) map[string]int {
+	t.Helper()
+	cons := c.Client(kgo.SeedBrokers(seed), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cons.Close()
+	got := map[string]int{}
+	rctx, cancel := context.WithTimeout(ctx, readWithin)
+	defer cancel()
+	for len(got) < want {
+		fs := cons.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("read %d of %d values of %s through %s", len(got), want, topic, seed)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)]++ })
+	}
+	return got
+}
