@@ -116,6 +116,7 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 			inG3++
 		}
 	}
+	t.Logf("groups (0 for g1) of the partitions: before %v, after %v", before, after)
 	if inG3 < 2 {
 		t.Fatalf("topic after is placed %v: the new group, holding no partition, should get at least two of three", after)
 	}
