@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -93,6 +94,9 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr("--faults: %v", err)
 	}
+	if *groups == 1 && !slices.ContainsFunc(kinds, func(k chaos.Kind) bool { return !slices.Contains(chaos.ClusterKinds, k) }) {
+		return usageErr("--faults %s: these kinds need a cluster of groups: add --groups 2", *faults)
+	}
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000_000
 	}
@@ -136,8 +140,12 @@ func chaosCmd(args []string, stdout, stderr io.Writer) int {
 	for _, kv := range server.raw {
 		replay += " --server " + kv
 	}
-	fmt.Fprintf(stdout, "moonmq chaos: seed %d, %d groups of %d replicas of %s, fault phase %v, faults %s, report %s\n",
-		*seed, *groups, *replicas, *binary, *duration, chaos.KindList(kinds), *report)
+	shape := fmt.Sprintf("%d replicas", *replicas)
+	if *groups > 1 {
+		shape = fmt.Sprintf("%d groups of %d replicas", *groups, *replicas)
+	}
+	fmt.Fprintf(stdout, "moonmq chaos: seed %d, %s of %s, fault phase %v, faults %s, report %s\n",
+		*seed, shape, *binary, *duration, chaos.KindList(kinds), *report)
 	fmt.Fprintf(stdout, "moonmq chaos: replicas' data in %s (%s); Ctrl-C ends the fault phase early\n", dir,
 		map[bool]string{true: "kept, --keep", false: "removed at the end; --keep keeps it"}[*keep])
 

@@ -94,6 +94,8 @@ func TestChaosCommandUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"--replicas", "4"}, "groups of 3 or 5"},
+		{[]string{"--groups", "4"}, "a cluster of 2 or 3"},
+		{[]string{"--faults", "meta-isolate,group-link"}, "need a cluster of groups"},
 		{[]string{"--faults", "kill,nope"}, `unknown fault kind "nope"`},
 		{[]string{"--faults", "kill,-pause"}, "either list kinds or exclude them"},
 		{[]string{"--duration", "0s"}, "--duration must be positive"},
