@@ -354,7 +354,7 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	logf("chaos: seed %d, %s, fault phase %v, %d planned steps", cfg.Seed, cfg.shape(), cfg.Duration, len(steps))
 
 	// Replica ids run 1..Replicas in g1, on from there in g2, ...; the
-	// metadata log's voters are testcluster's: 1, 2 and g2's first.
+	// metadata log's voters are testcluster's.
 	var groupIDs [][]int
 	groupOf := map[int]int{}
 	for g := range cfg.Groups {
@@ -368,7 +368,7 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	}
 	var voters []int
 	if cfg.Groups > 1 {
-		voters = []int{1, 2, cfg.Replicas + 1}
+		voters = testcluster.MetadataVoters(cfg.Replicas)
 	}
 	nt, err := NewClusterNet(groupIDs, voters)
 	if err != nil {

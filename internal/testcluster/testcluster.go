@@ -343,7 +343,7 @@ func (c *Cluster) serverBlock(r *Replica) map[string]any {
 	}
 	if o.groups > 1 {
 		var voters []map[string]any
-		for _, id := range []int{1, 2, o.replicas + 1} {
+		for _, id := range MetadataVoters(o.replicas) {
 			v := c.Replicas[id-1]
 			voters = append(voters, map[string]any{"Id": id, "Address": c.linkAddr(Link{ReplicationLink, r.ID, id}, v.ReplicateAddr())})
 		}
@@ -793,6 +793,10 @@ func (c *Cluster) Up() []*Replica {
 	}
 	return out
 }
+
+// MetadataVoters are the ids of a cluster's metadata voters, for groups
+// of replicas each: the first two brokers of g1 and the first of g2.
+func MetadataVoters(replicas int) []int { return []int{1, 2, replicas + 1} }
 
 // GroupID is the replica's Cluster.GroupId: g1, g2, ...
 func (r *Replica) GroupID() string { return fmt.Sprintf("g%d", r.Group+1) }
