@@ -47,7 +47,7 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 	for _, r := range append(c.InGroup(0), c.InGroup(1)...) {
 		seeds = append(seeds, r.ClientAddr())
 	}
-	cl := c.Client(kgo.SeedBrokers(seeds...))
+	cl := c.Client(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	adm := kadm.NewClient(cl)
 	ctx := testcluster.Context(t, 5*time.Minute)
 	create := func(topic string, partitions int32) {
@@ -86,11 +86,7 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 	}
 	create("before", 4)
 	before := groupsOf("before", 4)
-	var acked []string
-	for i := range 40 {
-		acked = append(acked, fmt.Sprintf("before-%d", i))
-	}
-	produceValues(t, cl, ctx, "before", acked)
+	acked := produceAll(t, cl, "before", 4, 10)
 
 	for _, r := range c.InGroup(2) {
 		r.Start()
@@ -120,14 +116,10 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 	if inG3 < 2 {
 		t.Fatalf("topic after is placed %v: the new group, holding no partition, should get at least two of three", after)
 	}
-	var later []string
-	for i := range 30 {
-		later = append(later, fmt.Sprintf("after-%d", i))
-	}
 	// Produced through the first groups' brokers (the client follows
 	// Metadata to g3's leaders), read back through one broker of g1 and
 	// one of g3.
-	produceValues(t, cl, ctx, "after", later)
+	later := produceAll(t, cl, "after", 3, 10)
 	for _, r := range []*testcluster.Replica{c.InGroup(0)[1], c.InGroup(2)[1]} {
 		got := readValuesFrom(t, c, ctx, r.ClientAddr(), "after", len(later))
 		for _, v := range later {
@@ -148,16 +140,17 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 	}
 }
 
-// produceValues produces one record per value, round robin over the
-// topic's partitions, and fails unless each is acknowledged.
-func produceValues(t *testing.T, cl *kgo.Client, ctx context.Context, topic string, values []string) {
+// produceAll produces n records to each partition of topic (produceN) and
+// returns their values.
+func produceAll(t *testing.T, cl *kgo.Client, topic string, partitions int32, n int) []string {
 	t.Helper()
-	for i, v := range values {
-		r := &kgo.Record{Topic: topic, Value: []byte(v), Key: []byte(fmt.Sprint(i))}
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			t.Fatalf("produce %s to %s: %v", v, topic, err)
+	var out []string
+	for p := range partitions {
+		for _, a := range produceN(t, cl, topic, p, fmt.Sprintf("%s-%d", topic, p), n) {
+			out = append(out, a.value)
 		}
 	}
+	return out
 }
 
 // readValuesFrom reads topic from the start through the broker at seed
