@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/freeport"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -44,34 +44,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// handedOut holds every port freePort returned in this test binary. A
-// port is closed again the moment it is picked, so without this the kernel
-// may hand the same one out twice before either is bound (a static group
-// once got the same replication address for two peers).
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePort returns a loopback port that was free a moment ago and that no
-// earlier call in this test binary returned.
-func freePort(t *testing.T) int {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !handedOut.ports[p] {
-			handedOut.ports[p] = true
-			return p
-		}
-	}
-}
+// freePort returns a loopback port no other pick in this test binary got.
+func freePort(t *testing.T) int { return freeport.Must(t) }
 
 // proc is a broker process.
 type proc struct {

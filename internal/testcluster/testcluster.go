@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +41,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/freeport"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/status"
 	"github.com/moonmq/moonmq/internal/storage"
@@ -371,21 +371,12 @@ func (c *Cluster) linkAddr(l Link, real string) string {
 	return real
 }
 
-// freePorts returns n distinct loopback ports that were free a moment
-// ago. All n listeners stay open until every port is picked: closing each
-// before picking the next let the kernel hand the same port out twice (a
-// replica once failed to start because its client port was another's
-// metrics port).
+// freePorts returns n loopback ports no other pick in this process got.
 func freePorts(t Harness, n int) []int {
 	t.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := freeport.PickN(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/freeport"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -104,10 +104,10 @@ func startCluster(dir string, n int, syncAlways bool, stderr io.Writer) (*cluste
 	clientPorts := make([]int, n)
 	routePorts := make([]int, n)
 	for i := range n {
-		if clientPorts[i], err = freePort(); err != nil {
+		if clientPorts[i], err = freeport.Pick(); err != nil {
 			return nil, err
 		}
-		if routePorts[i], err = freePort(); err != nil {
+		if routePorts[i], err = freeport.Pick(); err != nil {
 			return nil, err
 		}
 	}
@@ -207,14 +207,4 @@ func waitJetStream(ctx context.Context, js jetstream.JetStream, within time.Dura
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// freePort returns a loopback TCP port nothing listens on right now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +41,7 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/bench"
+	"github.com/moonmq/moonmq/internal/freeport"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -189,15 +189,6 @@ type replica struct {
 
 func (r *replica) clientAddr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // writeConfigs lays out n replicas under dir. For n == 1 the config is a
 // plain single node (no Replication block), exactly what bench/run.sh
 // benchmarks; otherwise it is failoverbench's failover-mode block with the
@@ -216,7 +207,7 @@ func writeConfigs(dir string, n, groups int, serverExtra, replExtra string, ppro
 		r := &replica{id: i + 1, group: i/n + 1}
 		for _, p := range []*int{&r.port, &r.metricsPort, &r.replicaPort} {
 			var err error
-			if *p, err = freePort(); err != nil {
+			if *p, err = freeport.Pick(); err != nil {
 				return nil, err
 			}
 		}
