@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -29,16 +28,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.RemoveBinaries()
 	os.Exit(code)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // wordcount runs examples/wordcount processes of one application.
@@ -66,7 +55,7 @@ type instance struct {
 }
 
 func (w *wordcount) instance() *instance {
-	return &instance{w: w, stateDir: w.t.TempDir(), port: freePort(w.t)}
+	return &instance{w: w, stateDir: w.t.TempDir(), port: testenv.FreePort(w.t)}
 }
 
 func (in *instance) start(extra ...string) *testenv.Process {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,20 +65,40 @@ func tailString(s string, n int) string {
 	return strings.Join(lines, "")
 }
 
-// freePorts returns n distinct loopback ports that were free a moment
-// ago. Every probe listener stays open until all n are picked: closing
-// each before picking the next lets the kernel hand the same port out
-// twice (one broker's client port then being another's metrics port).
-func freePorts(t TB, n int) []int {
+// handedOut holds every port this process's tests were given. A probe
+// listener is closed the moment its port is picked, and the kernel may
+// offer a just-closed port again, so without this record two brokers, or a
+// broker and an instance's status listener, could be given the same port.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort returns a loopback port that was free a moment ago and that no
+// earlier pick in this process returned.
+func FreePort(t TB) int {
 	t.Helper()
-	ports := make([]int, 0, n)
-	for range n {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatalf("testenv: probe for a free port: %v", err)
 		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[p] {
+			handedOut.ports[p] = true
+			return p
+		}
+	}
+}
+
+func freePorts(t TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = FreePort(t)
 	}
 	return ports
 }
