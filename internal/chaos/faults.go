@@ -611,8 +611,8 @@ func (in *injector) corrupt(r *testcluster.Replica, k Kind, rng *rand.Rand) stri
 	for _, t := range in.topics {
 		files, _ := filepath.Glob(filepath.Join(r.DataDir, "topics", t, "*", "*.log"))
 		for _, f := range files {
-			if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
-				segs = append(segs, seg{f, fi.Size()})
+			if size := dataEnd(f); size > 0 {
+				segs = append(segs, seg{f, size})
 			}
 		}
 	}
@@ -691,6 +691,37 @@ func (in *injector) corrupt(r *testcluster.Replica, k Kind, rng *rand.Rand) stri
 	return fmt.Sprintf("flipped %s of %s (%d bytes)", strings.Join(flips, ", "), rel, pick.size)
 }
 
+// dataEnd is where the data of the segment file at path ends: its size,
+// less the zeros a killed broker's active segment may hold reserved
+// beyond its last batch (a cut or a flip there would damage nothing).
+// 0 when the file cannot be read.
+func dataEnd(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	end := fi.Size()
+	buf := make([]byte, 64<<10)
+	for end > 0 {
+		n := min(end, int64(len(buf)))
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return 0
+		}
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] != 0 {
+				return end - n + i + 1
+			}
+		}
+		end -= n
+	}
+	return 0
+}
+
 func bitIndex(b byte) int {
 	for i := range 8 {
 		if b == 1<<i {
@@ -751,12 +782,12 @@ func (in *injector) corruptElect(s Step, rng *rand.Rand, e *Event) string {
 			}
 			sort.Strings(segs)
 			last := segs[len(segs)-1]
-			fi, err := os.Stat(last)
-			if err != nil || fi.Size() == 0 {
+			size := dataEnd(last)
+			if size == 0 {
 				continue
 			}
-			cut := min(fi.Size(), 4<<10+rng.Int64N(28<<10))
-			if err := os.Truncate(last, fi.Size()-cut); err == nil {
+			cut := min(size, 4<<10+rng.Int64N(28<<10))
+			if err := os.Truncate(last, size-cut); err == nil {
 				rel, _ := filepath.Rel(a.DataDir, last)
 				cuts = append(cuts, fmt.Sprintf("%s -%d", rel, cut))
 			}

@@ -75,6 +75,11 @@ func (f watchedFile) Sync() error {
 	return err
 }
 
+// Preallocate passes vfs.Preallocator through. A refused reservation is
+// not counted against the disk: the log then appends without one, and the
+// writes themselves report a disk that is full.
+func (f watchedFile) Preallocate(size int64) error { return vfs.Preallocate(f.File, size) }
+
 // DropCache passes the page-cache advice through (vfs.CacheDropper).
 func (f watchedFile) DropCache(off, n int64) error { return vfs.DropCache(f.File, off, n) }
 

@@ -345,6 +345,9 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 		s = l.active()
 	}
 	pos := s.size
+	if end := pos + int64(len(batch)); end > s.alloc && end >= reserveFrom && !s.noReserve {
+		l.reserve(s, end)
+	}
 	ie, te := s.plan(pos, h, l.index)
 	if _, err := s.log.Write(batch); err != nil {
 		return l.undoWrite(s, pos, err)
@@ -356,9 +359,54 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 	return nil
 }
 
+// Space is reserved ahead of a busy active segment's appends, so that the
+// fsync after an append need not record a new file size: a third less time
+// per fsync on this project's disks (vfs.Preallocator). A segment is
+// busy once it holds reserveFrom bytes; each reservation adds a quarter of
+// what the segment holds, between reserveMin and reserveMax, so an idle
+// partition reserves nothing and a busy one at most reserveMax.
+const (
+	reserveFrom = 1 << 20
+	reserveMin  = 256 << 10
+	reserveMax  = 4 << 20
+)
+
+// reserve reserves space in s's file beyond end, the end of the batch
+// about to be written; the caller holds amu. The zeros beyond the data are
+// never read (readers stop at size), are cut when the segment rolls or the
+// log closes, and recovery cuts them after a crash (recoverActive).
+func (l *Log) reserve(s *segment, end int64) {
+	want := end + min(max(end/4, reserveMin), reserveMax)
+	want = min(want, max(l.segmentBytes.Load(), end))
+	if want <= end {
+		return
+	}
+	if err := vfs.Preallocate(s.log, want); err != nil {
+		s.noReserve = true
+		if !errors.Is(err, vfs.ErrNoPreallocate) {
+			l.logger.Info("cannot reserve space ahead of the active segment's appends; appending without", "base", s.base, "err", err)
+		}
+		return
+	}
+	s.alloc = want
+}
+
+// trimReserved cuts s's file back to its data, before it rolls or closes.
+func (s *segment) trimReserved() error {
+	if s.alloc <= s.size {
+		return nil
+	}
+	if err := s.log.Truncate(s.size); err != nil {
+		return err
+	}
+	s.alloc = 0
+	return nil
+}
+
 // undoWrite cuts a partially written batch back off so the file matches the
 // published state; if even that fails, the log refuses further writes.
 func (l *Log) undoWrite(s *segment, pos int64, cause error) error {
+	s.alloc = 0
 	if err := s.log.Truncate(pos); err != nil {
 		l.fail(fmt.Errorf("storage: cannot undo a failed write: %w (after %w)", err, cause))
 	}
@@ -386,6 +434,11 @@ func (l *Log) failLocked(err error) {
 // so only a failed fsync of the log file fails the log.
 func (l *Log) roll() error {
 	old := l.active()
+	// A rolled segment ends with its last batch: recovery takes anything
+	// after it for damage.
+	if err := old.trimReserved(); err != nil {
+		return err
+	}
 	if err := old.log.Sync(); err != nil {
 		l.fail(err)
 		return err
@@ -769,7 +822,7 @@ func (l *Log) Close() error {
 	l.closed = true
 	var errs []error
 	if l.failed == nil && len(l.segs) > 0 {
-		errs = append(errs, l.active().log.Sync())
+		errs = append(errs, l.active().trimReserved(), l.active().log.Sync())
 	}
 	for _, s := range l.segs {
 		errs = append(errs, s.closeFiles())

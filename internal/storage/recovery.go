@@ -8,6 +8,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"path/filepath"
@@ -321,7 +322,18 @@ func (l *Log) recoverActive(prevEpoch int32) error {
 		return err
 	}
 	l.gapsBelow = res.gapEnd
-	if res.valid < fileSize {
+	if res.valid < fileSize && zeros(s.log, res.valid, min(fileSize, res.valid+zeroCheck)) {
+		// Space reserved ahead of the appends (Log.reserve), or
+		// a write whose data never reached the disk: nothing
+		// was written there that could have been acknowledged.
+		// The tail is cut either way; the check only keeps the
+		// report from calling reserved space lost data.
+		l.logger.Debug("cutting the zeros after the active segment's last batch",
+			"base", s.base, "validBytes", res.valid, "zeroBytes", fileSize-res.valid)
+		if err := s.log.Truncate(res.valid); err != nil {
+			return err
+		}
+	} else if res.valid < fileSize {
 		dropped := fileSize - res.valid
 		l.recovery.DroppedBytes += dropped
 		if validBatchFollows(s.log, res.valid, fileSize) {
@@ -339,6 +351,29 @@ func (l *Log) recoverActive(prevEpoch int32) error {
 	}
 	removeIndexFiles(l.fs, l.dir, s.base)
 	return s.log.Sync()
+}
+
+// zeroCheck is how much of the active segment's tail recovery reads to
+// tell reserved space from a torn write: reading all of it would read
+// every busy partition's reservation on every start after a crash.
+const zeroCheck = 64 << 10
+
+// zeros reports whether f holds only zero bytes in [from, to).
+func zeros(f vfs.File, from, to int64) bool {
+	buf := make([]byte, min(to-from, 64<<10))
+	for pos := from; pos < to; {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), to-pos)], pos)
+		for _, b := range buf[:n] {
+			if b != 0 {
+				return false
+			}
+		}
+		if n == 0 || err != nil && !errors.Is(err, io.EOF) {
+			return false
+		}
+		pos += int64(n)
+	}
+	return true
 }
 
 // cutDamaged truncates the log at the first bad batch of rolled segment i,

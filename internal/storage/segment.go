@@ -58,6 +58,12 @@ type segment struct {
 	index  []indexEntry
 	tindex []timeEntry
 
+	// alloc is the file's length when space was reserved beyond size
+	// (Log.reserve), 0 otherwise; noReserve stops reserving for a file
+	// that cannot. Appender only.
+	alloc     int64
+	noReserve bool
+
 	sinceIdx int // bytes appended since the last index entry (appender only)
 	// uncached: the page cache of the log file below this position has
 	// been dropped (Log.DropCache; guarded by Log.smu).

@@ -114,6 +114,7 @@ func (l *Log) Truncate(offset int64) error {
 // cutSegment truncates s (now the last segment) at pos and rebuilds its
 // indexes in memory. The caller holds rpmu and mu.
 func (l *Log) cutSegment(s *segment, pos int64) error {
+	s.alloc = 0
 	if err := s.log.Truncate(pos); err != nil {
 		return err
 	}

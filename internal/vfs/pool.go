@@ -339,6 +339,23 @@ func (h *PoolFile) Write(b []byte) (int, error) {
 	return f.Write(b)
 }
 
+// Preallocate implements Preallocator for a pinned file only: a closed
+// and reopened descriptor would append after the reserved space again.
+func (h *PoolFile) Preallocate(size int64) error {
+	h.p.mu.Lock()
+	pinned := h.pinned
+	h.p.mu.Unlock()
+	if !pinned {
+		return ErrNoPreallocate
+	}
+	f, g, err := h.acquire(true)
+	if err != nil {
+		return err
+	}
+	defer h.release(g, false)
+	return Preallocate(f, size)
+}
+
 // Truncate implements File.
 func (h *PoolFile) Truncate(size int64) error {
 	f, g, err := h.acquire(true)

@@ -73,14 +73,61 @@ func DropCache(f File, off, n int64) error {
 	return nil
 }
 
+// Preallocator is implemented by files that can reserve disk space ahead
+// of their writes (the OS filesystem on Linux).
+type Preallocator interface {
+	// Preallocate makes the file at least size bytes long, the bytes
+	// beyond what was written reading as zeros, without moving where the
+	// next write lands. Size then reports the allocated length, not the
+	// written one; Truncate ends both at its size.
+	Preallocate(size int64) error
+}
+
+// ErrNoPreallocate is Preallocate's answer for a file that cannot do it.
+var ErrNoPreallocate = errors.New("vfs: the file cannot preallocate")
+
+// Preallocate grows f to size as Preallocator says, or returns
+// ErrNoPreallocate.
+func Preallocate(f File, size int64) error {
+	if p, ok := f.(Preallocator); ok {
+		return p.Preallocate(size)
+	}
+	return ErrNoPreallocate
+}
+
 // Default is the operating system's filesystem.
 var Default FS = osFS{}
 
 type osFS struct{}
 
-type osFile struct{ *os.File }
+// osFile is an OS file. Writes append (O_APPEND) until the first
+// Preallocate; from then on the file's end is past the data, so the file
+// keeps the write position itself (pos) and writes there. Only the file's
+// one writer moves pos.
+type osFile struct {
+	*os.File
+	positional bool
+	pos        int64
+}
 
-func (f osFile) Size() (int64, error) {
+func (f *osFile) Write(p []byte) (int, error) {
+	if !f.positional {
+		return f.File.Write(p)
+	}
+	n, err := f.writeAt(p, f.pos)
+	f.pos += int64(n)
+	return n, err
+}
+
+func (f *osFile) Truncate(size int64) error {
+	err := f.File.Truncate(size)
+	if err == nil && f.positional {
+		f.pos = size
+	}
+	return err
+}
+
+func (f *osFile) Size() (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return 0, err
@@ -95,7 +142,7 @@ func (osFS) Create(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 func (osFS) OpenRW(name string) (File, error) {
@@ -103,7 +150,7 @@ func (osFS) OpenRW(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 func (osFS) Open(name string) (File, error) {
@@ -111,7 +158,7 @@ func (osFS) Open(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 func (osFS) Remove(name string) error             { return os.Remove(name) }
