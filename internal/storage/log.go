@@ -361,13 +361,14 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 
 // Space is reserved ahead of a busy active segment's appends, so that the
 // fsync after an append need not record a new file size: a third less time
-// per fsync on this project's disks (vfs.Preallocator). A segment is
-// busy once it holds reserveFrom bytes; each reservation adds a quarter of
-// what the segment holds, between reserveMin and reserveMax, so an idle
-// partition reserves nothing and a busy one at most reserveMax.
+// per fsync on this project's disks (vfs.Preallocator). A segment
+// reserves once it holds reserveFrom bytes; each reservation adds a quarter
+// of what it holds, between reserveMin and reserveMax, so a partition that
+// holds little reserves nothing and none reserves more than a quarter of
+// its active segment or reserveMax.
 const (
-	reserveFrom = 1 << 20
-	reserveMin  = 256 << 10
+	reserveFrom = 64 << 10
+	reserveMin  = 16 << 10
 	reserveMax  = 4 << 20
 )
 
