@@ -549,7 +549,8 @@ func (r *replica) status() status.Replication {
 	d := status.Replication{Role: "follower", ReplicaID: r.self, Leader: r.leaderID(), Epoch: staticEpoch, ISR: r.groupISR()}
 	if cl := r.b.cl; cl != nil && cl.node != nil {
 		st := cl.node.Status()
-		d.Metadata = &status.MetadataLog{Voter: st.Voter, Role: st.Role, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied, Error: st.Err}
+		m := st.MetadataLog
+		d.Metadata = &m
 	}
 	if r.failover {
 		st := r.node.Status()

@@ -585,14 +585,14 @@ func TestFullDiskSilencesVoter(t *testing.T) {
 		}
 		return hasTopic(c.node(4), "during")
 	})
-	if st := c.node(l).Status(); st.Err != "" || hasTopic(c.node(l), "during") {
-		t.Fatalf("voter %d with a full disk: error %q, has the topic committed without it: %v", l, st.Err, hasTopic(c.node(l), "during"))
+	if st := c.node(l).Status(); st.Error != "" || hasTopic(c.node(l), "during") {
+		t.Fatalf("voter %d with a full disk: error %q, has the topic committed without it: %v", l, st.Error, hasTopic(c.node(l), "during"))
 	}
 
 	full.Store(false)
 	eventually(t, "the voter takes part again once it can save", func() bool {
 		st := c.node(l).Status()
-		return st.Err == "" && st.Leader != NoLeader && hasTopic(c.node(l), "during")
+		return st.Error == "" && st.Leader != NoLeader && hasTopic(c.node(l), "during")
 	})
 	propose(t, c.node(l), createTopic("after", 1))
 	c.converged(c.leader())

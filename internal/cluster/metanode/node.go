@@ -10,25 +10,18 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/cluster/meta"
+	"github.com/moonmq/moonmq/internal/status"
 )
 
 // NoLeader is the leader id reported when none is known.
 const NoLeader int32 = -1
 
-// Status is a node's view of the metadata log.
+// Status is a node's view of the metadata log. Its first part is what a
+// broker's /replication/status and /stats show of it.
 type Status struct {
-	// ID is this broker; Voter says whether it is a metadata voter.
-	ID    int32 `json:"id"`
-	Voter bool  `json:"voter"`
-	// Role is leader, follower or candidate on a voter, observer else.
-	Role string `json:"role"`
-	// Leader is the metadata leader this node knows of (NoLeader if none).
-	Leader int32 `json:"leader"`
-	// Term and Commit are Raft's, on a voter.
-	Term   uint64 `json:"term,omitempty"`
-	Commit uint64 `json:"commit,omitempty"`
-	// Applied is the log index the local copy has applied.
-	Applied uint64 `json:"applied"`
+	// ID is this broker.
+	ID int32 `json:"id"`
+	status.MetadataLog
 	// SnapshotIndex is the index of the local compaction snapshot (on an
 	// observer, of the copy last saved).
 	SnapshotIndex uint64 `json:"snapshotIndex"`
@@ -41,8 +34,6 @@ type Status struct {
 	// of its lease as last renewed (0 before the first registration).
 	Incarnation   meta.UUID `json:"incarnation"`
 	LeaseExpiryMs int64     `json:"leaseExpiryMs,omitempty"`
-	// Err is set when the node failed (a storage write) and stopped.
-	Err string `json:"error,omitempty"`
 }
 
 // Node is one broker's member of the metadata log: a voter running Raft,
@@ -101,7 +92,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	_, n.voter = cfg.Voters[cfg.ID]
 	n.client, n.scheme = newClient(cfg.TLS)
-	n.status = Status{ID: cfg.ID, Voter: n.voter, Role: "follower", Leader: NoLeader, Incarnation: inc}
+	n.status = Status{ID: cfg.ID, MetadataLog: status.MetadataLog{Voter: n.voter, Role: "follower", Leader: NoLeader}, Incarnation: inc}
 	if n.voter {
 		n.raft, err = newRaftLoop(n)
 	} else {

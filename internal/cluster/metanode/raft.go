@@ -213,7 +213,7 @@ func (r *raftLoop) abandon() {
 	r.n.setStatus(func(s *Status) {
 		s.Role, s.Leader = "follower", NoLeader
 		if r.failed != nil {
-			s.Err = r.failed.Error()
+			s.Error = r.failed.Error()
 		}
 	})
 }
