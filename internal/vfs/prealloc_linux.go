@@ -87,12 +87,8 @@ func (f *osFile) writeAt(p []byte, off int64) (int, error) {
 
 // control runs fn with the file's descriptor, which stays open meanwhile.
 func (f *osFile) control(fn func(fd int) error) error {
-	rc, err := f.File.SyscallConn()
-	if err != nil {
-		return err
-	}
 	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+	if err := f.rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
 		return err
 	}
 	return ferr

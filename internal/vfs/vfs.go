@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // File is an open file. Writes always append at the current end of the
@@ -106,8 +107,18 @@ type osFS struct{}
 // one writer moves pos.
 type osFile struct {
 	*os.File
+	rc         syscall.RawConn // the descriptor, for the calls os.File lacks
 	positional bool
 	pos        int64
+}
+
+func newOSFile(f *os.File) (File, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &osFile{File: f, rc: rc}, nil
 }
 
 func (f *osFile) Write(p []byte) (int, error) {
@@ -142,7 +153,7 @@ func (osFS) Create(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{File: f}, nil
+	return newOSFile(f)
 }
 
 func (osFS) OpenRW(name string) (File, error) {
@@ -150,7 +161,7 @@ func (osFS) OpenRW(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{File: f}, nil
+	return newOSFile(f)
 }
 
 func (osFS) Open(name string) (File, error) {
@@ -158,7 +169,7 @@ func (osFS) Open(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{File: f}, nil
+	return newOSFile(f)
 }
 
 func (osFS) Remove(name string) error             { return os.Remove(name) }
