@@ -29,16 +29,6 @@ func (b *Broker) partitionOf(name string, index int32) (*partition.Partition, in
 	return t.partitions[index], 0
 }
 
-func (b *Broker) checkLeaderEpoch(current int32) int16 {
-	switch {
-	case current >= 0 && current < b.epoch.Load():
-		return errFencedLeaderEpoch
-	case current > b.epoch.Load():
-		return errUnknownLeaderEpoch
-	}
-	return 0
-}
-
 func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
 	for _, rt := range r.Topics {
@@ -49,7 +39,8 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 			op.LeaderEpoch = b.epoch.Load()
 			p, code := b.partitionOf(rt.Topic, rp.Partition)
 			if code == 0 {
-				code = b.checkLeaderEpoch(rp.CurrentLeaderEpoch)
+				op.LeaderEpoch = b.exposedEpoch(p)
+				code = b.checkLeaderEpoch(p, rp.CurrentLeaderEpoch)
 			}
 			if code != 0 {
 				op.ErrorCode = code
@@ -403,7 +394,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest)
 			op.LeaderEpoch, op.EndOffset = -1, -1
 			p, code := b.partitionOf(rt.Topic, rp.Partition)
 			if code == 0 && r.Version >= 2 {
-				code = b.checkLeaderEpoch(rp.CurrentLeaderEpoch)
+				code = b.checkLeaderEpoch(p, rp.CurrentLeaderEpoch)
 			}
 			if code != 0 {
 				op.ErrorCode = code
@@ -417,7 +408,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest)
 				// lags right after a failover, made consumers that had
 				// read up to the old leader's high watermark see a false
 				// truncation and read records again.
-				if hw := p.HighWatermark(); op.LeaderEpoch == b.epoch.Load() && op.EndOffset > hw {
+				if hw := p.HighWatermark(); op.LeaderEpoch == b.exposedEpoch(p) && op.EndOffset > hw {
 					op.EndOffset = hw
 				}
 			}

@@ -104,7 +104,7 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 			mp := kmsg.MetadataResponseTopicPartition{
 				Partition:   p.Index,
 				Leader:      b.nodeID,
-				LeaderEpoch: b.epoch.Load(),
+				LeaderEpoch: b.exposedEpoch(p),
 				Replicas:    []int32{b.nodeID},
 				ISR:         []int32{b.nodeID},
 			}

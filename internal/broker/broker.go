@@ -413,7 +413,7 @@ func (b *Broker) openPartition(t *topic, index int32) (*partition.Partition, err
 	}
 	p, err := partition.New(partition.Config{
 		Topic: t.name, TopicID: t.id, Index: index, Log: l,
-		Policy: b.commitPolicy(), Fence: brokerFence{b}, Flusher: b.flush,
+		Policy: b.commitPolicy(), Fence: brokerFence{b, &placement{}}, Flusher: b.flush,
 		// In a failover group what is durable here is not necessarily
 		// committed: an unreplicated tail may still be truncated. The
 		// high watermark comes only from the group (the leader's

@@ -71,6 +71,15 @@ type clusterMode struct {
 	spareMu sync.Mutex
 	spare   [2]int64
 	refill  chan struct{}
+
+	// fences are the move fences of the group's Raft log as this replica
+	// last applied them (setFences); movers are the copiers of the moves
+	// into the group, on its leader (cluster_move.go).
+	fences atomic.Pointer[map[string]uint64]
+	movers movers
+	// placeMu orders the writes of the partitions' placements, so an
+	// older view never overwrites a newer one's epoch bases.
+	placeMu sync.Mutex
 }
 
 // clusterView is one reading of the applied metadata, rebuilt whenever it
@@ -127,6 +136,8 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	}
 	mux.Handle(metanode.HandlerPrefix, node.Handler())
 	c.mountTxnHandlers(mux)
+	mux.HandleFunc(PathMoveRead, c.serveMoveRead)
+	mux.HandleFunc(PathMoveFence, c.serveMoveFence)
 	if err := node.Start(ctx); err != nil {
 		return err
 	}
@@ -222,7 +233,7 @@ func (c *clusterMode) rebuildView() {
 	for _, m := range v.members {
 		slices.Sort(m)
 	}
-	c.view.Store(v)
+	c.publishView(v)
 }
 
 // current is the latest view.
@@ -375,6 +386,7 @@ func (c *clusterMode) propose(ctx context.Context, cmd metanode.Command) (metano
 func (c *clusterMode) runLeader(ctx context.Context) {
 	t := time.NewTicker(clusterLeaderTick)
 	defer t.Stop()
+	defer c.stopMovers()
 	var reconciled *uint64 // the digest the last clean pass matched
 	for {
 		changed := c.node.Changed()
@@ -391,19 +403,22 @@ func (c *clusterMode) runLeader(ctx context.Context) {
 func (c *clusterMode) leaderPass(ctx context.Context, reconciled **uint64) {
 	r := c.b.repl
 	if r == nil || !r.role.serving() {
+		c.cancelMovers()
 		return
 	}
 	if err := c.publishGroupState(ctx, r); err != nil && ctx.Err() == nil {
 		c.warn("cluster mode: publishing the group's state to the metadata log failed; retrying", "err", err)
 	}
 	v := c.current()
-	if *reconciled != nil && **reconciled == v.topicsDigest {
-		return // the topics are as the last clean pass left them
+	if *reconciled == nil || **reconciled != v.topicsDigest {
+		if c.reconcile(v) {
+			d := v.topicsDigest
+			*reconciled = &d
+		}
+		// Partitions it just created take their placements.
+		c.applyPlacements()
 	}
-	if c.reconcile(v) {
-		d := v.topicsDigest
-		*reconciled = &d
-	}
+	c.tendMoves(ctx, v)
 }
 
 // warn logs at most one warning per 30 seconds.
@@ -1114,7 +1129,11 @@ func (b *Broker) leaderHintFor(topic string, index int32, groupLeader int32) lea
 	if h, foreign := b.foreignPartition(topic, index); foreign {
 		return h
 	}
-	return leaderHint{leader: groupLeader, epoch: b.epoch.Load()}
+	h := leaderHint{leader: groupLeader, epoch: b.epoch.Load()}
+	if p, code := b.partitionOf(topic, index); code == 0 {
+		h.epoch = b.exposedEpoch(p)
+	}
+	return h
 }
 
 // hintEndpoint is the client endpoint of a broker a refusal names.

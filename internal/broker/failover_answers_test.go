@@ -220,7 +220,7 @@ func committedPartition(t *testing.T, b *Broker, n int) *partition.Partition {
 			t.Fatal(err)
 		}
 	}
-	p, err := partition.New(partition.Config{Topic: "t", Log: l, Policy: b.commitPolicy(), Fence: brokerFence{b}})
+	p, err := partition.New(partition.Config{Topic: "t", Log: l, Policy: b.commitPolicy(), Fence: brokerFence{b, &placement{}}})
 	if err != nil {
 		t.Fatal(err)
 	}

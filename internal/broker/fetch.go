@@ -70,12 +70,11 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 				op.ErrorCode = errUnknownTopicID
 			case t == nil || rp.Partition < 0 || int(rp.Partition) >= len(t.partitions):
 				op.ErrorCode = errUnknownTopicOrPartition
-			case rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < b.epoch.Load():
-				op.ErrorCode = errFencedLeaderEpoch
-			case rp.CurrentLeaderEpoch > b.epoch.Load():
-				op.ErrorCode = errUnknownLeaderEpoch
 			default:
-				targets = append(targets, fetchTarget{p: t.partitions[rp.Partition], req: rp, out: op})
+				p := t.partitions[rp.Partition]
+				if op.ErrorCode = b.checkLeaderEpoch(p, rp.CurrentLeaderEpoch); op.ErrorCode == 0 {
+					targets = append(targets, fetchTarget{p: p, req: rp, out: op})
+				}
 			}
 		}
 	}

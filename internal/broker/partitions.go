@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/partition"
@@ -47,16 +48,30 @@ func (b *Broker) commitPolicy() partition.Policy {
 
 // brokerFence is what a partition asks under its append lock before it
 // appends.
-type brokerFence struct{ b *Broker }
+type brokerFence struct {
+	b  *Broker
+	pl *placement
+}
+
+// placement is what cluster mode says about one partition on this
+// broker: the epoch base its exposed leader epoch adds to the group's
+// term (0 outside cluster mode and until a move hands the partition over),
+// and whether the group's Raft log fences it because a move takes it to
+// another group. The cluster-mode code writes both, before it answers
+// clients from the metadata that changed them.
+type placement struct {
+	base  atomic.Int32
+	moved atomic.Bool
+}
 
 // Leading refuses a client's or the broker's own append on a failover
-// replica that is not running as leader; otherwise it gives the epoch to
-// stamp.
+// replica that is not running as leader, or on a partition fenced for a
+// move; otherwise it gives the epoch to stamp.
 func (f brokerFence) Leading() (int32, error) {
-	if f.b.fenced() {
+	if f.b.fenced() || f.pl.moved.Load() {
 		return 0, errNotServing
 	}
-	return f.b.epoch.Load(), nil
+	return f.b.epoch.Load() + f.pl.base.Load(), nil
 }
 
 // Following refuses a shipped append or truncation on a failover replica
@@ -66,4 +81,41 @@ func (f brokerFence) Following() error {
 		return nil
 	}
 	return f.b.repl.mayFollow()
+}
+
+// Copying refuses a move's copy on a replica that is not its group's
+// running leader. The move fence does not: a group may take back a
+// partition it once handed over, and copies it before the fence lifts.
+func (f brokerFence) Copying() error {
+	if f.b.fenced() {
+		return errNotServing
+	}
+	return nil
+}
+
+// placementOf is p's placement.
+func placementOf(p *partition.Partition) *placement {
+	if f, ok := p.Fence().(brokerFence); ok {
+		return f.pl
+	}
+	return &placement{}
+}
+
+// exposedEpoch is the leader epoch clients see for p: the group's epoch
+// plus the partition's base.
+func (b *Broker) exposedEpoch(p *partition.Partition) int32 {
+	return b.epoch.Load() + placementOf(p).base.Load()
+}
+
+// checkLeaderEpoch is KIP-320's check of a client's current leader epoch
+// of p (-1: none given).
+func (b *Broker) checkLeaderEpoch(p *partition.Partition, current int32) int16 {
+	e := b.exposedEpoch(p)
+	switch {
+	case current >= 0 && current < e:
+		return errFencedLeaderEpoch
+	case current > e:
+		return errUnknownLeaderEpoch
+	}
+	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -911,6 +912,26 @@ func (s sink) Partition(tp replication.TopicPartition) (shipping.ReplicaLog, boo
 		return nil, false
 	}
 	return replicaLog{Log: p.Log(), p: p}, true
+}
+
+// EpochCeiling: outside cluster mode a batch carries at most the group's
+// epoch. In cluster mode a partition the group owns carries at most the
+// group's epoch plus its base. One it does not own is being copied in,
+// with the source group's epochs, or is a copy handed over, still shipped
+// to a lagging follower: neither is bounded by this group's epochs.
+func (s sink) EpochCeiling(tp replication.TopicPartition, epoch int32) int32 {
+	c := s.r.b.cl
+	if c == nil {
+		return epoch
+	}
+	mp, ok := c.current().partition(tp.Topic, tp.Partition)
+	if !ok {
+		return epoch
+	}
+	if mp.Owner != c.group {
+		return math.MaxInt32
+	}
+	return epoch + mp.EpochBase
 }
 
 func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logStart int64) {

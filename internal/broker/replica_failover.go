@@ -225,6 +225,11 @@ func (r *replica) drive(ctx context.Context) {
 }
 
 func (r *replica) apply(ctx context.Context, st raftgroup.Status, log *slog.Logger) {
+	if r.b.cl != nil {
+		// Before a promotion: a new leader refuses appends to the
+		// partitions its group fenced from its first moment.
+		r.b.cl.setFences(st.State.Fences)
+	}
 	if !st.Unclean {
 		// Cleared by the node (its wait ran out) or never set.
 		r.unclean.Store(false)

@@ -46,6 +46,7 @@ const (
 	byClient  writer = iota // a produce: offsets and epoch assigned here
 	byBroker                // the broker's own write: as a produce
 	byReplica               // shipped from the leader: its offsets and epochs
+	byCopy                  // copied from another group's leader: its offsets and epochs
 )
 
 // write is the single append path. Under the append lock it refuses a
@@ -70,9 +71,12 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 		}
 	}
 	var epoch int32
-	if w == byReplica {
+	switch w {
+	case byReplica:
 		err = p.fence.Following()
-	} else {
+	case byCopy:
+		err = p.fence.Copying()
+	default:
 		epoch, err = p.fence.Leading()
 	}
 	if err != nil {
@@ -82,14 +86,14 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 	defer func() {
 		// Whatever reached the log is synced, also when a later batch
 		// of the same request failed.
-		if appended && w != byReplica {
+		if appended && w != byReplica { // a copy is synced as the leader's own
 			p.flush.markDirty(p, flush == FlushNow)
 		}
 	}()
 	now := p.clock.Now().UnixMilli()
 	for i, batch := range batches {
 		base := headers[i].BaseOffset
-		if w == byReplica {
+		if w == byReplica || w == byCopy {
 			err = p.log.AppendReplica(batch)
 		} else {
 			base, err = p.log.Append(batch, epoch)
@@ -187,6 +191,40 @@ func (p *Partition) AppendReplica(batch []byte) error {
 	return err
 }
 
+// AppendCopy appends a batch copied from another replication group's
+// leader at that leader's offset and epoch, on the leader of the group a
+// move takes the partition to. It is synced as the leader's own appends
+// are, and reaches this group's followers as any append does. It returns
+// the fence's error when this replica may not copy.
+func (p *Partition) AppendCopy(batch []byte) error {
+	h, err := recordbatch.ParseHeader(batch)
+	if err != nil {
+		return err
+	}
+	_, stateErr, err := p.write(byCopy, [][]byte{batch}, []recordbatch.Header{h}, FlushNow, nil)
+	if stateErr != nil {
+		p.logger.Error("producer state update failed", "err", stateErr)
+	}
+	return err
+}
+
+// ResetCopy empties the log and restarts it at offset on a group's
+// leader: a move's target starting its copy where the source's log
+// starts, or a source dropping the copy it handed over. The followers
+// take the reset through their own truncation rules.
+func (p *Partition) ResetCopy(offset int64) error {
+	return p.cutWith(p.fence.Copying, func() error { return p.log.TruncateFullyAndStartAt(offset) })
+}
+
+// Settled returns the log end once every append that passed the fence
+// before the call has landed: after the fence starts refusing appends, it
+// is the final end.
+func (p *Partition) Settled() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.EndOffset()
+}
+
 // Truncate cuts the log at offset and rebuilds the producer and
 // transaction state from what is left (a follower whose leader's log
 // diverged). It returns the fence's error when this replica may not follow.
@@ -202,9 +240,13 @@ func (p *Partition) TruncateFullyAndStartAt(offset int64) error {
 // cut runs a truncation under the append lock; the high watermark never
 // stays above the new log end.
 func (p *Partition) cut(truncate func() error) error {
+	return p.cutWith(p.fence.Following, truncate)
+}
+
+func (p *Partition) cutWith(may func() error, truncate func() error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.fence.Following(); err != nil {
+	if err := may(); err != nil {
 		return err
 	}
 	if err := truncate(); err != nil {

@@ -46,6 +46,10 @@ type Fence interface {
 	// Following returns why this replica may not write what its leader
 	// shipped (nil: it may).
 	Following() error
+	// Copying returns why this replica may not write a copy of the
+	// partition taken from another replication group, as the leader of
+	// the group a move takes the partition to (nil: it may).
+	Copying() error
 }
 
 // Config describes a partition to New.
@@ -161,10 +165,14 @@ type alwaysLeading struct{}
 
 func (alwaysLeading) Leading() (int32, error) { return 0, nil }
 func (alwaysLeading) Following() error        { return nil }
+func (alwaysLeading) Copying() error          { return nil }
 
 // Log is the partition's log, for reads, retention, compaction and
 // inspection. Appends and truncations go through the Partition.
 func (p *Partition) Log() *storage.Log { return p.log }
+
+// Fence is the fence the partition asks before every append.
+func (p *Partition) Fence() Fence { return p.fence }
 
 // Deleted reports whether the partition's topic was deleted.
 func (p *Partition) Deleted() bool { return p.deleted.Load() }

@@ -22,11 +22,13 @@ type testFence struct {
 	epoch     atomic.Int32
 	notLead   atomic.Bool
 	notFollow atomic.Bool
+	notCopy   atomic.Bool
 }
 
 var (
 	errTestNotLeading   = errors.New("test: not leading")
 	errTestNotFollowing = errors.New("test: not following")
+	errTestNotCopying   = errors.New("test: not copying")
 )
 
 func (f *testFence) Leading() (int32, error) {
@@ -39,6 +41,13 @@ func (f *testFence) Leading() (int32, error) {
 func (f *testFence) Following() error {
 	if f.notFollow.Load() {
 		return errTestNotFollowing
+	}
+	return nil
+}
+
+func (f *testFence) Copying() error {
+	if f.notCopy.Load() {
+		return errTestNotCopying
 	}
 	return nil
 }

@@ -233,16 +233,17 @@ func (s *State) StartMove(name string, partition int32, target string) (Partitio
 	if err != nil {
 		return PartitionChangeRecord{}, err
 	}
-	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveCopying, Source: p.Owner, Target: target}
+	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveCopying, Source: p.Owner, Target: target, MoveSeq: p.MoveSeq + 1}
 	return r, s.Check(r)
 }
 
 // CutOver returns the record handing a partition that is being copied to
-// its target, once the owner's leader has fenced it at fenceEpoch (the
-// highest epoch it exposed) and fenceOffset (its log end). The new epoch
-// base puts the partition's epoch one above the higher of fenceEpoch and
-// the epoch this state exposes for it, at the target's current term.
-func (s *State) CutOver(name string, partition int32, fenceEpoch int32, fenceOffset int64) (PartitionChangeRecord, error) {
+// its target, once the owner's leader has fenced it for move moveSeq at
+// fenceEpoch (the highest epoch it exposed) and fenceOffset (its log
+// end). The new epoch base puts the partition's epoch one above the higher
+// of fenceEpoch and the epoch this state exposes for it, at the target's
+// current term.
+func (s *State) CutOver(name string, partition int32, moveSeq int64, fenceEpoch int32, fenceOffset int64) (PartitionChangeRecord, error) {
 	id, p, err := s.partitionFor(name, partition)
 	if err != nil {
 		return PartitionChangeRecord{}, err
@@ -255,7 +256,7 @@ func (s *State) CutOver(name string, partition int32, fenceEpoch int32, fenceOff
 	if !ok {
 		return PartitionChangeRecord{}, refuse(kerr.InvalidRequest, "%s/%d: no epoch above %d", name, partition, highest)
 	}
-	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Target, EpochBase: base, Move: MoveCutOver, Source: p.Source, Target: p.Target, FenceEpoch: fenceEpoch, FenceOffset: fenceOffset}
+	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Target, EpochBase: base, Move: MoveCutOver, Source: p.Source, Target: p.Target, FenceEpoch: fenceEpoch, FenceOffset: fenceOffset, MoveSeq: moveSeq}
 	return r, s.Check(r)
 }
 
@@ -269,7 +270,7 @@ func (s *State) FinishMove(name string, partition int32) (PartitionChangeRecord,
 	if p.Move == MoveCopying {
 		return PartitionChangeRecord{}, refuse(kerr.InvalidRequest, "%s/%d: the move to %s is not cut over yet", name, partition, p.Target)
 	}
-	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveNone}
+	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveNone, MoveSeq: p.MoveSeq}
 	return r, s.Check(r)
 }
 
@@ -283,6 +284,6 @@ func (s *State) CancelMove(name string, partition int32) (PartitionChangeRecord,
 	if p.Move == MoveCutOver {
 		return PartitionChangeRecord{}, refuse(kerr.ReassignmentInProgress, "%s/%d: already cut over to %s; the move can only finish", name, partition, p.Owner)
 	}
-	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveNone}
+	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveNone, MoveSeq: p.MoveSeq}
 	return r, s.Check(r)
 }

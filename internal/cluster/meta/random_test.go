@@ -254,12 +254,16 @@ func (l *randomLog) command() ([]Record, error) {
 	case 9, 12, 13:
 		p := l.part(n)
 		fence := int32(0)
+		seq := int64(0)
 		if id, ok := l.st.names[name]; ok {
 			if pp, ok := l.st.Partition(id, p); ok {
 				fence = max(0, pp.LeaderEpoch+l.rng.Int32N(4)-1)
+				// Now and then a stale move's cut-over, which must be
+				// refused.
+				seq = pp.MoveSeq - int64(l.rng.IntN(4)/3)
 			}
 		}
-		return one(l.st.CutOver(name, p, fence, l.rng.Int64N(1000)))
+		return one(l.st.CutOver(name, p, seq, fence, l.rng.Int64N(1000)))
 	case 10:
 		if l.rng.IntN(2) == 0 {
 			return one(l.st.FinishMove(name, l.part(n)))

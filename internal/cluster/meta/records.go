@@ -155,6 +155,9 @@ type PartitionChangeRecord struct {
 	// term has not reached the metadata log yet.
 	FenceEpoch  int32 `json:"fenceEpoch,omitempty"`
 	FenceOffset int64 `json:"fenceOffset,omitempty"`
+	// MoveSeq is the move's number (PartitionState.MoveSeq): the next on
+	// a start, the current one on every other step.
+	MoveSeq int64 `json:"moveSeq,omitempty"`
 }
 
 // ResourceType is the kind of thing a config belongs to.

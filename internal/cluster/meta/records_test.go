@@ -72,6 +72,8 @@ func TestRecordJSON(t *testing.T) {
 		{TopicRecord{Name: "a", TopicID: testID(1)}, `{"type":"TopicRecord","record":{"name":"a","topicId":"AAAAAAAAAAAAAAAAAAAAAQ"}}`},
 		{PartitionChangeRecord{TopicID: testID(1), Partition: 0, Owner: "g1", Move: MoveCopying, Source: "g1", Target: "g2"},
 			`{"type":"PartitionChangeRecord","record":{"topicId":"AAAAAAAAAAAAAAAAAAAAAQ","partition":0,"ownerGroup":"g1","epochBase":0,"moveState":"copying","sourceGroup":"g1","targetGroup":"g2"}}`},
+		{PartitionChangeRecord{TopicID: testID(1), Partition: 0, Owner: "g1", Move: MoveNone, MoveSeq: 2},
+			`{"type":"PartitionChangeRecord","record":{"topicId":"AAAAAAAAAAAAAAAAAAAAAQ","partition":0,"ownerGroup":"g1","epochBase":0,"moveState":"none","moveSeq":2}}`},
 		{ConfigRecord{ResourceType: ResourceBroker, ResourceName: "", Name: "k"}, `{"type":"ConfigRecord","record":{"resourceType":"broker","resourceName":"","name":"k"}}`},
 		{GroupStateRecord{GroupID: "g1", Leader: 1, Term: 2, ISR: []int32{1}}, `{"type":"GroupStateRecord","record":{"groupId":"g1","leader":1,"term":2,"isr":[1]}}`},
 		{SecurityRecord{Store: SecurityUsers, Key: []byte("u"), Value: []byte{1}}, `{"type":"SecurityRecord","record":{"store":"users","key":"dQ==","value":"AQ=="}}`},

@@ -99,7 +99,11 @@ func (s *script) do(c *datadriven.Cmd) string {
 		r, err := s.st.StartMove(c.Str("topic", ""), p, c.Str("to", ""))
 		return s.propose(err, r)
 	case "cut-over":
-		r, err := s.st.CutOver(c.Str("topic", ""), p, int32(c.Int(t, "fence-epoch", 0)), c.Int(t, "offset", 0))
+		seq := int64(-1)
+		if tp, ok := s.st.Topic(c.Str("topic", "")); ok && int(p) < len(tp.Partitions) {
+			seq = tp.Partitions[p].MoveSeq
+		}
+		r, err := s.st.CutOver(c.Str("topic", ""), p, c.Int(t, "seq", seq), int32(c.Int(t, "fence-epoch", 0)), c.Int(t, "offset", 0))
 		return s.propose(err, r)
 	case "finish":
 		r, err := s.st.FinishMove(c.Str("topic", ""), p)
@@ -115,11 +119,23 @@ func (s *script) do(c *datadriven.Cmd) string {
 	case "partition":
 		return s.apply(PartitionRecord{TopicID: s.topicID(c), Partition: p, Owner: c.Str("owner", "g1"), EpochBase: int32(c.Int(t, "base", 0))})
 	case "change":
+		// seq defaults to the move a step of the current state would
+		// carry: the next for a start, the current one otherwise.
+		move := MoveState(c.Str("move", "none"))
+		id := s.topicID(c)
+		seq := int64(0)
+		if cur, ok := s.st.Partition(id, p); ok {
+			seq = cur.MoveSeq
+		}
+		if move == MoveCopying {
+			seq++
+		}
 		return s.apply(PartitionChangeRecord{
-			TopicID: s.topicID(c), Partition: p,
-			Owner: c.Str("owner", ""), EpochBase: int32(c.Int(t, "base", 0)), Move: MoveState(c.Str("move", "none")),
+			TopicID: id, Partition: p,
+			Owner: c.Str("owner", ""), EpochBase: int32(c.Int(t, "base", 0)), Move: move,
 			Source: c.Str("source", ""), Target: c.Str("target", ""),
 			FenceEpoch: int32(c.Int(t, "fence-epoch", 0)), FenceOffset: c.Int(t, "offset", 0),
+			MoveSeq: c.Int(t, "seq", seq),
 		})
 	case "producer-ids-record":
 		return s.apply(ProducerIdsRecord{BrokerID: 1, NextProducerID: c.Int(t, "next", 0)})

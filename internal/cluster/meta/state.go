@@ -47,6 +47,11 @@ type PartitionState struct {
 	// FenceOffset is the old owner's log end at the fence, while Move is
 	// cut-over: the new owner has every record below it.
 	FenceOffset int64 `json:"fenceOffset,omitempty"`
+	// MoveSeq numbers the partition's moves: a move's start takes the
+	// next number and every later step of it must carry that number, so
+	// a step of a move that was cancelled (and perhaps started again)
+	// cannot land on the one in progress. It stays after the move ends.
+	MoveSeq int64 `json:"moveSeq,omitempty"`
 }
 
 // Partition is one partition as the queries return it.
@@ -329,6 +334,12 @@ func (s *State) nextPartitionState(cur PartitionState, r PartitionChangeRecord) 
 	}
 	fenced := r.FenceEpoch != 0 || r.FenceOffset != 0
 	switch {
+	case r.Move == MoveCopying && r.MoveSeq != cur.MoveSeq+1:
+		return zero, refuse(kerr.InvalidRequest, "a move starts as move %d, not %d", cur.MoveSeq+1, r.MoveSeq)
+	case r.Move != MoveCopying && r.MoveSeq != cur.MoveSeq:
+		return zero, refuse(kerr.NoReassignmentInProgress, "move %d is not the partition's latest, %d", r.MoveSeq, cur.MoveSeq)
+	}
+	switch {
 	case r.Move == MoveCopying && cur.Move != MoveNone:
 		return zero, refuse(kerr.ReassignmentInProgress, "a move to %s is %s", cur.Target, cur.Move)
 	case r.Move != MoveCopying && cur.Move == MoveNone:
@@ -348,7 +359,7 @@ func (s *State) nextPartitionState(cur PartitionState, r PartitionChangeRecord) 
 		if _, ok := s.groups[r.Target]; !ok {
 			return zero, refuse(kerr.InvalidReplicaAssignment, "unknown group %q", r.Target)
 		}
-		return PartitionState{Owner: cur.Owner, EpochBase: cur.EpochBase, Move: MoveCopying, Source: r.Source, Target: r.Target}, nil
+		return PartitionState{Owner: cur.Owner, EpochBase: cur.EpochBase, Move: MoveCopying, Source: r.Source, Target: r.Target, MoveSeq: r.MoveSeq}, nil
 
 	case r.Move == MoveNone: // cancel from copying, finish from cut-over
 		switch {
@@ -357,7 +368,7 @@ func (s *State) nextPartitionState(cur PartitionState, r PartitionChangeRecord) 
 		case r.Source != "" || r.Target != "" || fenced:
 			return zero, refuse(kerr.InvalidRequest, "move fields set on a partition without a move")
 		}
-		return PartitionState{Owner: cur.Owner, EpochBase: cur.EpochBase, Move: MoveNone}, nil
+		return PartitionState{Owner: cur.Owner, EpochBase: cur.EpochBase, Move: MoveNone, MoveSeq: cur.MoveSeq}, nil
 	}
 
 	// The cut-over, from copying.
@@ -379,7 +390,7 @@ func (s *State) nextPartitionState(cur PartitionState, r PartitionChangeRecord) 
 	if e <= highest {
 		return zero, refuse(kerr.FencedLeaderEpoch, "epoch base %d at %s's term %d exposes epoch %d, not above %d", r.EpochBase, cur.Target, term, e, highest)
 	}
-	return PartitionState{Owner: cur.Target, EpochBase: r.EpochBase, Move: MoveCutOver, Source: cur.Source, Target: cur.Target, FenceOffset: r.FenceOffset}, nil
+	return PartitionState{Owner: cur.Target, EpochBase: r.EpochBase, Move: MoveCutOver, Source: cur.Source, Target: cur.Target, FenceOffset: r.FenceOffset, MoveSeq: cur.MoveSeq}, nil
 }
 
 func (s *State) setSecurity(r SecurityRecord, commit bool) error {

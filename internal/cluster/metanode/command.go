@@ -21,6 +21,31 @@ type Command struct {
 	RegisterBroker      *RegisterBroker        `json:"registerBroker,omitempty"`
 	PublishGroupState   *meta.GroupStateRecord `json:"publishGroupState,omitempty"`
 	SetSecurity         *SetSecurity           `json:"setSecurity,omitempty"`
+	MovePartition       *MovePartition         `json:"movePartition,omitempty"`
+}
+
+// MoveStep is a step of a partition's move between groups.
+type MoveStep string
+
+// The move steps, meta's StartMove, CutOver, FinishMove and CancelMove.
+const (
+	MoveStart   MoveStep = "start"
+	MoveCutOver MoveStep = "cut-over"
+	MoveFinish  MoveStep = "finish"
+	MoveCancel  MoveStep = "cancel"
+)
+
+// MovePartition takes one step of a partition's move. Target is the
+// start's; MoveSeq (the move the fence was taken for), FenceEpoch and
+// FenceOffset are the cut-over's.
+type MovePartition struct {
+	Topic       string   `json:"topic"`
+	Partition   int32    `json:"partition"`
+	Step        MoveStep `json:"step"`
+	Target      string   `json:"target,omitempty"`
+	MoveSeq     int64    `json:"moveSeq,omitempty"`
+	FenceEpoch  int32    `json:"fenceEpoch,omitempty"`
+	FenceOffset int64    `json:"fenceOffset,omitempty"`
 }
 
 // SetSecurity sets and deletes keys of the security stores (ACLs, SCRAM
@@ -84,7 +109,8 @@ type Result struct {
 func (c Command) validate() error {
 	n := 0
 	for _, set := range []bool{c.CreateTopic != nil, c.CreatePartitions != nil, c.DeleteTopic != nil, c.SetConfig != nil,
-		c.AllocateProducerIDs != nil, c.RegisterBroker != nil, c.PublishGroupState != nil, c.SetSecurity != nil} {
+		c.AllocateProducerIDs != nil, c.RegisterBroker != nil, c.PublishGroupState != nil, c.SetSecurity != nil,
+		c.MovePartition != nil} {
 		if set {
 			n++
 		}
@@ -132,6 +158,19 @@ func (c Command) records(s *meta.State, nowMs int64) ([]meta.Record, error) {
 	case c.PublishGroupState != nil:
 		r := *c.PublishGroupState
 		return one(r, s.Check(r))
+	case c.MovePartition != nil:
+		m := c.MovePartition
+		switch m.Step {
+		case MoveStart:
+			return one(s.StartMove(m.Topic, m.Partition, m.Target))
+		case MoveCutOver:
+			return one(s.CutOver(m.Topic, m.Partition, m.MoveSeq, m.FenceEpoch, m.FenceOffset))
+		case MoveFinish:
+			return one(s.FinishMove(m.Topic, m.Partition))
+		case MoveCancel:
+			return one(s.CancelMove(m.Topic, m.Partition))
+		}
+		return nil, &meta.Error{Code: kerr.InvalidRequest, Msg: fmt.Sprintf("unknown move step %q", m.Step)}
 	case c.SetSecurity != nil:
 		recs := c.SetSecurity.Records
 		if len(recs) == 0 {

@@ -243,6 +243,25 @@ func (c *core) proposeISR(ch replication.ISRChange) error {
 	return nil
 }
 
+// proposeFence proposes a fence change; only the serving leader may, and
+// only in its own epoch.
+func (c *core) proposeFence(ch FenceChange) error {
+	if c.failed != nil {
+		return c.failed
+	}
+	if !c.serving() {
+		return ErrNotServing
+	}
+	if ch.Epoch != c.state.Epoch {
+		return fmt.Errorf("%w: change epoch %d, current epoch %d", ErrStaleEpoch, ch.Epoch, c.state.Epoch)
+	}
+	if err := c.rn.Propose(encodeFence(ch)); err != nil {
+		return fmt.Errorf("%w: %v", ErrDropped, err)
+	}
+	c.process()
+	return nil
+}
+
 // clearUnclean ends the unclean-restart restriction.
 func (c *core) clearUnclean() {
 	c.endUnclean()

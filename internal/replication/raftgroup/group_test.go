@@ -680,3 +680,50 @@ func TestFullDiskSilencesReplica(t *testing.T) {
 		t.Fatalf("after space returned: unsaved %v, failed %v, state %+v, leader's %+v", c.unsaved, c.failed, c.state, s.cores[l2].state)
 	}
 }
+
+// TestMoveFences: a fence proposed in the current epoch is set on every
+// replica and survives a leader change (the next leader refuses appends
+// to the partition from its first moment); a fence of an older epoch is
+// ignored; a lift removes it.
+func TestMoveFences(t *testing.T) {
+	st := initialState()
+	claim := func(term uint64, id int32) *pb.Entry {
+		return &pb.Entry{Term: new(term), Index: new(uint64(0)), Data: encodeClaim(LeadershipClaim{Epoch: int32(term), LeaderID: id})}
+	}
+	fence := func(term uint64, c FenceChange) *pb.Entry {
+		return &pb.Entry{Term: new(term), Index: new(uint64(0)), Data: encodeFence(c)}
+	}
+	st = st.apply(claim(2, 1))
+	st = st.apply(fence(2, FenceChange{Epoch: 2, Key: "t/0", Mark: 7}))
+	if st.Fences["t/0"] != 7 {
+		t.Fatalf("fence not applied: %+v", st)
+	}
+	before := st.clone()
+	st = st.apply(claim(3, 2))
+	st = st.apply(fence(3, FenceChange{Epoch: 2, Key: "t/1", Mark: 8}))
+	if _, ok := st.Fences["t/1"]; ok || st.Fences["t/0"] != 7 {
+		t.Fatalf("old-epoch fence applied, or the fence lost at a leader change: %+v", st)
+	}
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Lift: true}))
+	if len(st.Fences) != 0 || before.Fences["t/0"] != 7 {
+		t.Fatalf("lift: %+v; the state before it changed too: %+v", st, before)
+	}
+
+	// In a live group: the fence reaches every replica, and only the
+	// serving leader may propose one.
+	s := newSim(t, 3, 11, nil)
+	l := s.waitServing(100)
+	e := s.cores[l].state.Epoch
+	if f := s.ids[(slices.Index(s.ids, l)+1)%3]; !errors.Is(s.cores[f].proposeFence(FenceChange{Epoch: e, Key: "t/0"}), ErrNotServing) {
+		t.Fatal("follower fence accepted")
+	}
+	if err := s.cores[l].proposeFence(FenceChange{Epoch: e, Key: "t/0", Mark: 3}); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(20)
+	for _, id := range s.ids {
+		if s.cores[id].state.Fences["t/0"] != 3 {
+			t.Fatalf("replica %d: fences %v", id, s.cores[id].state.Fences)
+		}
+	}
+}

@@ -236,7 +236,8 @@ type Node struct {
 }
 
 type proposal struct {
-	change replication.ISRChange
+	change *replication.ISRChange
+	fence  *FenceChange
 	reply  chan error
 }
 
@@ -324,7 +325,11 @@ func (n *Node) run(ctx context.Context) {
 		case m := <-n.inbox:
 			n.core.step(m)
 		case p := <-n.props:
-			p.reply <- n.core.proposeISR(p.change)
+			if p.fence != nil {
+				p.reply <- n.core.proposeFence(*p.fence)
+			} else {
+				p.reply <- n.core.proposeISR(*p.change)
+			}
 		case <-n.clean:
 			if n.core.unclean {
 				n.cfg.Logger.Info("replication raft: caught up with the leader after an unclean restart; may stand for election again")
@@ -411,7 +416,17 @@ func (n *Node) IsServingLeader() bool {
 // accepted the proposal, not that it committed: the applied result shows
 // in State and Changes.
 func (n *Node) ProposeISR(ctx context.Context, change replication.ISRChange) error {
-	p := proposal{change: change, reply: make(chan error, 1)}
+	return n.propose(ctx, proposal{change: &change, reply: make(chan error, 1)})
+}
+
+// ProposeFence proposes setting or lifting a partition's fence, on the
+// same terms as ProposeISR: only the serving leader, in its epoch, and a
+// nil error means accepted, not committed.
+func (n *Node) ProposeFence(ctx context.Context, change FenceChange) error {
+	return n.propose(ctx, proposal{fence: &change, reply: make(chan error, 1)})
+}
+
+func (n *Node) propose(ctx context.Context, p proposal) error {
 	n.runMu.Lock()
 	done := n.done
 	n.runMu.Unlock()

@@ -3,6 +3,7 @@ package raftgroup
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/moonmq/moonmq/internal/replication"
@@ -25,6 +26,12 @@ type GroupState struct {
 	ISR []int32 `json:"isr"`
 	// HasISR is false until an ISR change has been accepted.
 	HasISR bool `json:"has_isr"`
+	// Fences are the partitions this group stopped appending to for a
+	// move to another group (cluster mode), by the caller's partition key,
+	// each with the caller's mark (the metadata log index its leader had
+	// applied when it fenced). A fenced partition takes no appends on any
+	// replica that applied the fence, and so on no later leader either.
+	Fences map[string]uint64 `json:"fences,omitempty"`
 }
 
 // initialState is the state before any entry is applied.
@@ -32,12 +39,14 @@ func initialState() GroupState { return GroupState{Leader: NoLeader} }
 
 // Equal reports whether s and o are the same state.
 func (s GroupState) Equal(o GroupState) bool {
-	return s.Epoch == o.Epoch && s.Leader == o.Leader && s.HasISR == o.HasISR && slices.Equal(s.ISR, o.ISR)
+	return s.Epoch == o.Epoch && s.Leader == o.Leader && s.HasISR == o.HasISR && slices.Equal(s.ISR, o.ISR) &&
+		maps.Equal(s.Fences, o.Fences)
 }
 
 // clone returns a copy that shares no memory with s.
 func (s GroupState) clone() GroupState {
 	s.ISR = slices.Clone(s.ISR)
+	s.Fences = maps.Clone(s.Fences)
 	return s
 }
 
@@ -53,13 +62,24 @@ type LeadershipClaim struct {
 // entryVersion is the version of the entry encoding written by this code.
 const entryVersion = 1
 
-// entry is the JSON form of a log entry's data. Exactly one of Claim and
-// ISR is set. Entries of an unknown version are ignored on apply, on every
+// entry is the JSON form of a log entry's data. Exactly one of Claim,
+// ISR and Fence is set. Entries of an unknown version are ignored on apply, on every
 // replica alike, so the applied states stay equal.
 type entry struct {
 	V     int              `json:"v"`
 	Claim *LeadershipClaim `json:"claim,omitempty"`
 	ISR   *isrEntry        `json:"isr,omitempty"`
+	Fence *FenceChange     `json:"fence,omitempty"`
+}
+
+// FenceChange sets or lifts the fence of one partition. Only the serving
+// leader proposes one, stamped with its epoch; a change from an older
+// epoch is ignored on apply.
+type FenceChange struct {
+	Epoch int32  `json:"epoch"`
+	Key   string `json:"key"`
+	Mark  uint64 `json:"mark"`
+	Lift  bool   `json:"lift,omitempty"`
 }
 
 type isrEntry struct {
@@ -78,6 +98,11 @@ func encodeISR(c replication.ISRChange) []byte {
 	isr := slices.Clone(c.ISR)
 	slices.Sort(isr)
 	b, _ := json.Marshal(entry{V: entryVersion, ISR: &isrEntry{Epoch: c.Epoch, ISR: isr, Replica: c.Replica, Expand: c.Expand}})
+	return b
+}
+
+func encodeFence(c FenceChange) []byte {
+	b, _ := json.Marshal(entry{V: entryVersion, Fence: &c})
 	return b
 }
 
@@ -119,6 +144,23 @@ func (s GroupState) apply(e *pb.Entry) GroupState {
 		s.ISR = slices.Clone(c.ISR)
 		slices.Sort(s.ISR)
 		s.HasISR = true
+	case d.Fence != nil:
+		c := *d.Fence
+		if c.Epoch != s.Epoch || c.Key == "" {
+			return s
+		}
+		s.Fences = maps.Clone(s.Fences)
+		if c.Lift {
+			delete(s.Fences, c.Key)
+			if len(s.Fences) == 0 {
+				s.Fences = nil
+			}
+		} else {
+			if s.Fences == nil {
+				s.Fences = map[string]uint64{}
+			}
+			s.Fences[c.Key] = c.Mark
+		}
 	}
 	return s
 }

@@ -77,6 +77,11 @@ type Sink interface {
 	// of tp, as of the last fetch (for the follower's own high watermark
 	// and retention). It must be cheap.
 	LeaderPosition(tp replication.TopicPartition, highWatermark, logStart int64)
+	// EpochCeiling is the highest leader epoch a batch of tp shipped
+	// under the group's epoch may carry: epoch itself, unless partitions
+	// carry epochs of their own above the group's (a cluster's partition
+	// moved in from another group keeps its epochs rising).
+	EpochCeiling(tp replication.TopicPartition, epoch int32) int32
 }
 
 // FollowerConfig configures a Follower.
@@ -955,6 +960,7 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 	recs := p.records
 	next := offset
 	latest := l.LatestEpoch()
+	ceiling := f.sink.EpochCeiling(tp, epoch)
 	gapsAllowed := false
 	var err error
 	for len(recs) > 0 {
@@ -984,8 +990,8 @@ func (f *Follower) appendAll(tp replication.TopicPartition, l ReplicaLog, offset
 			err = fmt.Errorf("batch at offset %d, expected %d", h.BaseOffset, next)
 		case h.LastOffsetDelta < 0 || h.LastOffset() >= p.logEnd:
 			err = fmt.Errorf("batch [%d, %d] beyond the leader's log end %d", h.BaseOffset, h.LastOffset(), p.logEnd)
-		case h.PartitionLeaderEpoch > epoch || h.PartitionLeaderEpoch < latest:
-			err = fmt.Errorf("batch epoch %d outside [%d, %d]", h.PartitionLeaderEpoch, latest, epoch)
+		case h.PartitionLeaderEpoch > ceiling || h.PartitionLeaderEpoch < latest:
+			err = fmt.Errorf("batch epoch %d outside [%d, %d]", h.PartitionLeaderEpoch, latest, ceiling)
 		case h.BaseOffset > next:
 			err = gapOutOfLine(h, recs[h.Size():])
 		}

@@ -317,6 +317,8 @@ func (s *testSink) log(topic string, p int32) *storage.Log {
 	return st.logs[p]
 }
 
+func (s *testSink) EpochCeiling(_ replication.TopicPartition, epoch int32) int32 { return epoch }
+
 func (s *testSink) LeaderPosition(tp replication.TopicPartition, hw, _ int64) {
 	s.mu.Lock()
 	s.hw[tp] = hw

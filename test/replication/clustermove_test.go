@@ -1,0 +1,218 @@
+package replication_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// movePartition asks the broker at seed to move topic's partition to the
+// brokers of one group (AlterPartitionReassignments) and fails the test
+// on a refusal.
+func movePartition(t *testing.T, seed, topic string, partition int32, replicas []int32) {
+	t.Helper()
+	cl := client(t, seed)
+	req := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+	req.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{{Topic: topic,
+		Partitions: []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: partition, Replicas: replicas}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("move %s/%d to %v: %v", topic, partition, replicas, err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		t.Fatalf("move %s/%d to %v: %v", topic, partition, replicas, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("move %s/%d to %v: %v %v", topic, partition, replicas, err, rp.ErrorMessage)
+			}
+		}
+	}
+}
+
+// partitionLeader is a partition's leader and leader epoch in Metadata
+// from the broker at seed.
+func partitionLeader(t *testing.T, seed, topic string, partition int32) (int32, int32) {
+	t.Helper()
+	cl := client(t, seed)
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || len(resp.Topics) != 1 {
+		return -1, -1
+	}
+	for _, p := range resp.Topics[0].Partitions {
+		if p.Partition == partition {
+			return p.Leader, p.LeaderEpoch
+		}
+	}
+	return -1, -1
+}
+
+// moves lists the moves in progress through the broker at seed.
+func moves(t *testing.T, seed string) int {
+	t.Helper()
+	cl := client(t, seed)
+	req := kmsg.NewPtrListPartitionReassignmentsRequest()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, t := range resp.Topics {
+		n += len(t.Partitions)
+	}
+	return n
+}
+
+// TestClusterMovePartitionUnderLoad: a partition moves from one group to
+// the other and back while an idempotent acks=all producer writes to it.
+// Each move ends with the other group's leader serving the partition at a
+// higher leader epoch, no move listed, every acknowledged record stored
+// once at its acknowledged offset, in order, and the copy the old owner
+// held dropped.
+func TestClusterMovePartitionUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	const topic = "moving"
+	createTopic(t, ns[1].addr(), topic, 2)
+	owners := ownersOf(t, ns[1].addr(), topic, 2)
+	g1, g2 := []int32{1, 2, 3}, []int32{4, 5, 6}
+	inG1 := func(id int32) bool { return id >= 1 && id <= 3 }
+	home, away := g1, g2
+	if !inG1(owners[0]) {
+		home, away = g2, g1
+	}
+
+	// The producer: one record at a time per batch, acks=all,
+	// idempotent, to partition 0, until stopped.
+	type acked struct {
+		value  string
+		offset int64
+	}
+	var mu sync.Mutex
+	var got []acked
+	var failed int
+	prod := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(1000),
+		kgo.RecordDeliveryTimeout(60*time.Second))
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			v := strconv.Itoa(i)
+			var pwg sync.WaitGroup
+			// A few in flight at once, as a pipelined producer has.
+			for j := 0; j < 4; j++ {
+				pwg.Add(1)
+				vv := v + "." + strconv.Itoa(j)
+				prod.Produce(context.Background(), &kgo.Record{Value: []byte(vv), Partition: 0}, func(r *kgo.Record, err error) {
+					defer pwg.Done()
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						failed++
+						return
+					}
+					got = append(got, acked{vv, r.Offset})
+				})
+			}
+			pwg.Wait()
+		}
+	}()
+	ackedCount := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+	waitAcked := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ackedCount() < n; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d records acknowledged, want %d", ackedCount(), n)
+			}
+		}
+	}
+	waitAcked(300)
+
+	moveAndWait := func(to []int32) {
+		t.Helper()
+		_, before := partitionLeader(t, ns[1].addr(), topic, 0)
+		start := ackedCount()
+		movePartition(t, ns[3].addr(), topic, 0, to)
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			l, e := partitionLeader(t, ns[5].addr(), topic, 0)
+			if inG1(l) == inG1(to[0]) && l >= 0 && moves(t, ns[1].addr()) == 0 {
+				if e <= before {
+					t.Fatalf("after the move, leader %d at epoch %d, not above %d", l, e, before)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition 0 not moved to %v: leader %d, %d moves listed", to, l, moves(t, ns[1].addr()))
+			}
+		}
+		waitAcked(start + 300) // the producer goes on at the new owner
+	}
+	moveAndWait(away)
+	moveAndWait(home)
+	stop()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if failed > 0 {
+		t.Errorf("%d produces failed", failed)
+	}
+	want := map[int64]string{}
+	for _, a := range got {
+		if v, dup := want[a.offset]; dup {
+			t.Fatalf("offset %d acknowledged for %q and %q", a.offset, v, a.value)
+		}
+		want[a.offset] = a.value
+	}
+	// Read partition 0 back from its start through a broker of the
+	// group it moved away from and back.
+	cons := client(t, ns[6].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[string]int64{}
+	next := int64(0)
+	for len(seen) < len(want) {
+		fs := cons.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("read %d of %d acknowledged records", len(seen), len(want))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != next {
+				t.Fatalf("record at offset %d, want %d: the log has a gap or goes back", r.Offset, next)
+			}
+			next++
+			if o, dup := seen[string(r.Value)]; dup {
+				t.Fatalf("%q stored twice, at %d and %d", r.Value, o, r.Offset)
+			}
+			seen[string(r.Value)] = r.Offset
+		})
+	}
+	for off, v := range want {
+		if o, ok := seen[v]; !ok || o != off {
+			t.Fatalf("%q acknowledged at offset %d, read at %d (found %v)", v, off, o, ok)
+		}
+	}
+	t.Logf("%d records acknowledged over two moves", len(want))
+}
