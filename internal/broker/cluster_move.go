@@ -360,11 +360,25 @@ func (c *clusterMode) dropCopy(name string, id meta.UUID, index int32) {
 	if p.Log().EndOffset() == 0 && p.Log().StartOffset() == 0 {
 		return
 	}
-	if err := p.ResetCopy(0); err != nil {
+	if err := c.resetCopy(p, 0); err != nil {
 		c.warn("cluster mode: dropping the copy of a moved partition failed; retrying", "topic", name, "partition", index, "err", err)
 		return
 	}
 	c.log.Info("cluster mode: dropped the copy of a partition another group owns now", "topic", name, "partition", index)
+}
+
+// resetCopy empties the group leader's copy of p and restarts it at
+// offset. The group's replication state of p starts afresh with it: it
+// only ever saw the log grow, and would take the followers, whose copies
+// the reset left longer than the leader's, for replicas that lost
+// committed records, and drop them from the ISR for good.
+func (c *clusterMode) resetCopy(p *partition.Partition, offset int64) error {
+	if err := p.ResetCopy(offset); err != nil {
+		return err
+	}
+	c.b.repl.forget(p)
+	c.b.repl.track(p)
+	return nil
 }
 
 func (c *clusterMode) startMover(ctx context.Context, key, name string, id meta.UUID, index int32) {
@@ -470,7 +484,7 @@ func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UU
 		case ans.Code == errOffsetOutOfRange && end < ans.LogStart:
 			// The source no longer holds what would follow this copy:
 			// start over at its log start.
-			if err := p.ResetCopy(ans.LogStart); err != nil {
+			if err := c.resetCopy(p, ans.LogStart); err != nil {
 				if !retry("resetting the copy failed", "err", err) {
 					return
 				}

@@ -498,6 +498,8 @@ func (in *injector) exec(s Step) {
 		e.Detail = fmt.Sprintf("stopped with %s; %s", how, what)
 	case MetaIsolate:
 		e.Detail = in.metaIsolate(s, &e)
+	case Move:
+		e.Detail = in.move(s, rng, &e)
 	case GroupLinkCut:
 		var cut []int
 		if rng.IntN(3) == 0 {

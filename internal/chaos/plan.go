@@ -94,12 +94,17 @@ const (
 	// Transaction markers and offset commits of transactions between
 	// groups wait and retry; nothing else crosses.
 	GroupLinkCut Kind = "group-link"
+	// Move (a cluster of groups only): move a partition of the data topic
+	// from the step's group to another, under the workload, and at the
+	// step's pick kill the target's or the source's leader mid-move, or
+	// pause the source's leader past the cut-over (a zombie old owner).
+	Move Kind = "move"
 )
 
 // ClusterKinds are the faults only a cluster of groups has. "all" (and
 // the default of a run of several groups) adds them to AllKinds; a run of
 // one group leaves them out.
-var ClusterKinds = []Kind{MetaIsolate, GroupLinkCut}
+var ClusterKinds = []Kind{MetaIsolate, GroupLinkCut, Move}
 
 // everyKind is AllKinds and ClusterKinds.
 func everyKind() []Kind { return append(slices.Clone(AllKinds), ClusterKinds...) }
@@ -237,6 +242,8 @@ func expected(k Kind, replicas int) time.Duration {
 		return 35 * time.Second // every replica restarted uncleanly waits for the group
 	case Kill, PowerLoss, BitFlip, Truncate, DamageRolled, RestartAll, CorruptElect, FsyncEIO:
 		return 2 * time.Second
+	case Move:
+		return 5 * time.Second // the copy and the cut-over
 	default:
 		return 0
 	}
@@ -281,7 +288,7 @@ func Plan(seed int64, d time.Duration, replicas int, opt PlanOptions) []Step {
 			s.Role = OnFollower
 		}
 		switch k {
-		case Kill, PowerLoss, Pause, BitFlip, Truncate, DamageRolled:
+		case Kill, PowerLoss, Pause, BitFlip, Truncate, DamageRolled, Move:
 			s.Hold = dur(500*time.Millisecond, 6*time.Second)
 		case CorruptElect:
 			s.Hold = dur(3*time.Second, 6*time.Second)

@@ -428,8 +428,8 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 			t.Fatalf("chaos: create topic %s: %v", name, err)
 		}
 	}
-	// Which group owns each partition (partitions do not move, so once
-	// is enough); in a run of one group, g1 owns them all.
+	// Which group owns each partition (read again after the faults if
+	// partitions moved); in a run of one group, g1 owns them all.
 	owner, err := owners(admin, topics, groupOf)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
@@ -488,6 +488,15 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	time.Sleep(3 * time.Second)
 	w.stopProducing(min(45*time.Second, cfg.SettleWithin))
 
+	if slices.ContainsFunc(steps, func(s Step) bool { return s.Kind == Move }) {
+		// Partitions moved: judge each by the group owning it now.
+		if now, err := owners(admin, topics, groupOf); err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		} else {
+			owner = now
+			logf("chaos: partitions by group after the moves: %s", describeOwners(owner))
+		}
+	}
 	leaders, hw, why := converge(c, admin, topics, owner, cfg.Groups, inj.isBroken, cfg.SettleWithin)
 	if leaders == nil {
 		res.Problems = append(res.Problems, fmt.Sprintf("the cluster did not converge within %v after healing: %s", cfg.SettleWithin, why))

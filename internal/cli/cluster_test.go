@@ -28,7 +28,7 @@ func TestFormatClusterLag(t *testing.T) {
 	}}
 	sizes := LogSizes{1: {"events": {0: 5000}}, 2: {"events": {0: 3830}}}
 	var out bytes.Buffer
-	FormatCluster(&out, md, nil, sizes)
+	FormatCluster(&out, md, nil, sizes, nil)
 	got := out.String()
 	for _, want := range []string{
 		"Partition: events/0 Group: g1 Leader: 1 Epoch: 3 Isr: 1,2 HighWatermark: unknown Lag: 2=1170,3=?\n",
@@ -43,7 +43,7 @@ func TestFormatClusterLag(t *testing.T) {
 	}
 	// No sizes at all: the lag is unknown.
 	out.Reset()
-	FormatCluster(&out, md, nil, nil)
+	FormatCluster(&out, md, nil, nil, nil)
 	if !strings.Contains(out.String(), "Lag: unknown\n") {
 		t.Errorf("without sizes, want Lag: unknown:\n%s", out.String())
 	}

@@ -2,6 +2,7 @@ package replication_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -174,6 +175,24 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 	stop()
 	wg.Wait()
 
+	// Both groups whole again: a group that handed the partition over
+	// and dropped its copy keeps its followers in sync.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		whole := true
+		var isrs [][]int32
+		for _, g := range [][]int32{g1, g2} {
+			_, st := groupStatus(t, ns[int(g[0])].addr())
+			isrs = append(isrs, st)
+			whole = whole && len(st) == 3
+		}
+		if whole {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups' ISRs after the moves: %v, want every replica in each", isrs)
+		}
+	}
+
 	mu.Lock()
 	defer mu.Unlock()
 	if failed > 0 {
@@ -215,4 +234,39 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d records acknowledged over two moves", len(want))
+}
+
+// groupStatus is the leader and ISR of the group of the broker at seed,
+// from the leader epoch and ISR Metadata gives its internal topics'
+// partitions that the group owns (every group owns some).
+func groupStatus(t *testing.T, seed string) (int32, []int32) {
+	t.Helper()
+	cl := client(t, seed)
+	req := kmsg.NewPtrMetadataRequest()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return -1, nil
+	}
+	var group string
+	for _, b := range resp.Brokers {
+		if fmt.Sprintf("%s:%d", b.Host, b.Port) == seed && b.Rack != nil {
+			group = *b.Rack
+		}
+	}
+	rackOf := map[int32]string{}
+	for _, b := range resp.Brokers {
+		if b.Rack != nil {
+			rackOf[b.NodeID] = *b.Rack
+		}
+	}
+	for _, tp := range resp.Topics {
+		for _, p := range tp.Partitions {
+			if p.Leader >= 0 && rackOf[p.Leader] == group {
+				return p.Leader, p.ISR
+			}
+		}
+	}
+	return -1, nil
 }
