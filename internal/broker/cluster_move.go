@@ -425,6 +425,7 @@ func (c *clusterMode) stopMovers() {
 // move is over or this broker stops leading.
 func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UUID, index int32) {
 	log := c.log.With("topic", name, "partition", index)
+	throttle := pacer{perSecond: c.b.cfg.Cluster.MoveBytesPerSecond, start: time.Now()}
 	var fenced *moveFenceAnswer
 	retry := func(msg string, args ...any) bool {
 		if msg != "" {
@@ -501,6 +502,10 @@ func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UU
 				if !retry("appending the copy failed", "err", err) {
 					return
 				}
+				continue
+			}
+			if !throttle.wait(ctx, len(ans.Batches)) {
+				return
 			}
 			continue
 		}
@@ -625,4 +630,34 @@ func (c *clusterMode) groupOfReplicas(v *clusterView, replicas []int32) (string,
 		return "", errMoveNoGroup
 	}
 	return group, nil
+}
+
+// pacer keeps a copy under perSecond bytes a second on average since
+// start (0: no cap).
+type pacer struct {
+	perSecond int64
+	start     time.Time
+	sent      int64
+}
+
+// wait counts n more bytes and sleeps until they fit the cap; false when
+// ctx ended first.
+func (p *pacer) wait(ctx context.Context, n int) bool {
+	p.sent += int64(n)
+	if p.perSecond <= 0 {
+		return true
+	}
+	due := p.start.Add(time.Duration(float64(p.sent) / float64(p.perSecond) * float64(time.Second)))
+	d := time.Until(due)
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

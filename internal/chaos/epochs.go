@@ -16,6 +16,35 @@ import (
 // the high watermark it is a committed record taken back.
 const RewrittenRead checker.Kind = "rewritten-read"
 
+// EpochRegression is the harness's other anomaly kind: in a final
+// leader's log a batch carries a lower leader epoch than a batch before
+// it. Epochs rise within a group with its term, and across a move between
+// groups with the epoch base the cut-over sets; a fall means two owners
+// wrote the partition in epochs clients could not tell apart.
+const EpochRegression checker.Kind = "epoch-regression"
+
+// checkEpochOrder finds every final leader's log whose batch epochs fall
+// somewhere (dumpEpochs runs parallel to h.Dumps): one anomaly per
+// partition, at the first fall.
+func checkEpochOrder(h checker.History, dumpEpochs [][]int32) []checker.Anomaly {
+	var out []checker.Anomaly
+	for di, d := range h.Dumps {
+		if !d.Leader || di >= len(dumpEpochs) {
+			continue
+		}
+		eps := dumpEpochs[di]
+		for i := 1; i < len(eps) && i < len(d.Records); i++ {
+			if eps[i] < eps[i-1] {
+				out = append(out, checker.Anomaly{Kind: EpochRegression, Topic: d.Topic, Partition: d.Partition, Offset: d.Records[i].Offset, Value: d.Records[i].Value,
+					Witness: []string{fmt.Sprintf("replica %s's final log holds offset %d in a batch of leader epoch %d after offset %d in a batch of epoch %d",
+						d.Replica, d.Records[i].Offset, eps[i], d.Records[i-1].Offset, eps[i-1])}})
+				break
+			}
+		}
+	}
+	return out
+}
+
 // checkEpochs compares the leader epoch of every polled record with the
 // final leader's copy. pollEpochs and dumpEpochs run parallel to
 // h.Polls and h.Dumps.

@@ -105,7 +105,8 @@ type Result struct {
 	Report  checker.Report
 	// Failovers are the leader changes the monitor saw.
 	Failovers []Failover
-	// Extra are the harness's own anomalies (RewrittenRead), and
+	// Extra are the harness's own anomalies (RewrittenRead,
+	// EpochRegression), and
 	// ExtraCount how many there were in all.
 	Extra      []checker.Anomaly
 	ExtraCount int
@@ -215,7 +216,7 @@ func (r *Result) summary(detail bool) string {
 		b.WriteByte('\n')
 	}
 	if r.ExtraCount > 0 {
-		fmt.Fprintf(&b, "harness checks: %s=%d\n", RewrittenRead, r.ExtraCount)
+		fmt.Fprintf(&b, "harness checks (%s, %s): %d\n", RewrittenRead, EpochRegression, r.ExtraCount)
 		for i, a := range r.Extra {
 			if i == 5 || !detail {
 				break
@@ -554,6 +555,8 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	res.History = h
 	res.Report = checker.Check(h, checker.Options{MinISR: cfg.Replicas/2 + 1, MaxPerKind: -1})
 	res.Extra, res.ExtraCount = checkEpochs(h, rec.epochsCopy(), dumpEpochs, 1000)
+	falls := checkEpochOrder(h, dumpEpochs)
+	res.Extra, res.ExtraCount = append(res.Extra, falls...), res.ExtraCount+len(falls)
 	notices := rec.dataLossCopy()
 	falseOnes := falseNotices(h, rec.epochsCopy(), dumpEpochs, notices)
 	for _, n := range notices {

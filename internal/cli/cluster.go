@@ -17,6 +17,7 @@ import (
 const ClusterUsage = `usage: moonmq cluster status [--bootstrap HOST:PORT[,HOST:PORT...]] [--config FILE]
        moonmq cluster move TOPIC/PARTITION GROUP [--wait] [--bootstrap ...] [--config FILE]
        moonmq cluster move --cancel TOPIC/PARTITION [--bootstrap ...] [--config FILE]
+       moonmq cluster balance [--dry-run] [--max-concurrent N] [--bootstrap ...] [--config FILE]
 
 status prints, from any broker's Metadata, a cluster's replication groups
 (docs/CLUSTER.md: each broker's group is its rack), each group's leader,
@@ -35,8 +36,18 @@ move starts moving a partition to another replication group
 (AlterPartitionReassignments with that group's brokers): the group copies
 it, the owner fences it, and the new group serves it from the cut-over on.
 --wait prints a progress line until the move is over. --cancel cancels a
-move that is still copying. The brokers come from --bootstrap, else from
---config, else 127.0.0.1:9092.
+move that is still copying.
+
+balance moves user topics' partitions (the smallest first) from the groups
+that own the most to those that own the fewest, until the groups' counts
+differ by at most one: a group added to a running cluster takes its
+share. It prints each move, starts --max-concurrent (default 1) at a time
+and prints a progress line until all are done; --dry-run only prints them.
+Partitions of the coordinators' topics and of compacted topics stay where
+they are.
+
+The brokers come from --bootstrap, else from --config, else
+127.0.0.1:9092.
 `
 
 // Cluster runs `moonmq cluster`.
@@ -50,6 +61,8 @@ func Cluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return clusterStatus(ctx, args[1:], stdout, stderr)
 	case "move":
 		return clusterMove(ctx, args[1:], stdout, stderr)
+	case "balance":
+		return clusterBalance(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, ClusterUsage)
 		return 0

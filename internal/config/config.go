@@ -208,8 +208,8 @@ type Failover struct {
 // log of its own (docs/CLUSTER.md).
 type Cluster struct {
 	Enabled bool
-	// Experimental must be true: cluster mode is not finished
-	// (partitions do not move).
+	// Experimental must be true: cluster mode is not finished (no
+	// balancing, no removing of groups).
 	Experimental bool
 	// ClusterId names the cluster; every broker of it has the same.
 	ClusterId string
@@ -235,6 +235,9 @@ type Cluster struct {
 	// DefaultCoordinatorPartitions. Fixed once the topics exist: a
 	// group's or transactional id's partition depends on it.
 	CoordinatorPartitions int
+	// MoveBytesPerSecond caps how fast a group copies each partition
+	// moving into it (0: as fast as it can).
+	MoveBytesPerSecond int64
 }
 
 // DefaultCoordinatorPartitions is Cluster.CoordinatorPartitions' default,
@@ -747,7 +750,10 @@ func (c *Cluster) validate(s *Server) []error {
 		errs = append(errs, fmt.Errorf("key %q: %s", "Cluster."+key, fmt.Sprintf(format, args...)))
 	}
 	if !c.Experimental {
-		bad("Experimental", "cluster mode is not finished (partitions do not move between groups; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+		bad("Experimental", "cluster mode is not finished (no balancing or removing of groups; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+	}
+	if c.MoveBytesPerSecond < 0 {
+		bad("MoveBytesPerSecond", "%d must be 0 (no cap) or more", c.MoveBytesPerSecond)
 	}
 	if c.CoordinatorPartitions < 0 || c.CoordinatorPartitions > 1000 {
 		bad("CoordinatorPartitions", "%d must be 1-1000 (0: %d, Kafka's default)", c.CoordinatorPartitions, DefaultCoordinatorPartitions)

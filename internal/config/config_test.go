@@ -69,6 +69,7 @@ func TestRefusals(t *testing.T) {
 		{`{"Server": {"Cluster": {"Enabled": true}}}`, `key "Cluster.Enabled"`},
 		{`{"Server": {"Replication": {"Enabled": true, "Failover": {"Enabled": true}}, "Cluster": {"Enabled": true, "Experimental": true, "CoordinatorPartitions": 1001}}}`, `key "Cluster.CoordinatorPartitions": 1001 must be 1-1000`},
 		{`{"Server": {"Replication": {"Enabled": true, "Failover": {"Enabled": true}}, "Cluster": {"Enabled": true, "Experimental": true, "CoordinatorPartitions": -1}}}`, `key "Cluster.CoordinatorPartitions": -1 must be 1-1000`},
+		{`{"Server": {"Replication": {"Enabled": true, "Failover": {"Enabled": true}}, "Cluster": {"Enabled": true, "Experimental": true, "MoveBytesPerSecond": -5}}}`, `key "Cluster.MoveBytesPerSecond": -5 must be 0 (no cap) or more`},
 		{`{"Server": {"Replication": {"Enabled": true, "Failover": {"Enabled": true}}, "Cluster": {"Enabled": true, "Experimental": true, "ReplicationAddress": "nat.example"}}}`, `key "Cluster.ReplicationAddress": "nat.example" is not host:port`},
 		{`{"Server": {"Replication": {"Enabled": true, "ReplicaId": 1, "Role": "leader", "ReplicatePort": 9095, "ClientAddress": "a:1",
 		   "Peers": [{"Id": 1, "Address": "b:2", "ClientAddress": "c:3"}], "Failover": {"Enabled": true}}}}`, `Replication.Peers[0].Id`},

@@ -1,16 +1,21 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
@@ -18,8 +23,10 @@ import (
 // cluster of two registers, is listed by every broker, and takes
 // partitions of the topics created from then on (it holds the fewest);
 // its partitions are served through brokers of the other groups as well,
-// and what the first two groups held is untouched. (Existing partitions
-// stay where they are: moving them is not built.)
+// and what the first two groups held is untouched until a balance moves
+// some of it: `moonmq cluster balance`, run while a producer writes,
+// spreads a topic placed wholly in g1 over the three groups without
+// losing or repeating an acknowledged record.
 func TestClusterGroupJoinsLater(t *testing.T) {
 	skipShort(t)
 	c := testcluster.New(t, testcluster.WithGroups(3))
@@ -136,6 +143,85 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 	for _, v := range acked {
 		if got[v] != 1 {
 			t.Fatalf("before: %s read %d times after the third group joined", v, got[v])
+		}
+	}
+
+	// Balancing: a topic placed wholly in g1 by its replica assignment,
+	// then `moonmq cluster balance` while a producer writes to every
+	// partition of it. The groups end within one partition of each
+	// other, and every acknowledged record is read exactly once.
+	var g1 []int32
+	for _, r := range c.InGroup(0) {
+		g1 = append(g1, int32(r.ID))
+	}
+	const skewedParts = 6
+	c.WaitFor(readWithin, "topic skewed created in g1", func() (bool, string) {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "skewed", -1, -1
+		for p := range int32(skewedParts) {
+			rt.ReplicaAssignment = append(rt.ReplicaAssignment, kmsg.CreateTopicsRequestTopicReplicaAssignment{Partition: p, Replicas: g1})
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil || len(resp.Topics) != 1 {
+			return false, fmt.Sprint(err)
+		}
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		return err == nil || errors.Is(err, kerr.TopicAlreadyExists), fmt.Sprint(err)
+	})
+	if gs := groupsOf("skewed", skewedParts); len(gs) != skewedParts || gs[0] != 0 || gs[5] != 0 {
+		t.Fatalf("skewed placed %v, want all in g1", gs)
+	}
+	prod := c.Client(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("skewed"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	var mu sync.Mutex
+	var sent []string
+	var failed error
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; pctx.Err() == nil; i++ {
+			v := fmt.Sprintf("skewed-%06d", i)
+			if err := produceSync(t, prod, readWithin, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			sent = append(sent, v)
+			mu.Unlock()
+		}
+	}()
+	var out, errOut bytes.Buffer
+	code := cli.Cluster(ctx, []string{"balance", "--bootstrap", strings.Join(seeds, ",")}, &out, &errOut)
+	stop()
+	wg.Wait()
+	t.Logf("moonmq cluster balance: exit %d\n%s%s", code, out.String(), errOut.String())
+	if code != 0 || failed != nil {
+		t.Fatalf("balance exit %d, producer error %v", code, failed)
+	}
+	counts := map[int]int{}
+	for _, topic := range []struct {
+		name string
+		n    int
+	}{{"before", 4}, {"after", 3}, {"skewed", skewedParts}} {
+		for _, g := range groupsOf(topic.name, topic.n) {
+			counts[g]++
+		}
+	}
+	if lo, hi := min(counts[0], counts[1], counts[2]), max(counts[0], counts[1], counts[2]); hi-lo > 1 {
+		t.Fatalf("partitions by group after balancing %v", counts)
+	}
+	if len(sent) < 10 {
+		t.Fatalf("only %d records acknowledged while balancing", len(sent))
+	}
+	got = readValuesFrom(t, c, ctx, c.InGroup(1)[0].ClientAddr(), "skewed", len(sent))
+	for _, v := range sent {
+		if got[v] != 1 {
+			t.Fatalf("skewed: %s read %d times after balancing", v, got[v])
 		}
 	}
 }

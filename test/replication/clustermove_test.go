@@ -1,9 +1,11 @@
 package replication_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/moonmq/moonmq/internal/cli"
 )
 
 // movePartition asks the broker at seed to move topic's partition to the
@@ -151,11 +155,26 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 	}
 	waitAcked(300)
 
-	moveAndWait := func(to []int32) {
+	moveAndWait := func(to []int32, viaCLI bool) {
 		t.Helper()
 		_, before := partitionLeader(t, ns[1].addr(), topic, 0)
 		start := ackedCount()
-		movePartition(t, ns[3].addr(), topic, 0, to)
+		if viaCLI {
+			// moonmq cluster move, as an operator would, waiting.
+			group := "g1"
+			if !inG1(to[0]) {
+				group = "g2"
+			}
+			var out, errOut bytes.Buffer
+			if code := cli.Cluster(context.Background(), []string{"move", topic + "/0", group, "--wait", "--bootstrap", ns[3].addr()}, &out, &errOut); code != 0 {
+				t.Fatalf("moonmq cluster move: exit %d: %s%s", code, out.String(), errOut.String())
+			}
+			if !strings.Contains(out.String(), "moved "+topic+"/0 to "+group) {
+				t.Fatalf("moonmq cluster move printed %q", out.String())
+			}
+		} else {
+			movePartition(t, ns[3].addr(), topic, 0, to)
+		}
 		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			l, e := partitionLeader(t, ns[5].addr(), topic, 0)
 			if inG1(l) == inG1(to[0]) && l >= 0 && moves(t, ns[1].addr()) == 0 {
@@ -170,8 +189,8 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 		}
 		waitAcked(start + 300) // the producer goes on at the new owner
 	}
-	moveAndWait(away)
-	moveAndWait(home)
+	moveAndWait(away, false)
+	moveAndWait(home, true)
 	stop()
 	wg.Wait()
 
