@@ -278,6 +278,9 @@ func (c *clusterMode) owner(v *clusterView, topic string, index int32) (status.P
 		return status.PartitionOwner{}, false
 	}
 	o := status.PartitionOwner{Group: p.Owner, Leader: -1, LeaderEpoch: -1, ISR: []int32{}, Local: p.Owner == c.group}
+	if p.Move != meta.MoveNone {
+		o.Move, o.Source, o.Target = string(p.Move), p.Source, p.Target
+	}
 	if g, ok := c.groupState(v, p.Owner); ok {
 		o.Leader, o.LeaderEpoch = g.Leader, partitionEpoch(p, g)
 		o.ISR = append(o.ISR, g.ISR...)

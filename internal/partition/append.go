@@ -179,29 +179,22 @@ func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
 // offset and epoch. It returns the fence's error when this replica may not
 // follow. The follower syncs its copies itself; its high watermark comes
 // from the leader (Follow).
-func (p *Partition) AppendReplica(batch []byte) error {
-	h, err := recordbatch.ParseHeader(batch)
-	if err != nil {
-		return err
-	}
-	_, stateErr, err := p.write(byReplica, [][]byte{batch}, []recordbatch.Header{h}, FlushNow, nil)
-	if stateErr != nil {
-		p.logger.Error("producer state update failed", "err", stateErr)
-	}
-	return err
-}
+func (p *Partition) AppendReplica(batch []byte) error { return p.appendAsIs(byReplica, batch) }
 
 // AppendCopy appends a batch copied from another replication group's
 // leader at that leader's offset and epoch, on the leader of the group a
 // move takes the partition to. It is synced as the leader's own appends
 // are, and reaches this group's followers as any append does. It returns
 // the fence's error when this replica may not copy.
-func (p *Partition) AppendCopy(batch []byte) error {
+func (p *Partition) AppendCopy(batch []byte) error { return p.appendAsIs(byCopy, batch) }
+
+// appendAsIs appends a batch at the offset and epoch it carries.
+func (p *Partition) appendAsIs(w writer, batch []byte) error {
 	h, err := recordbatch.ParseHeader(batch)
 	if err != nil {
 		return err
 	}
-	_, stateErr, err := p.write(byCopy, [][]byte{batch}, []recordbatch.Header{h}, FlushNow, nil)
+	_, stateErr, err := p.write(w, [][]byte{batch}, []recordbatch.Header{h}, FlushNow, nil)
 	if stateErr != nil {
 		p.logger.Error("producer state update failed", "err", stateErr)
 	}

@@ -177,6 +177,53 @@ func TestAppendPathsShareOffsetsAndState(t *testing.T) {
 	}
 }
 
+// TestCopyFromAnotherGroup: a move's copy lands at the offsets and with
+// the epochs its batches carry, even above the leader epoch the fence
+// would stamp, and brings the producer state along (a client's retry of a
+// copied idempotent batch is a duplicate); it is synced as the leader's
+// own appends, so it becomes durable and committed. Only the fence's
+// Copying decides whether it may be written, and a reset empties the log
+// and starts it where the source's begins.
+func TestCopyFromAnotherGroup(t *testing.T) {
+	f := newFixture(t, nil, false)
+	f.fence.epoch.Store(2)
+	f.fence.notLead.Store(true) // a partition fenced for a move is being copied back in
+	cb := encode(t, recordbatch.BatchOptions{ProducerID: 7, BaseSequence: 0, BaseOffset: 0, LeaderEpoch: 9}, 2)
+	if err := f.p.AppendCopy(cb); err != nil {
+		t.Fatal(err)
+	}
+	if end, e := f.p.Log().EndOffset(), f.p.Log().LatestEpoch(); end != 2 || e != 9 {
+		t.Fatalf("copy: log end %d epoch %d, want 2 and the batch's 9", end, e)
+	}
+	select {
+	case <-f.flush.kick: // a pass was started for it, as for a produce
+	default:
+		t.Fatal("the copy started no sync")
+	}
+	f.flush.SyncAll()
+	if hw := f.p.HighWatermark(); hw != 2 {
+		t.Fatalf("high watermark %d after the copy's sync, want 2", hw)
+	}
+	f.fence.notLead.Store(false)
+	if a, err := f.client(t, encode(t, recordbatch.BatchOptions{ProducerID: 7, BaseSequence: 0}, 2)); err != nil || !a.Duplicate || a.Base != 0 {
+		t.Fatalf("a client's retry of a copied batch: %+v, %v; want a duplicate at 0", a, err)
+	}
+	f.fence.notCopy.Store(true)
+	if err := f.p.AppendCopy(encode(t, recordbatch.BatchOptions{ProducerID: -1, BaseOffset: 2, LeaderEpoch: 9}, 1)); !errors.Is(err, errTestNotCopying) {
+		t.Fatalf("copy while the fence refuses it: %v", err)
+	}
+	if err := f.p.ResetCopy(40); !errors.Is(err, errTestNotCopying) {
+		t.Fatalf("reset while the fence refuses it: %v", err)
+	}
+	f.fence.notCopy.Store(false)
+	if err := f.p.ResetCopy(40); err != nil {
+		t.Fatal(err)
+	}
+	if start, end, hw := f.p.Log().StartOffset(), f.p.Log().EndOffset(), f.p.HighWatermark(); start != 40 || end != 40 || hw > 40 {
+		t.Fatalf("after the reset: start %d end %d high watermark %d, want 40, 40, at most 40", start, end, hw)
+	}
+}
+
 // TestAppendRefusals: nothing is written when the fence, the transaction
 // check or a deletion refuses.
 func TestAppendRefusals(t *testing.T) {

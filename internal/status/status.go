@@ -119,6 +119,11 @@ type PartitionOwner struct {
 	// Local is true when this broker's group is the owner: its copy is
 	// the one clients are served from.
 	Local bool `json:"local"`
+	// Move is the partition's move in progress ("copying" or
+	// "cut-over", empty for none), from Source to Target.
+	Move   string `json:"move,omitempty"`
+	Source string `json:"move_source,omitempty"`
+	Target string `json:"move_target,omitempty"`
 }
 
 // Replication is the body of GET /replication/status.

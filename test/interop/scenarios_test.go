@@ -48,6 +48,10 @@ type scenario struct {
 	// the client bootstrapped with one follower of the last group, and
 	// the kill (if any) is of the first group's leader.
 	groups int
+	// move (cluster mode): once two thirds of the records are
+	// acknowledged, partition 0 moves to another group while the client
+	// goes on producing.
+	move bool
 }
 
 var scenarios = []scenario{
@@ -55,7 +59,7 @@ var scenarios = []scenario{
 	{name: "group", replicas: 3},
 	{name: "follower", replicas: 3, follower: true},
 	{name: "failover", replicas: 3, kill: true},
-	{name: "cluster", replicas: 3, groups: 2, follower: true, kill: true},
+	{name: "cluster", replicas: 3, groups: 2, follower: true, kill: true, move: true},
 }
 
 // driver starts one client's scenario program; it writes the JSON lines
@@ -386,9 +390,16 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 		// that group's failover.
 		group = c.KeyCoordinatedIn(0, group, leader.Group)
 	}
-	var killOnce sync.Once
+	var killOnce, moveOnce sync.Once
 	killed := make(chan struct{})
+	moveStarted, moved := make(chan struct{}), make(chan error, 1)
 	sink := newLineSink(func(n int) {
+		if sc.move && n >= scenarioRecords*2/3 {
+			moveOnce.Do(func() {
+				close(moveStarted)
+				go func() { moved <- moveToOtherGroup(t, c, topic, 0) }()
+			})
+		}
 		if sc.kill && n >= scenarioRecords/3 {
 			killOnce.Do(func() {
 				// Whoever serves now, not who served at the start.
@@ -416,6 +427,16 @@ func runScenario(t *testing.T, d driver, sc scenario) {
 		case <-killed:
 		default:
 			t.Fatalf("the leader was never killed: %d acknowledged", len(res.acked))
+		}
+	}
+	if sc.move {
+		select {
+		case <-moveStarted:
+		default:
+			t.Fatalf("partition 0 was never moved: %d acknowledged", len(res.acked))
+		}
+		if err := <-moved; err != nil {
+			t.Fatalf("moving partition 0 of %s: %v", topic, err)
 		}
 	}
 	// Without a failover every record is acknowledged; with one, records
@@ -564,5 +585,69 @@ func TestClientScenarios(t *testing.T) {
 				t.Run(sc.name, func(t *testing.T) { runScenario(t, d, sc) })
 			}
 		})
+	}
+}
+
+// moveToOtherGroup moves partition part of topic to a group other than
+// its owner (AlterPartitionReassignments, retried while the cluster
+// answers with retriable errors) and waits until the move is over and that
+// group's leader leads it.
+func moveToOtherGroup(t *testing.T, c *testcluster.Cluster, topic string, part int32) error {
+	adm := c.Admin()
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var target int
+	var replicas []int32
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if p, ok := md.Topics[topic].Partitions[part]; err == nil && ok && p.Leader >= 0 {
+			groups := 0
+			for _, r := range c.Replicas {
+				groups = max(groups, r.Group+1)
+			}
+			target = (c.Replica(int(p.Leader)).Group + 1) % groups
+			for _, r := range c.InGroup(target) {
+				replicas = append(replicas, int32(r.ID))
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("no leader of %s/%d: %v", topic, part, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for {
+		var req kadm.AlterPartitionAssignmentsReq
+		req.Assign(topic, part, replicas)
+		resps, err := adm.AlterPartitionAssignments(ctx, req)
+		if err == nil {
+			for _, r := range resps.Sorted() {
+				err = r.Err
+			}
+		}
+		if err == nil {
+			break
+		}
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			return fmt.Errorf("start the move to g%d: %w", target+1, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("moving %s/%d to g%d", topic, part, target+1)
+	for {
+		listed, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{topic: {part: struct{}{}}})
+		md, merr := adm.Metadata(ctx, topic)
+		if err == nil && merr == nil {
+			_, moving := listed[topic][part]
+			p := md.Topics[topic].Partitions[part]
+			if !moving && p.Leader >= 0 && c.Replica(int(p.Leader)).Group == target {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the move to g%d did not finish: %v %v", target+1, err, merr)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

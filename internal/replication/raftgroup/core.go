@@ -227,35 +227,27 @@ func (c *core) step(m *pb.Message) {
 // proposeISR proposes an ISR change; only the serving leader may, and only
 // in its own epoch.
 func (c *core) proposeISR(ch replication.ISRChange) error {
-	if c.failed != nil {
-		return c.failed
-	}
-	if !c.serving() {
-		return ErrNotServing
-	}
-	if ch.Epoch != c.state.Epoch {
-		return fmt.Errorf("%w: change epoch %d, current epoch %d", ErrStaleEpoch, ch.Epoch, c.state.Epoch)
-	}
-	if err := c.rn.Propose(encodeISR(ch)); err != nil {
-		return fmt.Errorf("%w: %v", ErrDropped, err)
-	}
-	c.process()
-	return nil
+	return c.propose(ch.Epoch, encodeISR(ch))
 }
 
-// proposeFence proposes a fence change; only the serving leader may, and
-// only in its own epoch.
+// proposeFence proposes a fence change, on the same terms.
 func (c *core) proposeFence(ch FenceChange) error {
+	return c.propose(ch.Epoch, encodeFence(ch))
+}
+
+// propose proposes an entry stamped with epoch, which must be the
+// serving leader's own.
+func (c *core) propose(epoch int32, data []byte) error {
 	if c.failed != nil {
 		return c.failed
 	}
 	if !c.serving() {
 		return ErrNotServing
 	}
-	if ch.Epoch != c.state.Epoch {
-		return fmt.Errorf("%w: change epoch %d, current epoch %d", ErrStaleEpoch, ch.Epoch, c.state.Epoch)
+	if epoch != c.state.Epoch {
+		return fmt.Errorf("%w: change epoch %d, current epoch %d", ErrStaleEpoch, epoch, c.state.Epoch)
 	}
-	if err := c.rn.Propose(encodeFence(ch)); err != nil {
+	if err := c.rn.Propose(data); err != nil {
 		return fmt.Errorf("%w: %v", ErrDropped, err)
 	}
 	c.process()
