@@ -31,8 +31,9 @@ import (
 //     as a follower's would be. T's followers take the copy from T's
 //     leader as they take any partition.
 //  3. Caught up, T's leader asks S's leader to fence the partition
-//     (PathMoveFence). S's leader refuses while a transaction is open on
-//     it, commits the fence in its group's Raft log (every replica of S
+//     (PathMoveFence). S's leader refuses new transactions on it and
+//     waits a while for the open ones to end (T asks again if they do
+//     not), commits the fence in its group's Raft log (every replica of S
 //     that applies it, and so every later leader of S, refuses appends),
 //     waits until its high watermark reaches its log end, and answers
 //     that end and the epoch it exposed.
@@ -59,6 +60,11 @@ const moveReadBytes = 1 << 20
 
 // moveRetry is how long a copier waits after a failed step.
 const moveRetry = 200 * time.Millisecond
+
+// moveDrainWait bounds how long a fence waits for the partition's open
+// transactions to end (new ones are refused meanwhile); the target asks
+// again after that.
+const moveDrainWait = 5 * time.Second
 
 type moveReadRequest struct {
 	TopicID   meta.UUID `json:"topicId"`
@@ -247,8 +253,16 @@ func (c *clusterMode) fence(ctx context.Context, req moveFenceRequest) moveFence
 	key := moveKey(p.TopicID, p.Index)
 	mark := uint64(mp.MoveSeq)
 	if m, fenced := r.node.State().Fences[key]; !fenced || m != mark {
-		if open := p.OpenTransactions(); len(open) > 0 {
-			return moveFenceAnswer{Code: kerr.ConcurrentTransactions.Code, Message: fmt.Sprintf("%d transactions are open on it", len(open))}
+		// No transaction may begin on the partition from now on, and
+		// the fence waits (a while) for the open ones to end.
+		pl := placementOf(p)
+		pl.draining.Store(true)
+		defer pl.draining.Store(false)
+		wctx, cancel := context.WithTimeout(ctx, moveDrainWait)
+		drained := waitFor(wctx, func() bool { return len(p.OpenTransactions()) == 0 })
+		cancel()
+		if !drained {
+			return moveFenceAnswer{Code: kerr.ConcurrentTransactions.Code, Message: fmt.Sprintf("%d transactions are still open on it", len(p.OpenTransactions()))}
 		}
 		if err := r.node.ProposeFence(ctx, raftgroup.FenceChange{Epoch: c.b.epoch.Load(), Key: key, Mark: mark}); err != nil {
 			return moveFenceAnswer{Code: errNotLeaderOrFollower, Message: "proposing the fence: " + err.Error()}
@@ -326,9 +340,10 @@ func (c *clusterMode) tendFences(ctx context.Context, v *clusterView) {
 		var lift bool
 		switch {
 		case !known || !inView:
-			// The topic is gone; or this copy of the metadata has not
-			// heard of it yet, and then neither of the move.
-			lift = known
+			// The topic is gone, or this copy of the metadata has not
+			// heard of it yet: which, it cannot tell. The fence stays;
+			// a deleted topic's is a few bytes of the group's state,
+			// and a topic created again has a new id.
 		case uint64(mp.MoveSeq) < mark:
 			// This copy of the metadata has not heard of the fenced
 			// move yet.

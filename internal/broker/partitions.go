@@ -62,6 +62,10 @@ type brokerFence struct {
 type placement struct {
 	base  atomic.Int32
 	moved atomic.Bool
+	// draining is set on the source group's leader while a move waits
+	// for the partition's open transactions to end: no new one may
+	// begin on it.
+	draining atomic.Bool
 }
 
 // Leading refuses a client's or the broker's own append on a failover

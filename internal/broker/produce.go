@@ -296,6 +296,11 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			return res, errInvalidRecord, "clients may not write control batches"
 		}
 		if h.Transactional() {
+			if _, open := p.OpenTransactions()[h.ProducerID]; !open && placementOf(p).draining.Load() {
+				// A move waits for this partition's transactions to
+				// end before it fences it: none may begin meanwhile.
+				return res, errConcurrentTransactions, "the partition is moving to another replication group; retry"
+			}
 			if version >= 12 && !b.remoteTxnCoordinator(tid) {
 				// Transactions v2: the first produce to a partition
 				// adds it to the transaction. (With the coordinator

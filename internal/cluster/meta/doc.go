@@ -51,7 +51,11 @@
 //   - Ownership changes at the cut-over only. A PartitionChangeRecord
 //     carries the partition's whole new state and must be the next step of
 //     the move state machine from the current one; otherwise it is
-//     refused, so a cancel that raced a cut-over does not apply.
+//     refused, so a cancel that raced a cut-over does not apply. Moves
+//     are numbered per partition (MoveSeq): a start takes the next
+//     number and every later step must carry the current one, so a
+//     cut-over fenced for a move that was since cancelled (and perhaps
+//     started again) is refused too.
 //   - The cut-over's base: the record carries FenceEpoch, the highest
 //     epoch the old owner's leader exposed when it fenced (it may know of
 //     a term the metadata log has not heard of yet). Apply accepts any base
