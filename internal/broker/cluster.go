@@ -153,6 +153,10 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.watch(vctx) }()
 	go func() { defer c.wg.Done(); c.keepSpare(vctx) }()
+	if c.b.cfg.Cluster.AutoBalance {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.autoBalance(vctx) }()
+	}
 	c.log.Info("cluster mode: metadata node started", "cluster", c.b.cfg.Cluster.ClusterId, "group", c.group,
 		"voter", slices.Contains(slices.Collect(maps.Keys(voters)), c.self))
 	return nil

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -11,79 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/moonmq/moonmq/internal/cluster/meta"
 )
-
-// PartitionLoad is one partition as the balancer sees it: its owner
-// group and its size on the owner's leader.
-type PartitionLoad struct {
-	Topic     string
-	Partition int32
-	Group     string
-	Bytes     int64
-}
-
-// PlannedMove is a partition to move to another group.
-type PlannedMove struct {
-	Topic     string
-	Partition int32
-	From, To  string
-	Bytes     int64
-}
-
-// PlanBalance spreads parts over groups so that the groups' partition
-// counts differ by at most one, moving as few partitions as it can, and
-// among the candidates the smallest first (fewer bytes to copy). A group
-// in groups that owns nothing yet (a new one) takes its share. The plan
-// is deterministic: ties go by topic and partition.
-func PlanBalance(parts []PartitionLoad, groups []string) []PlannedMove {
-	if len(groups) < 2 {
-		return nil
-	}
-	owned := map[string][]PartitionLoad{}
-	for _, g := range groups {
-		owned[g] = nil
-	}
-	for _, p := range parts {
-		if _, ok := owned[p.Group]; ok {
-			owned[p.Group] = append(owned[p.Group], p)
-		}
-	}
-	bytesOf := func(g string) int64 {
-		var n int64
-		for _, p := range owned[g] {
-			n += p.Bytes
-		}
-		return n
-	}
-	// Most loaded first: more partitions, then more bytes, then by name.
-	order := func(a, b string) int {
-		if c := cmp.Compare(len(owned[b]), len(owned[a])); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(bytesOf(b), bytesOf(a)); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	}
-	var plan []PlannedMove
-	for {
-		gs := slices.Clone(groups)
-		slices.SortFunc(gs, order)
-		hi, lo := gs[0], gs[len(gs)-1]
-		if len(owned[hi])-len(owned[lo]) <= 1 {
-			return plan
-		}
-		cands := owned[hi]
-		slices.SortFunc(cands, func(a, b PartitionLoad) int {
-			return cmp.Or(cmp.Compare(a.Bytes, b.Bytes), cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-		})
-		p := cands[0]
-		owned[hi] = cands[1:]
-		p.Group = lo
-		owned[lo] = append(owned[lo], p)
-		plan = append(plan, PlannedMove{Topic: p.Topic, Partition: p.Partition, From: hi, To: lo, Bytes: p.Bytes})
-	}
-}
 
 // clusterBalance plans and runs moves that spread the user topics'
 // partitions evenly over the groups.
@@ -140,7 +69,7 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	cancel()
-	var parts []PartitionLoad
+	var parts []meta.PartitionLoad
 	for _, td := range md.Topics.Sorted() {
 		// The coordinators' and compacted topics do not move yet.
 		if td.Err != nil || td.IsInternal || strings.HasPrefix(td.Topic, "__") || slices.Contains(compacted, td.Topic) {
@@ -154,10 +83,10 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 				fmt.Fprintf(stderr, "moonmq cluster balance: %s/%d is moving already; left where it is\n", td.Topic, p.Partition)
 			}
 			n, _ := sizes.size(p.Leader, td.Topic, p.Partition)
-			parts = append(parts, PartitionLoad{Topic: td.Topic, Partition: p.Partition, Group: groupOfID[p.Replicas[0]], Bytes: n})
+			parts = append(parts, meta.PartitionLoad{Topic: td.Topic, Partition: p.Partition, Group: groupOfID[p.Replicas[0]], Bytes: n})
 		}
 	}
-	plan := PlanBalance(parts, groups)
+	plan := meta.PlanBalance(parts, groups)
 	if len(plan) == 0 {
 		fmt.Fprintf(stdout, "balanced: %d partitions over %d groups (%s)\n", len(parts), len(groups), strings.Join(groups, ", "))
 		return 0
@@ -174,7 +103,7 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	start := time.Now()
 	done, failed := 0, 0
-	var running []PlannedMove
+	var running []meta.PlannedMove
 	next := 0
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -216,7 +145,7 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 			listed, err := adm.ListPartitionReassignments(qctx, set)
 			qcancel()
 			if err == nil {
-				running = slices.DeleteFunc(running, func(m PlannedMove) bool {
+				running = slices.DeleteFunc(running, func(m meta.PlannedMove) bool {
 					_, still := listed[m.Topic][m.Partition]
 					if !still {
 						done++

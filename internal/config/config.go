@@ -238,6 +238,9 @@ type Cluster struct {
 	// MoveBytesPerSecond caps how fast a group copies each partition
 	// moving into it (0: as fast as it can).
 	MoveBytesPerSecond int64
+	// AutoBalance moves user topics' partitions between groups by
+	// itself, one at a time, as `moonmq cluster balance` would.
+	AutoBalance bool
 }
 
 // DefaultCoordinatorPartitions is Cluster.CoordinatorPartitions' default,

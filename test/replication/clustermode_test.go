@@ -31,8 +31,9 @@ import (
 
 // twoGroups starts a cluster of two failover groups in process: g1 of
 // brokers 1-3 and g2 of brokers 4-6, with the metadata log on brokers 1, 2
-// and 4. It returns the brokers by id.
-func twoGroups(t *testing.T) map[int]*node {
+// and 4, each broker's Cluster block passed through opts. It returns the
+// brokers by id.
+func twoGroups(t *testing.T, opts ...func(*config.Cluster)) map[int]*node {
 	tl := &testLog{t: t}
 	t.Cleanup(func() { tl.mu.Lock(); tl.done = true; tl.mu.Unlock() })
 	ns := map[int]*node{}
@@ -73,6 +74,9 @@ func twoGroups(t *testing.T) map[int]*node {
 			}
 			n.cfg.Cluster = &config.Cluster{Enabled: true, Experimental: true, ClusterId: "test-cluster",
 				BrokerId: id, GroupId: group, MetadataVoters: voters}
+			for _, o := range opts {
+				o(n.cfg.Cluster)
+			}
 			if err := n.cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}

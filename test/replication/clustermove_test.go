@@ -3,6 +3,7 @@ package replication_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/cli"
+	"github.com/moonmq/moonmq/internal/config"
 )
 
 // movePartition asks the broker at seed to move topic's partition to the
@@ -403,4 +405,57 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 		}
 	}
 	t.Logf("%d records committed, %d aborted, across the move", len(committed), len(aborted))
+}
+
+// TestClusterAutoBalance: with Cluster.AutoBalance, a topic placed wholly
+// in g1 by its replica assignment spreads over both groups by itself,
+// one move at a time, and every record written before is read back once.
+func TestClusterAutoBalance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t, func(c *config.Cluster) { c.AutoBalance = true })
+	const topic = "lopsided"
+	cl := client(t, ns[1].addr())
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, -1, -1
+	for p := range int32(4) {
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, kmsg.CreateTopicsRequestTopicReplicaAssignment{Partition: p, Replicas: []int32{1, 2, 3}})
+	}
+	req.Topics = append(req.Topics, rt)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := req.RequestWith(ctx, cl)
+		cancel()
+		if err == nil && len(resp.Topics) == 1 {
+			if e := kerr.ErrorForCode(resp.Topics[0].ErrorCode); e == nil || errors.Is(e, kerr.TopicAlreadyExists) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create %s in g1: %v", topic, err)
+		}
+	}
+	var values []string
+	for i := range 200 {
+		values = append(values, fmt.Sprintf("v%03d", i))
+	}
+	produceValues(t, ns[2].addr(), topic, values)
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		leaders := ownersOf(t, ns[4].addr(), topic, 4)
+		inG2 := 0
+		for _, l := range leaders {
+			if l >= 4 {
+				inG2++
+			}
+		}
+		if inG2 == 2 && moves(t, ns[1].addr()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaders %v: the automatic balance did not move two of four partitions to g2", leaders)
+		}
+	}
+	readValues(t, ns[5].addr(), topic, len(values), nil)
 }

@@ -29,6 +29,9 @@
 //     AllocateProducerIDs, RegisterBroker, and the move steps StartMove,
 //     CutOver, FinishMove, CancelMove): each returns the records to
 //     propose or the refusal to answer.
+//   - PlanBalance: which partitions to move between groups so that their
+//     counts differ by at most one (`moonmq cluster balance` and
+//     Cluster.AutoBalance).
 //
 // It may not touch sockets, files, clocks, goroutines or randomness, and it
 // imports nothing of the broker's: the current time (for broker leases) is

@@ -1,4 +1,4 @@
-package cli
+package meta
 
 import (
 	"fmt"
