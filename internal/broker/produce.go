@@ -296,7 +296,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			return res, errInvalidRecord, "clients may not write control batches"
 		}
 		if h.Transactional() {
-			if _, open := p.OpenTransactions()[h.ProducerID]; !open && placementOf(p).draining.Load() {
+			if placementOf(p).draining.Load() && !openTxn(p, h.ProducerID) {
 				// A move waits for this partition's transactions to
 				// end before it fences it: none may begin meanwhile.
 				return res, errConcurrentTransactions, "the partition is moving to another replication group; retry"
@@ -368,4 +368,10 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 		res.records = 0
 	}
 	return res, 0, ""
+}
+
+// openTxn reports whether producerID has a transaction open on p.
+func openTxn(p *partition.Partition, producerID int64) bool {
+	_, open := p.OpenTransactions()[producerID]
+	return open
 }

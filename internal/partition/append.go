@@ -209,15 +209,6 @@ func (p *Partition) ResetCopy(offset int64) error {
 	return p.cutWith(p.fence.Copying, func() error { return p.log.TruncateFullyAndStartAt(offset) })
 }
 
-// Settled returns the log end once every append that passed the fence
-// before the call has landed: after the fence starts refusing appends, it
-// is the final end.
-func (p *Partition) Settled() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.EndOffset()
-}
-
 // Truncate cuts the log at offset and rebuilds the producer and
 // transaction state from what is left (a follower whose leader's log
 // diverged). It returns the fence's error when this replica may not follow.
