@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/config"
@@ -292,11 +294,13 @@ func groupStatus(t *testing.T, seed string) (int32, []int32) {
 	return -1, nil
 }
 
-// TestClusterMoveWaitsForTransactions: a partition that a transactional
-// producer writes to without pause still moves. The old owner refuses new
-// transactions on it while the ones open end, then fences it; the
-// producer retries into the new owner. Every committed transaction is read
-// whole by read_committed readers, exactly once, and no aborted one.
+// TestClusterMoveWaitsForTransactions: partition 0 moves to the other
+// group and back and there again while two transactional producers write
+// it and partition 1 (which stays) without pause: one with transactions
+// v2 (KIP-890: Produce v12 adds the partition), one with the older
+// protocol (AddPartitionsToTxn, as kafkajs, librdkafka and Kafka 3.x
+// clients do). Every committed transaction is read whole and once
+// read_committed, and no aborted one is read.
 func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts six brokers")
@@ -305,84 +309,90 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	const topic = "moving-txn"
 	createTopic(t, ns[1].addr(), topic, 2)
 	owners := ownersOf(t, ns[1].addr(), topic, 2)
-	to := []int32{4, 5, 6}
+	home, away := []int32{1, 2, 3}, []int32{4, 5, 6}
 	if owners[0] >= 4 {
-		to = []int32{1, 2, 3}
+		home, away = away, home
 	}
-	prod := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic), kgo.TransactionalID("mover"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(10*time.Second))
 	var mu sync.Mutex
 	committed, aborted := map[string]bool{}, map[string]bool{}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ctx.Err() == nil; i++ {
-			if err := prod.BeginTransaction(); err != nil {
-				t.Errorf("begin: %v", err)
-				return
-			}
-			var vals []string
-			var failed error
-			for j := range 5 {
-				v := fmt.Sprintf("%d.%d", i, j)
-				vals = append(vals, v)
-				pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				failed = prod.ProduceSync(pctx, &kgo.Record{Value: []byte(v), Partition: 0}).FirstErr()
+	produce := func(name string, opts ...kgo.Opt) {
+		prod := client(t, ns[2].addr(), append([]kgo.Opt{kgo.DefaultProduceTopic(topic), kgo.TransactionalID(name),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(10 * time.Second)}, opts...)...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				if err := prod.BeginTransaction(); err != nil {
+					t.Errorf("%s: begin: %v", name, err)
+					return
+				}
+				var vals []string
+				var failed error
+				for j := range 6 {
+					v := fmt.Sprintf("%s.%d.%d", name, i, j)
+					vals = append(vals, v)
+					pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					failed = prod.ProduceSync(pctx, &kgo.Record{Value: []byte(v), Partition: int32(j % 2)}).FirstErr()
+					cancel()
+					if failed != nil {
+						break
+					}
+				}
+				ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
 				cancel()
-				if failed != nil {
-					break
+				mu.Lock()
+				switch {
+				case err == nil && failed == nil:
+					for _, v := range vals {
+						committed[v] = true
+					}
+				case err == nil:
+					for _, v := range vals {
+						aborted[v] = true
+					}
+				}
+				mu.Unlock()
+				if err != nil {
+					t.Logf("%s: transaction %d ended with %v (produce: %v)", name, i, err, failed)
 				}
 			}
-			ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
-			cancel()
-			mu.Lock()
-			switch {
-			case err == nil && failed == nil:
-				for _, v := range vals {
-					committed[v] = true
-				}
-			case err == nil:
-				for _, v := range vals {
-					aborted[v] = true
-				}
-			}
-			mu.Unlock()
-			if err != nil {
-				t.Logf("transaction %d ended with %v (produce: %v)", i, err, failed)
-			}
-		}
-	}()
+		}()
+	}
+	produce("v2")
+	produce("v1", kgo.MaxVersions(kversion.V3_9_0()))
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(committed) }
-	for deadline := time.Now().Add(30 * time.Second); count() < 50; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d records committed before the move", count())
+	waitCommits := func(what string) {
+		t.Helper()
+		before := count()
+		for deadline := time.Now().Add(30 * time.Second); count() < before+60; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d records committed, then only %d", what, before, count())
+			}
 		}
 	}
-	movePartition(t, ns[3].addr(), topic, 0, to)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		l, _ := partitionLeader(t, ns[5].addr(), topic, 0)
-		if (l >= 4) == (to[0] >= 4) && l >= 0 && moves(t, ns[1].addr()) == 0 {
-			break
+	waitCommits("before the moves")
+	for i, to := range [][]int32{away, home, away} {
+		movePartition(t, ns[3].addr(), topic, 0, to)
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			l, _ := partitionLeader(t, ns[5].addr(), topic, 0)
+			if (l >= 4) == (to[0] >= 4) && l >= 0 && moves(t, ns[1].addr()) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("move %d: partition 0 under transactions not moved to %v: leader %d", i+1, to, l)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("partition 0 under transactions not moved to %v: leader %d", to, l)
-		}
-	}
-	before := count()
-	for deadline := time.Now().Add(30 * time.Second); count() < before+50; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no transaction committed at the new owner: %d then %d", before, count())
-		}
+		waitCommits(fmt.Sprintf("after move %d", i+1))
 	}
 	stop()
 	wg.Wait()
 
 	mu.Lock()
 	defer mu.Unlock()
-	cons := client(t, ns[6].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+	cons := client(t, ns[6].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -390,7 +400,14 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	for got := 0; got < len(committed); {
 		fs := cons.PollFetches(rctx)
 		if rctx.Err() != nil {
-			t.Fatalf("read %d of %d committed records", got, len(committed))
+			var missing []string
+			for v := range committed {
+				if seen[v] == 0 {
+					missing = append(missing, v)
+				}
+			}
+			slices.Sort(missing)
+			t.Fatalf("read %d of %d committed records; missing %v", got, len(committed), missing)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			seen[string(r.Value)]++
@@ -404,7 +421,7 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 			t.Fatalf("%q read %d times (aborted: %v)", v, n, aborted[v])
 		}
 	}
-	t.Logf("%d records committed, %d aborted, across the move", len(committed), len(aborted))
+	t.Logf("%d records committed, %d aborted, across three moves", len(committed), len(aborted))
 }
 
 // TestClusterAutoBalance: with Cluster.AutoBalance, a topic placed wholly
