@@ -67,10 +67,15 @@ type txnCheckRequest struct {
 
 // txnMarkersRequest asks a group's leader to write markers.
 type txnMarkersRequest struct {
-	ProducerID    int64    `json:"producerId"`
-	ProducerEpoch int16    `json:"producerEpoch"`
-	Commit        bool     `json:"commit"`
-	Partitions    []txn.TP `json:"partitions"`
+	ProducerID    int64 `json:"producerId"`
+	ProducerEpoch int16 `json:"producerEpoch"`
+	Commit        bool  `json:"commit"`
+	// CoordinatorEpoch is the leader epoch of the transactional id's
+	// state partition at the coordinator (Kafka's WriteTxnMarkers
+	// field): a partition refuses markers from a coordinator epoch below
+	// that of the producer's last marker there.
+	CoordinatorEpoch int32    `json:"coordinatorEpoch"`
+	Partitions       []txn.TP `json:"partitions"`
 }
 
 // txnOffsetsRequest asks a consumer group's coordinator to write a
@@ -110,10 +115,13 @@ func (c *clusterMode) remoteTxnCheck(ctx context.Context, tid string, pid int64,
 	return ans.Codes[0]
 }
 
-// writeRemoteMarkers has each owner group's leader write the marker to its
-// partitions among tps, retrying (a new leader, a group not yet created
-// the topic) until every one is durable or ctx ends.
-func (c *clusterMode) writeRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, tps []txn.TP) error {
+// writeRemoteMarkers has each owner group's leader write the marker of
+// req (its partitions left empty) to its partitions among tps, retrying
+// (a new leader, a group not yet created the topic) until every one is
+// durable or ctx ends. A partition that refuses the marker as a zombie
+// coordinator's ends it at once: a coordinator of a later epoch has
+// taken over the transaction.
+func (c *clusterMode) writeRemoteMarkers(ctx context.Context, req txnMarkersRequest, tps []txn.TP) error {
 	left := slices.Clone(tps)
 	var lastErr error
 	for {
@@ -130,7 +138,8 @@ func (c *clusterMode) writeRemoteMarkers(ctx context.Context, pid int64, epoch i
 		left = left[:0]
 		for leader, part := range byLeader {
 			var ans txnAnswer
-			err := c.call(ctx, leader, PathTxnMarkers, txnMarkersRequest{ProducerID: pid, ProducerEpoch: epoch, Commit: commit, Partitions: part}, &ans)
+			req.Partitions = part
+			err := c.call(ctx, leader, PathTxnMarkers, req, &ans)
 			if err == nil && len(ans.Codes) != len(part) {
 				err = fmt.Errorf("broker %d answered %d codes for %d partitions", leader, len(ans.Codes), len(part))
 			}
@@ -140,6 +149,9 @@ func (c *clusterMode) writeRemoteMarkers(ctx context.Context, pid int64, epoch i
 				continue
 			}
 			for i, code := range ans.Codes {
+				if code == errTransactionCoordinatorFenced {
+					return fmt.Errorf("%s/%d on broker %d: %w", part[i].Topic, part[i].Partition, leader, kerr.TransactionCoordinatorFenced)
+				}
 				if code != 0 {
 					lastErr = fmt.Errorf("%s/%d on broker %d: %v", part[i].Topic, part[i].Partition, leader, kerr.ErrorForCode(code))
 					left = append(left, part[i])
@@ -265,7 +277,7 @@ func (c *clusterMode) serveTxnMarkers(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	b := c.b
-	batch0, err := txncoord.MarkerBatch(req.ProducerID, req.ProducerEpoch, req.Commit, b.clock.Now().UnixMilli())
+	batch0, err := txncoord.MarkerBatch(req.ProducerID, req.ProducerEpoch, req.Commit, req.CoordinatorEpoch, b.clock.Now().UnixMilli())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -289,6 +301,13 @@ func (c *clusterMode) serveTxnMarkers(w http.ResponseWriter, hr *http.Request) {
 		}
 		p := t.partitions[tp.Partition]
 		end, err := b.appendInternal(p, slices.Clone(batch0), partition.FlushNow)
+		var refused *partition.Refusal
+		if errors.As(err, &refused) {
+			codes[i] = refused.Code // a zombie coordinator's marker
+			c.log.Warn("cluster mode: refused a transaction marker from a coordinator of an earlier epoch",
+				"topic", tp.Topic, "partition", tp.Partition, "producer_id", req.ProducerID, "coordinator_epoch", req.CoordinatorEpoch)
+			continue
+		}
 		if err != nil {
 			codes[i] = coordinatorCode(err)
 			if codes[i] == 0 {

@@ -64,7 +64,8 @@ var (
 	errNonEmptyGroup           = kerr.NonEmptyGroup.Code
 
 	// Transactions.
-	errOperationNotAttempted = kerr.OperationNotAttempted.Code
+	errOperationNotAttempted        = kerr.OperationNotAttempted.Code
+	errTransactionCoordinatorFenced = kerr.TransactionCoordinatorFenced.Code
 
 	// Authorization.
 	errTopicAuthorizationFailed   = kerr.TopicAuthorizationFailed.Code

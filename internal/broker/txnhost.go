@@ -70,12 +70,18 @@ func (h txnHost) Remote(topic string, index int32) bool {
 	return foreign
 }
 
-func (h txnHost) WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, tps []txn.TP) error {
+func (h txnHost) WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32, tps []txn.TP) error {
 	if h.b.cl == nil {
 		return errors.New("no other group outside cluster mode")
 	}
-	return h.b.cl.writeRemoteMarkers(ctx, pid, epoch, commit, tps)
+	return h.b.cl.writeRemoteMarkers(ctx, txnMarkersRequest{ProducerID: pid, ProducerEpoch: epoch, Commit: commit, CoordinatorEpoch: coordinatorEpoch}, tps)
 }
+
+// Epoch is p's exposed epoch: the group's term plus p's base. The
+// partitions of the state topic never move (moves of internal topics are
+// refused), so their base is 0 and this is the term, known before the
+// coordinator loads; a move of them would need the base in place first.
+func (h txnHost) Epoch(p *partition.Partition) int32 { return h.b.exposedEpoch(p) }
 
 // txnOffsets is the group coordinator as the transaction coordinator's
 // Offsets: here, or in cluster mode in the group owning the consumer

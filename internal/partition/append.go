@@ -3,8 +3,14 @@ package partition
 import (
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/txn"
 )
+
+// errTransactionCoordinatorFenced refuses a zombie coordinator's marker.
+var errTransactionCoordinatorFenced = kerr.TransactionCoordinatorFenced.Code
 
 // Refusal is an append refused under the append lock, with the Kafka error
 // code the producer gets.
@@ -159,13 +165,35 @@ func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header,
 // AppendOwn appends a batch the broker wrote itself (internal-topic
 // records, transaction markers) and returns the offset after it: what
 // WaitCommitted must reach. It returns the fence's error when this replica
-// may not append.
+// may not append, and a *Refusal with TRANSACTION_COORDINATOR_FENCED for a
+// marker whose coordinator epoch is below that of the producer's last
+// marker here (a zombie coordinator's).
 func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
 	h, err := recordbatch.ParseHeader(batch)
 	if err != nil {
 		return 0, err
 	}
-	res, stateErr, err := p.write(byBroker, [][]byte{batch}, []recordbatch.Header{h}, flush, nil)
+	var admit func() (*Appended, error)
+	if h.Control() {
+		recs, err := recordbatch.Records(batch, 1<<16)
+		if err != nil || len(recs) != 1 {
+			return 0, fmt.Errorf("marker batch: %d records, %v", len(recs), err)
+		}
+		coordEpoch, err := txn.ParseControlValue(recs[0].Value)
+		if err != nil {
+			return 0, err
+		}
+		admit = func() (*Appended, error) {
+			p.txnMu.Lock()
+			fenced := p.txns.FencedMarker(h.ProducerID, coordEpoch)
+			p.txnMu.Unlock()
+			if fenced {
+				return nil, &Refusal{Code: errTransactionCoordinatorFenced, Transaction: true}
+			}
+			return nil, nil
+		}
+	}
+	res, stateErr, err := p.write(byBroker, [][]byte{batch}, []recordbatch.Header{h}, flush, admit)
 	if err == nil {
 		err = stateErr
 	}

@@ -264,6 +264,51 @@ func TestAppendRefusals(t *testing.T) {
 	f.flush.SyncAll() // a deleted partition's closed log is not a failed fsync
 }
 
+// TestZombieCoordinatorMarkerRefused: once a coordinator at epoch 6 has
+// written a producer's marker, a marker from the coordinator at epoch 5
+// (a zombie retrying an old decision) is refused before it is appended,
+// also after the state is rebuilt from the log, and it cannot close the
+// producer's next transaction.
+func TestZombieCoordinatorMarkerRefused(t *testing.T) {
+	f := newFixture(t, nil, false)
+	txnData := func(seq int32) {
+		t.Helper()
+		tb := encode(t, recordbatch.BatchOptions{ProducerID: 9, BaseSequence: seq, Transactional: true}, 1)
+		if _, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txnData(0)
+	for _, e := range []int32{5, 6} { // the old coordinator, then the new one
+		if _, err := f.p.AppendOwn(encodeMarkerAt(t, 9, txn.ControlCommit, e), FlushNow); err != nil {
+			t.Fatalf("marker at coordinator epoch %d: %v", e, err)
+		}
+	}
+	txnData(1) // the next transaction, same producer epoch
+	for _, rebuilt := range []bool{false, true} {
+		if rebuilt {
+			if err := f.p.Truncate(f.p.Log().EndOffset()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		end := f.p.Log().EndOffset()
+		_, err := f.p.AppendOwn(encodeMarkerAt(t, 9, txn.ControlCommit, 5), FlushNow)
+		var r *Refusal
+		if !errors.As(err, &r) || r.Code != errTransactionCoordinatorFenced {
+			t.Fatalf("rebuilt=%v: zombie marker: %v, want TRANSACTION_COORDINATOR_FENCED", rebuilt, err)
+		}
+		if f.p.Log().EndOffset() != end || len(f.p.OpenTransactions()) != 1 {
+			t.Fatalf("rebuilt=%v: the refused marker wrote or closed: end %d->%d, open %v", rebuilt, end, f.p.Log().EndOffset(), f.p.OpenTransactions())
+		}
+	}
+	if _, err := f.p.AppendOwn(encodeMarkerAt(t, 9, txn.ControlAbort, 6), FlushNow); err != nil {
+		t.Fatalf("the current coordinator's marker: %v", err)
+	}
+	if open := f.p.OpenTransactions(); len(open) != 0 {
+		t.Fatalf("open after the current coordinator's abort: %v", open)
+	}
+}
+
 // TestHighWatermarkFollowsDurableEnd: single node, the high watermark is
 // the durable end: an append is invisible until the flusher synced it, a
 // lazily flushed one rides with the next pass, and a failover partition
@@ -420,9 +465,13 @@ func TestStateSurvivesReopen(t *testing.T) {
 }
 
 func encodeMarker(t *testing.T, pid int64, typ int16) []byte {
+	return encodeMarkerAt(t, pid, typ, 0)
+}
+
+func encodeMarkerAt(t *testing.T, pid int64, typ int16, coordinatorEpoch int32) []byte {
 	t.Helper()
 	b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: pid, BaseSequence: -1, Transactional: true, Control: true},
-		[]recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0)}})
+		[]recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(coordinatorEpoch)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,8 +49,11 @@ func (p *Partition) apply(h recordbatch.Header, batch []byte, nowMs int64) error
 		if err != nil {
 			return err
 		}
+		// A value too short for the epoch (no writer of ours makes
+		// one) counts as epoch 0, the lowest: it fences nothing.
+		coordEpoch, _ := txn.ParseControlValue(recs[0].Value)
 		p.txnMu.Lock()
-		p.txns.OnMarker(h.ProducerID, h.ProducerEpoch, typ, h.BaseOffset)
+		p.txns.OnMarker(h.ProducerID, h.ProducerEpoch, typ, coordEpoch, h.BaseOffset)
 		p.txnMu.Unlock()
 		p.producers.ObserveEpoch(h.ProducerID, h.ProducerEpoch, nowMs)
 		return nil

@@ -34,6 +34,15 @@ func ControlValue(coordinatorEpoch int32) []byte {
 	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(nil, 0), uint32(coordinatorEpoch))
 }
 
+// ParseControlValue returns the coordinator epoch of a control record
+// value.
+func ParseControlValue(value []byte) (int32, error) {
+	if len(value) < 6 {
+		return 0, errors.New("txn: control record value shorter than 6 bytes")
+	}
+	return int32(binary.BigEndian.Uint32(value[2:])), nil
+}
+
 // ParseControlKey returns the marker type of a control record key.
 func ParseControlKey(key []byte) (int16, error) {
 	if len(key) < 4 {
@@ -55,6 +64,10 @@ type Marker struct {
 	Epoch  int16
 	Commit bool
 	Offset int64
+	// CoordinatorEpoch is the leader epoch of the coordinator's
+	// partition of the transaction state topic when it wrote the marker
+	// (Kafka's EndTxnMarker field).
+	CoordinatorEpoch int32 `json:",omitempty"`
 }
 
 // Partition tracks a partition's open and aborted transactions, and each
@@ -81,11 +94,12 @@ func (p *Partition) OnData(producerID int64, base int64) {
 }
 
 // OnMarker notes a control batch at offset for producerID, written at
-// epoch. A marker for a producer with no open transaction here closes
-// nothing (markers are written to every partition of a transaction, and a
-// retry may repeat one), but it is still remembered as the producer's last.
-func (p *Partition) OnMarker(producerID int64, epoch int16, typ int16, offset int64) {
-	p.markers[producerID] = Marker{Epoch: epoch, Commit: typ == ControlCommit, Offset: offset}
+// epoch by a coordinator at coordinatorEpoch. A marker for a producer with
+// no open transaction here closes nothing (markers are written to every
+// partition of a transaction, and a retry may repeat one), but it is
+// still remembered as the producer's last.
+func (p *Partition) OnMarker(producerID int64, epoch int16, typ int16, coordinatorEpoch int32, offset int64) {
+	p.markers[producerID] = Marker{Epoch: epoch, Commit: typ == ControlCommit, Offset: offset, CoordinatorEpoch: coordinatorEpoch}
 	first, ok := p.open[producerID]
 	if !ok {
 		return
@@ -94,6 +108,17 @@ func (p *Partition) OnMarker(producerID int64, epoch int16, typ int16, offset in
 	if typ == ControlAbort {
 		p.aborted = append(p.aborted, Aborted{ProducerID: producerID, FirstOffset: first, LastOffset: offset})
 	}
+}
+
+// FencedMarker reports whether a marker for producerID from a coordinator
+// at coordinatorEpoch must be refused: a coordinator of a later epoch
+// already wrote one here. The earlier coordinator is a zombie (its group
+// failed over, or the state partition moved away) whose retries of an old
+// decision could otherwise close the producer's next transaction, which
+// has the same producer epoch under the older transaction protocol.
+func (p *Partition) FencedMarker(producerID int64, coordinatorEpoch int32) bool {
+	m, ok := p.markers[producerID]
+	return ok && m.CoordinatorEpoch > coordinatorEpoch
 }
 
 // LastMarker returns producerID's last marker here.

@@ -98,7 +98,11 @@ func TestPartitionScripts(t *testing.T) {
 				if c.Name == "abort" {
 					typ = ControlAbort
 				}
-				p.OnMarker(pid, int16(c.Int(t, "epoch", 0)), typ, c.Int(t, "offset", 0))
+				p.OnMarker(pid, int16(c.Int(t, "epoch", 0)), typ, int32(c.Int(t, "coordinator_epoch", 0)), c.Int(t, "offset", 0))
+			case "fenced":
+				// Would a marker from a coordinator at this epoch be
+				// refused?
+				return fmt.Sprintf("fenced=%v", p.FencedMarker(pid, int32(c.Int(t, "coordinator_epoch", 0))))
 			case "trim":
 				p.TrimBelow(c.Int(t, "start", 0))
 			case "restart":

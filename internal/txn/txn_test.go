@@ -15,12 +15,12 @@ func TestPartitionLSOAndAbortedIndex(t *testing.T) {
 	if lso := p.LSO(20); lso != 10 {
 		t.Fatalf("LSO %d, want 10 (oldest open transaction)", lso)
 	}
-	p.OnMarker(1, 0, ControlAbort, 13)
+	p.OnMarker(1, 0, ControlAbort, 0, 13)
 	if lso := p.LSO(20); lso != 11 {
 		t.Fatalf("LSO %d, want 11", lso)
 	}
-	p.OnMarker(2, 0, ControlCommit, 14)
-	p.OnMarker(2, 0, ControlCommit, 15) // a repeated marker changes nothing
+	p.OnMarker(2, 0, ControlCommit, 0, 14)
+	p.OnMarker(2, 0, ControlCommit, 0, 15) // a repeated marker changes nothing
 	if lso := p.LSO(20); lso != 20 {
 		t.Fatalf("LSO %d, want the high watermark", lso)
 	}
@@ -50,7 +50,7 @@ func TestLSOInvariant(t *testing.T) {
 			pid := int64(rng.Intn(5))
 			if _, ok := open[pid]; ok && rng.Intn(3) == 0 {
 				typ := int16(rng.Intn(2))
-				p.OnMarker(pid, 0, typ, off)
+				p.OnMarker(pid, 0, typ, 0, off)
 				if typ == ControlAbort {
 					aborted = append(aborted, Aborted{pid, open[pid], off})
 				}
@@ -133,8 +133,8 @@ func TestLastMarker(t *testing.T) {
 		t.Fatal("a marker before any was written")
 	}
 	p.OnData(7, 0)
-	p.OnMarker(7, 3, ControlCommit, 1)
-	p.OnMarker(7, 4, ControlAbort, 2) // no open transaction: still the last marker
+	p.OnMarker(7, 3, ControlCommit, 0, 1)
+	p.OnMarker(7, 4, ControlAbort, 0, 2) // no open transaction: still the last marker
 	if m, ok := p.LastMarker(7); !ok || m != (Marker{Epoch: 4, Commit: false, Offset: 2}) {
 		t.Fatalf("last marker %+v %v", m, ok)
 	}

@@ -69,10 +69,18 @@ type Host interface {
 	// group of a cluster (docs/CLUSTER.md): it may join a transaction,
 	// and its markers go through WriteRemoteMarkers.
 	Remote(topic string, index int32) bool
-	// WriteRemoteMarkers writes the producer's commit or abort marker to
-	// partitions of other groups, and returns once each is durable
-	// there, or with an error when ctx ends first: the caller retries.
-	WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, tps []txn.TP) error
+	// WriteRemoteMarkers writes the producer's commit or abort marker,
+	// stamped with coordinatorEpoch, to partitions of other groups, and
+	// returns once each is durable there, or with an error when ctx ends
+	// first (the caller retries) or a partition refused the marker as a
+	// zombie coordinator's (the caller is one).
+	WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32, tps []txn.TP) error
+	// Epoch is the leader epoch clients see for p. A marker carries that
+	// of its transactional id's state partition as its coordinator
+	// epoch, which only grows across failovers and moves; a partition
+	// refuses a producer's marker from a coordinator epoch below that of
+	// the producer's last marker there.
+	Epoch(p *partition.Partition) int32
 }
 
 // Offsets is the group coordinator's side of a transaction that commits
@@ -341,14 +349,14 @@ func (c *Coordinator) hasRemote(m *txn.Metadata) bool {
 
 // MarkerBatch is the control batch that commits or aborts a producer's
 // transaction on a partition.
-func MarkerBatch(pid int64, epoch int16, commit bool, nowMs int64) ([]byte, error) {
+func MarkerBatch(pid int64, epoch int16, commit bool, coordinatorEpoch int32, nowMs int64) ([]byte, error) {
 	typ := txn.ControlAbort
 	if commit {
 		typ = txn.ControlCommit
 	}
 	return recordbatch.Encode(recordbatch.BatchOptions{
 		ProducerID: pid, ProducerEpoch: epoch, BaseSequence: -1, Transactional: true, Control: true,
-	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0), Timestamp: nowMs}})
+	}, []recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(coordinatorEpoch), Timestamp: nowMs}})
 }
 
 // writeState appends m to StateTopic and waits until durable.
@@ -402,7 +410,11 @@ func (c *Coordinator) transition(ctx context.Context, e *entry, m *txn.Metadata)
 // in also; committed offsets of the transaction become visible once their
 // marker is.
 func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partition.Wait) error {
-	batch0, err := MarkerBatch(m.ProducerID, m.Epoch, commit, c.cfg.Clock.Now().UnixMilli())
+	coordEpoch, err := c.coordinatorEpoch(m)
+	if err != nil {
+		return err
+	}
+	batch0, err := MarkerBatch(m.ProducerID, m.Epoch, commit, coordEpoch, c.cfg.Clock.Now().UnixMilli())
 	if err != nil {
 		return err
 	}
@@ -432,7 +444,7 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	defer cancel()
 	remoteDone := make(chan error, 1)
 	if len(remote) > 0 {
-		go func() { remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, remote) }()
+		go func() { remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, coordEpoch, remote) }()
 	} else {
 		remoteDone <- nil
 	}
@@ -449,6 +461,30 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 		c.offsets.EndTxn(m.ProducerID, commit)
 	}
 	return nil
+}
+
+// coordinatorEpoch is the coordinator epoch m's markers carry: the
+// leader epoch of its transactional id's state partition. An orphan
+// (no transactional id: its coordinator lost it) gets the epoch of the
+// producer's last marker on its partitions, which closes the orphan
+// without fencing any coordinator.
+func (c *Coordinator) coordinatorEpoch(m *txn.Metadata) (int32, error) {
+	if m.ID == "" {
+		var e int32
+		for tp := range m.Partitions {
+			if p := c.host.Partition(tp.Topic, tp.Partition); p != nil {
+				if mk, ok := p.LastMarker(m.ProducerID); ok {
+					e = max(e, mk.CoordinatorEpoch)
+				}
+			}
+		}
+		return e, nil
+	}
+	st, err := c.statePartition(m.ID)
+	if err != nil {
+		return 0, err
+	}
+	return c.host.Epoch(st), nil
 }
 
 // finish completes a transaction whose Prepare* state is current: markers,

@@ -157,6 +157,9 @@ func (testWriter) Wait(ctx context.Context, p *partition.Partition, end int64) e
 // The test host is one broker: no partition is in another group.
 func (*testHost) Remote(string, int32) bool { return false }
 
-func (*testHost) WriteRemoteMarkers(context.Context, int64, int16, bool, []txn.TP) error {
+func (*testHost) WriteRemoteMarkers(context.Context, int64, int16, bool, int32, []txn.TP) error {
 	return errors.New("the test host has no other group")
 }
+
+// Epoch is a single node's: it never changes.
+func (*testHost) Epoch(*partition.Partition) int32 { return 0 }
