@@ -77,6 +77,10 @@ type clusterMode struct {
 	// into the group, on its leader (cluster_move.go).
 	fences atomic.Pointer[map[string]uint64]
 	movers movers
+	// handovers are the coordinators' partitions moved in or out that
+	// this broker's coordinators have not loaded or forgotten yet
+	// (cluster_coordmove.go).
+	handovers coordHandovers
 	// placeMu orders the writes of the partitions' placements, so an
 	// older view never overwrites a newer one's epoch bases.
 	placeMu sync.Mutex
@@ -426,6 +430,7 @@ func (c *clusterMode) leaderPass(ctx context.Context, reconciled **uint64) {
 		c.applyPlacements()
 	}
 	c.tendMoves(ctx, v)
+	c.handOverCoordinators(ctx)
 }
 
 // warn logs at most one warning per 30 seconds.
@@ -644,7 +649,14 @@ func (c *clusterMode) coordinatorPartition(v *clusterView, kind coordinatorKind,
 // coordinates reports whether this group hosts the coordinator of key.
 func (c *clusterMode) coordinates(kind coordinatorKind, key string) bool {
 	p, ok := c.coordinatorPartition(c.current(), kind, key)
-	return ok && p.Owner == c.group
+	if !ok || p.Owner != c.group {
+		return false
+	}
+	name := offsetsTopic
+	if kind == txnCoordinator {
+		name = txncoord.StateTopic
+	}
+	return !c.handingOver(name, p.Partition)
 }
 
 // takeProducerIDs returns a block of producer ids for this broker to hand

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,6 +159,7 @@ func (c *clusterMode) publishView(v *clusterView) {
 	c.placeMu.Lock()
 	defer c.placeMu.Unlock()
 	c.applyPlacementsLocked(v)
+	c.noteHandoversLocked(c.view.Load(), v)
 	c.view.Store(v)
 }
 
@@ -513,7 +515,7 @@ func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UU
 			continue
 		}
 		if len(ans.Batches) > 0 {
-			if err := c.appendCopy(p, ans.Batches); err != nil {
+			if err := c.appendCopy(p, ans.Batches, ans.HighWatermark); err != nil {
 				if !retry("appending the copy failed", "err", err) {
 					return
 				}
@@ -560,15 +562,29 @@ func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UU
 	}
 }
 
-// appendCopy appends a read's batches, checking each one's CRC.
-func (c *clusterMode) appendCopy(p *partition.Partition, data []byte) error {
-	batches, err := recordbatch.Split(data)
-	if err != nil {
-		return err
-	}
-	for _, b := range batches {
+// appendCopy appends a read's batches, checking each one's CRC. The
+// source's compaction may have removed whole batches: a gap before a
+// batch is allowed below highWatermark (the source's, which every batch
+// of the read lies below), as a follower allows its leader's.
+func (c *clusterMode) appendCopy(p *partition.Partition, data []byte, highWatermark int64) error {
+	gapsAllowed := false
+	for len(data) > 0 {
+		// Not recordbatch.Split: that checks producers' batches, and
+		// compaction leaves batches with fewer records than offsets.
+		h, err := recordbatch.ParseHeader(data)
+		if err != nil || h.Size() > len(data) {
+			return fmt.Errorf("copied batch at %d: %v", p.Log().EndOffset(), err)
+		}
+		b := data[:h.Size()]
+		data = data[h.Size():]
 		if _, err := recordbatch.Check(b); err != nil {
 			return err
+		}
+		if h.BaseOffset > p.Log().EndOffset() && !gapsAllowed {
+			if err := p.Log().AllowGaps(highWatermark); err != nil {
+				return err
+			}
+			gapsAllowed = true
 		}
 		if err := p.AppendCopy(b); err != nil {
 			return err
@@ -591,11 +607,8 @@ func (c *clusterMode) startMove(ctx context.Context, name string, index int32, t
 	if !ok {
 		return errUnknownTopicOrPartition, fmt.Sprintf("no partition %s/%d", name, index)
 	}
-	if internalTopic(name) {
-		return errInvalidRequest, "moving the coordinators' and the broker's own topics is not supported yet"
-	}
-	if cfg := c.topicConfigs(name); strings.Contains(cfg["cleanup.policy"], "compact") {
-		return errInvalidRequest, "moving a compacted topic is not supported yet"
+	if internalTopic(name) && !slices.Contains(coordTopics, name) {
+		return errInvalidRequest, "the broker's own topics do not move: in cluster mode they are each group's (users and ACLs live in the metadata log)"
 	}
 	step := metanode.MovePartition{Topic: name, Partition: index, Step: metanode.MoveStart, Target: target}
 	switch {

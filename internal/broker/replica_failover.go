@@ -524,6 +524,12 @@ type leaderReload struct {
 // the group registry last, since those commits may be all a group has.
 func (b *Broker) leaderReloads() []leaderReload {
 	return []leaderReload{
+		{"coordinator hand-overs", func(context.Context) error { // cluster_coordmove.go
+			if b.cl != nil {
+				b.cl.dropHandovers()
+			}
+			return nil
+		}},
 		{"committed offsets", b.groups.Reload}, // groupcoord
 		{"producer ids", b.resetProducerIDs},   // idempotence.go
 		{"transactions", b.txns.Reload},        // internal/txncoord

@@ -158,10 +158,17 @@ func (c *Coordinator) notifyEmpty(id string) {
 // and assignments may collide with those another leader gave out since).
 // JoinGroup and SyncGroup calls still waiting are answered NOT_COORDINATOR.
 // No hook runs: committed offsets are not the coordinator's.
-func (c *Coordinator) Reset() {
+func (c *Coordinator) Reset() { c.Forget(func(string) bool { return true }) }
+
+// Forget is Reset for the groups picks chooses only: those whose
+// coordinator moved to another replication group.
+func (c *Coordinator) Forget(picks func(group string) bool) {
 	c.lock()
 	defer c.unlock()
-	for _, g := range c.groups {
+	for id, g := range c.groups {
+		if !picks(id) {
+			continue
+		}
 		for _, m := range g.members {
 			if w := m.join; w != nil {
 				w.resp.ErrorCode = errNotCoordinator
@@ -174,9 +181,13 @@ func (c *Coordinator) Reset() {
 				w.finish()
 			}
 		}
+		delete(c.groups, id)
 	}
-	c.groups = make(map[string]*group)
-	c.cgroups = make(map[string]*cgroup)
+	for id := range c.cgroups {
+		if picks(id) {
+			delete(c.cgroups, id)
+		}
+	}
 }
 
 // groupCount counts groups of both protocols (for WithMaxGroups).

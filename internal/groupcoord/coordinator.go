@@ -126,6 +126,32 @@ func (c *Coordinator) Reload(context.Context) error {
 	return nil
 }
 
+// LoadPartition makes the groups of one partition of Topic (of n) this
+// coordinator's, as a move of that partition into the broker's
+// replication group hands them over: what it remembered of them from an
+// earlier stay is forgotten, their committed offsets are read from p (up
+// to its high watermark, which the move's cut-over put at the old owner's
+// log end), and they are registered. The caller answers NOT_COORDINATOR
+// for them until it returns.
+func (c *Coordinator) LoadPartition(p *partition.Partition, n int) error {
+	c.UnloadPartition(p.Index, n)
+	if _, err := c.loadPartition(p); err != nil {
+		return err
+	}
+	c.RegisterGroups() // groups already known are left as they are
+	return nil
+}
+
+// UnloadPartition forgets the groups of partition index of Topic (of n),
+// which a move handed to another replication group: their offsets and
+// their members (a JoinGroup or SyncGroup still waiting is answered
+// NOT_COORDINATOR), as a failover forgets membership.
+func (c *Coordinator) UnloadPartition(index int32, n int) {
+	picks := func(g string) bool { return coordinator.PartitionFor(g, n) == index }
+	c.offsets.drop(picks)
+	c.groups.Forget(picks)
+}
+
 // RegisterGroups makes the groups known through Topic (committed offsets,
 // or a record that they are empty) exist as Empty, as in Kafka, so they can
 // be listed, described, deleted and expired: each empty since its recorded

@@ -454,6 +454,40 @@ func (c *Coordinator) appendOffsets(writes []offsetWrite, applyFirst bool) (offs
 }
 
 // reset empties the store before a reload.
+// drop forgets every group in picks: its commits, its transactions'
+// pending commits and its empty time.
+func (s *offsetStore) drop(picks func(group string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for g, keys := range s.groups {
+		if !picks(g) {
+			continue
+		}
+		for k := range keys {
+			delete(s.byKey, k)
+		}
+		delete(s.groups, g)
+	}
+	for pid, writes := range s.pending {
+		kept := writes[:0]
+		for _, w := range writes {
+			if !picks(w.key.group) {
+				kept = append(kept, w)
+			}
+		}
+		if len(kept) == 0 {
+			delete(s.pending, pid)
+		} else {
+			s.pending[pid] = kept
+		}
+	}
+	for g := range s.emptySince {
+		if picks(g) {
+			delete(s.emptySince, g)
+		}
+	}
+}
+
 func (s *offsetStore) reset() {
 	s.mu.Lock()
 	s.byKey = map[offsetKey]committed{}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -47,7 +48,53 @@ func (c *Coordinator) load(ctx context.Context) error {
 			return err
 		}
 	}
-	return c.resume(ctx)
+	return c.resume(ctx, c.entries(func(string) bool { return true }))
+}
+
+// LoadPartition makes the transactional ids of one partition of
+// StateTopic (of n) this coordinator's, as a move of that partition into
+// the broker's replication group hands them over: what it remembered of
+// them from an earlier stay is forgotten, their state is read from p (up
+// to its high watermark, which the move's cut-over put at the old owner's
+// log end), and the transactions decided there but not completed are
+// finished, with markers whose coordinator epoch (p's, higher than the
+// old owner's) fences the old owner's. The caller answers NOT_COORDINATOR
+// for them until it returns.
+func (c *Coordinator) LoadPartition(ctx context.Context, p *partition.Partition, n int) error {
+	c.UnloadPartition(p.Index, n)
+	if err := c.loadPartition(p); err != nil {
+		return err
+	}
+	return c.resume(ctx, c.entries(func(id string) bool { return coordinator.PartitionFor(id, n) == p.Index }))
+}
+
+// UnloadPartition forgets the transactional ids of partition index of
+// StateTopic (of n), which a move handed to another replication group.
+func (c *Coordinator) UnloadPartition(index int32, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, e := range c.byID {
+		if coordinator.PartitionFor(id, n) != index {
+			continue
+		}
+		if m := e.meta.Load(); m != nil {
+			delete(c.byPID, m.ProducerID)
+		}
+		delete(c.byID, id)
+	}
+}
+
+// entries lists the loaded transactional ids picks chooses.
+func (c *Coordinator) entries(picks func(id string) bool) []*entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*entry
+	for id, e := range c.byID {
+		if picks(id) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // loadPartition reads one partition of StateTopic into memory. A
@@ -85,15 +132,9 @@ func (c *Coordinator) loadPartition(p *partition.Partition) error {
 	return nil
 }
 
-// resume finishes, once every partition is loaded, what the loaded state
-// says is decided but not complete.
-func (c *Coordinator) resume(ctx context.Context) error {
-	c.mu.Lock()
-	entries := make([]*entry, 0, len(c.byID))
-	for _, e := range c.byID {
-		entries = append(entries, e)
-	}
-	c.mu.Unlock()
+// resume finishes, once their partitions are loaded, what the loaded
+// state of entries says is decided but not complete.
+func (c *Coordinator) resume(ctx context.Context, entries []*entry) error {
 	for _, e := range entries {
 		e.mu.Lock()
 		err := c.recoverFromMarkers(ctx, e)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/cli"
 	"github.com/moonmq/moonmq/internal/config"
+	"github.com/moonmq/moonmq/internal/coordinator"
 )
 
 // movePartition asks the broker at seed to move topic's partition to the
@@ -475,4 +477,221 @@ func TestClusterAutoBalance(t *testing.T) {
 		}
 	}
 	readValues(t, ns[5].addr(), topic, len(values), nil)
+}
+
+// coordinatorHome waits until Metadata names a leader for the partition
+// of the coordinators' topic name that holds key and returns it, its
+// leader and the topic's partition count.
+func coordinatorHome(t *testing.T, seed, name, key string) (part, leader int32, n int) {
+	t.Helper()
+	adm := kadm.NewClient(client(t, seed))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		td, err := adm.ListTopicsWithInternal(context.Background(), name)
+		if err == nil && td[name].Err == nil && len(td[name].Partitions) > 0 {
+			n = len(td[name].Partitions)
+			part = coordinator.PartitionFor(key, n)
+			if l := td[name].Partitions[part].Leader; l >= 0 {
+				return part, l, n
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader for %s's partition of %s: %v", key, name, err)
+		}
+	}
+}
+
+// waitMoved waits until the partition's leader is in to's group and no
+// move is listed.
+func waitMoved(t *testing.T, ns map[int]*node, topic string, part int32, to []int32) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		l, _ := partitionLeader(t, ns[5].addr(), topic, part)
+		if (l >= 4) == (to[0] >= 4) && l >= 0 && moves(t, ns[1].addr()) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%d not moved to %v: leader %d", topic, part, to, l)
+		}
+	}
+}
+
+// TestClusterMoveCoordinators: the partitions of __consumer_offsets and
+// __transaction_state that hold a consumer group and a transactional id
+// move to the other group and back, while a transactional producer and
+// the group's consumer run. The group's committed offsets are there at
+// each new owner, the consumer goes on committing through it, and every
+// committed transaction is read whole and once, no aborted one.
+func TestClusterMoveCoordinators(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	const topic, tid = "coord-moving", "coord-moving-tx"
+	createTopic(t, ns[1].addr(), topic, 2)
+	ownersOf(t, ns[1].addr(), topic, 2)
+
+	// The transactional producer, from before the moves to the end.
+	prod := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic), kgo.TransactionalID(tid),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(10*time.Second))
+	var mu sync.Mutex
+	committed, aborted := map[string]bool{}, map[string]bool{}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			if err := prod.BeginTransaction(); err != nil {
+				t.Errorf("begin: %v", err)
+				return
+			}
+			var vals []string
+			var failed error
+			for j := range 4 {
+				v := fmt.Sprintf("%d.%d", i, j)
+				vals = append(vals, v)
+				pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				failed = prod.ProduceSync(pctx, &kgo.Record{Value: []byte(v), Partition: int32(j % 2)}).FirstErr()
+				cancel()
+				if failed != nil {
+					break
+				}
+			}
+			ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
+			cancel()
+			mu.Lock()
+			switch {
+			case err == nil && failed == nil:
+				for _, v := range vals {
+					committed[v] = true
+				}
+			case err == nil:
+				for _, v := range vals {
+					aborted[v] = true
+				}
+			}
+			mu.Unlock()
+			if err != nil {
+				t.Logf("transaction %d ended with %v (produce: %v)", i, err, failed)
+			}
+		}
+	})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(committed) }
+	waitCommits := func(what string) {
+		t.Helper()
+		before := count()
+		for deadline := time.Now().Add(30 * time.Second); count() < before+40; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d records committed, then only %d", what, before, count())
+			}
+		}
+	}
+	waitCommits("before the moves")
+
+	// A consumer group whose partition of __consumer_offsets is the
+	// one of a group with fixed commits: both move together.
+	const fixed = "coord-moving-fixed"
+	adm := kadm.NewClient(client(t, ns[3].addr()))
+	want := kadm.Offsets{}
+	want.AddOffset(topic, 0, 7, -1)
+	want.AddOffset(topic, 1, 11, -1)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := adm.CommitOffsets(context.Background(), fixed, want)
+		if err == nil && resp.Error() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commit %s: %v %v", fixed, err, resp.Error())
+		}
+	}
+	offPart, offLeader, offN := coordinatorHome(t, ns[1].addr(), "__consumer_offsets", fixed)
+	stPart, stLeader, _ := coordinatorHome(t, ns[1].addr(), "__transaction_state", tid)
+	consumerGroup := ""
+	for i := 0; consumerGroup == ""; i++ {
+		if g := fmt.Sprintf("coord-moving-cg-%d", i); coordinator.PartitionFor(g, offN) == offPart {
+			consumerGroup = g
+		}
+	}
+	cons := client(t, ns[6].addr(), kgo.ConsumeTopics(topic), kgo.ConsumerGroup(consumerGroup),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.AutoCommitInterval(200*time.Millisecond))
+	consumed := map[string]int{}
+	var cmu sync.Mutex
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			fs := cons.PollFetches(ctx)
+			cmu.Lock()
+			fs.EachRecord(func(r *kgo.Record) { consumed[string(r.Value)]++ })
+			cmu.Unlock()
+		}
+	})
+
+	g1, g2 := []int32{1, 2, 3}, []int32{4, 5, 6}
+	other := func(leader int32) []int32 {
+		if leader >= 4 {
+			return g1
+		}
+		return g2
+	}
+	offTo, stTo := other(offLeader), other(stLeader)
+	for round := range 2 {
+		movePartition(t, ns[3].addr(), "__consumer_offsets", offPart, offTo)
+		movePartition(t, ns[3].addr(), "__transaction_state", stPart, stTo)
+		waitMoved(t, ns, "__consumer_offsets", offPart, offTo)
+		waitMoved(t, ns, "__transaction_state", stPart, stTo)
+		waitCommits(fmt.Sprintf("after move %d", round+1))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			got, err := adm.FetchOffsets(context.Background(), fixed)
+			o0, _ := got.Lookup(topic, 0)
+			o1, _ := got.Lookup(topic, 1)
+			if err == nil && got.Error() == nil && o0.At == 7 && o1.At == 11 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("move %d: %s's offsets at the new owner: %v %v %+v %+v", round+1, fixed, err, got.Error(), o0, o1)
+			}
+		}
+		offTo, stTo = other(offTo[0]), other(stTo[0])
+	}
+	stop()
+	wg.Wait()
+
+	// The consumer group committed through the moves: its offsets at the
+	// final owner are past the start.
+	got, err := adm.FetchOffsets(context.Background(), consumerGroup)
+	if err != nil || got.Error() != nil {
+		t.Fatalf("fetch %s's offsets: %v %v", consumerGroup, err, got.Error())
+	}
+	var sum int64
+	got.Each(func(o kadm.OffsetResponse) { sum += o.At })
+	if sum <= 0 {
+		t.Fatalf("%s committed nothing through the moves: %+v", consumerGroup, got)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	rd := client(t, ns[4].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[string]int{}
+	for n := 0; n < len(committed); {
+		fs := rd.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("read %d of %d committed records", n, len(committed))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[string(r.Value)]++
+			if committed[string(r.Value)] && seen[string(r.Value)] == 1 {
+				n++
+			}
+		})
+	}
+	for v, n := range seen {
+		if n > 1 || aborted[v] {
+			t.Fatalf("%q read %d times (aborted: %v)", v, n, aborted[v])
+		}
+	}
+	cmu.Lock()
+	t.Logf("%d records committed, %d aborted, the group read %d distinct, committed offsets summing to %d, across two moves of each coordinator's partition",
+		len(committed), len(aborted), len(consumed), sum)
+	cmu.Unlock()
 }
