@@ -444,7 +444,9 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	defer cancel()
 	remoteDone := make(chan error, 1)
 	if len(remote) > 0 {
-		go func() { remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, coordEpoch, remote) }()
+		go func() {
+			remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, coordEpoch, remote)
+		}()
 	} else {
 		remoteDone <- nil
 	}
