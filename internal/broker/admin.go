@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/cluster/meta"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
 )
@@ -481,6 +482,14 @@ func (b *Broker) handleDescribeConfigs(r *kmsg.DescribeConfigsRequest) kmsg.Resp
 				c.Name, c.Value, c.Source, c.IsDefault, c.ReadOnly = k, &v, 5, true, true
 				out.Configs = append(out.Configs, c)
 			}
+			if b.cl != nil && want(meta.DrainingGroupsConfig) {
+				// The cluster-wide dynamic config (source 4,
+				// DYNAMIC_DEFAULT_BROKER_CONFIG), empty when unset.
+				v := strings.Join(b.cl.drainingGroups(), ",")
+				c := kmsg.NewDescribeConfigsResponseResourceConfig()
+				c.Name, c.Value, c.Source, c.IsDefault = meta.DrainingGroupsConfig, &v, 4, v == ""
+				out.Configs = append(out.Configs, c)
+			}
 		default:
 			out.ErrorCode = errInvalidRequest
 			msg := "only topic and broker resources can be described"
@@ -548,8 +557,10 @@ func (b *Broker) setTopicConfigsLocked(t *topic, configs map[string]string) erro
 func (b *Broker) alterResource(typ int8, name string, validateOnly bool, edit func(map[string]string) error) (int16, *string) {
 	var code int16
 	var msg string
-	if typ != 2 {
-		code, msg = errInvalidRequest, "only topic configs can be altered; broker settings come from the config file"
+	if typ == resourceBroker && name == "" && b.cl != nil {
+		code, msg = b.cl.alterClusterConfigs(edit, validateOnly)
+	} else if typ != resourceTopic {
+		code, msg = errInvalidRequest, "only topic configs (and, in cluster mode, the cluster-wide broker config "+meta.DrainingGroupsConfig+") can be altered; broker settings come from the config file"
 	} else if b.cl != nil {
 		code, msg = b.cl.alterTopicConfigs(name, edit, validateOnly)
 	} else {
@@ -566,10 +577,14 @@ func (b *Broker) handleIncrementalAlterConfigs(r *kmsg.IncrementalAlterConfigsRe
 	for _, rr := range r.Resources {
 		out := kmsg.NewIncrementalAlterConfigsResponseResource()
 		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		specs, what := topicConfigs, "topic"
+		if int8(rr.ResourceType) == resourceBroker {
+			specs, what = clusterConfigs, "cluster-wide broker"
+		}
 		out.ErrorCode, out.ErrorMessage = b.alterResource(int8(rr.ResourceType), rr.ResourceName, r.ValidateOnly, func(m map[string]string) error {
 			for _, c := range rr.Configs {
-				if _, ok := topicConfigs[c.Name]; !ok {
-					return errors.New("unknown or unsupported topic config " + c.Name)
+				if _, ok := specs[c.Name]; !ok {
+					return errors.New("unknown or unsupported " + what + " config " + c.Name)
 				}
 				switch c.Op {
 				case 0: // SET
@@ -580,10 +595,13 @@ func (b *Broker) handleIncrementalAlterConfigs(r *kmsg.IncrementalAlterConfigsRe
 				case 1: // DELETE: back to the default
 					delete(m, c.Name)
 				case 2, 3: // APPEND, SUBTRACT on list configs
-					if !topicConfigs[c.Name].list || c.Value == nil {
+					if !specs[c.Name].list || c.Value == nil {
 						return errors.New(c.Name + " is not a list config")
 					}
-					cur, _ := b.configValue(m, c.Name)
+					cur := m[c.Name]
+					if int8(rr.ResourceType) == resourceTopic {
+						cur, _ = b.configValue(m, c.Name)
+					}
 					m[c.Name] = editList(cur, *c.Value, c.Op == 2)
 				default:
 					return errors.New("unknown config operation")

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/moonmq/moonmq/internal/cluster/meta"
@@ -14,7 +13,8 @@ const autoBalanceEvery = 10 * time.Second
 
 // autoBalance is Cluster.AutoBalance: the broker whose metadata node
 // leads the metadata log moves one partition at a time, as `moonmq
-// cluster balance` would (meta.PlanBalance over the user topics), never
+// cluster balance` would (meta.PlanBalance over the user topics, and the
+// coordinators' partitions of a draining group), never
 // while another move is under way, and only between groups that are
 // whole: a live leader with every broker of the group in its ISR, so a
 // group that is down or still catching up after a restart takes nothing.
@@ -41,6 +41,13 @@ func (c *clusterMode) autoBalance(ctx context.Context) {
 	}
 }
 
+// drainingGroups are the groups meta.DrainingGroupsConfig names.
+func (c *clusterMode) drainingGroups() []string {
+	var out []string
+	c.node.Read(func(s *meta.State, _ uint64) { out = s.DrainingGroups() })
+	return out
+}
+
 // nextBalanceMove is the first move of the balance plan over v, if no move
 // is under way.
 func (c *clusterMode) nextBalanceMove(v *clusterView) (meta.PlannedMove, bool) {
@@ -60,17 +67,18 @@ func (c *clusterMode) nextBalanceMove(v *clusterView) (meta.PlannedMove, bool) {
 	slices.Sort(groups)
 	var parts []meta.PartitionLoad
 	for name, t := range v.topics {
-		if internalTopic(name) || strings.HasPrefix(name, "__") || strings.Contains(c.topicConfigs(name)["cleanup.policy"], "compact") {
+		pinned := slices.Contains(coordTopics, name)
+		if internalTopic(name) && !pinned {
 			continue
 		}
 		for _, p := range t.Partitions {
 			if p.Move != meta.MoveNone {
 				return meta.PlannedMove{}, false // one at a time
 			}
-			parts = append(parts, meta.PartitionLoad{Topic: name, Partition: p.Partition, Group: p.Owner})
+			parts = append(parts, meta.PartitionLoad{Topic: name, Partition: p.Partition, Group: p.Owner, Pinned: pinned})
 		}
 	}
-	plan := meta.PlanBalance(parts, groups)
+	plan := meta.PlanBalance(parts, groups, c.drainingGroups())
 	if len(plan) == 0 {
 		return meta.PlannedMove{}, false
 	}

@@ -15,8 +15,10 @@ import (
 )
 
 // clusterBalance plans and runs moves that spread the user topics'
-// partitions evenly over the groups.
+// partitions evenly over the groups (and moves everything off draining
+// groups).
 func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const name = "moonmq cluster balance"
 	fs := flag.NewFlagSet("cluster balance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ClusterUsage); fs.PrintDefaults() }
@@ -27,52 +29,179 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return code
 	}
 	if fs.NArg() > 0 || *concurrent < 1 {
-		fmt.Fprintf(stderr, "moonmq cluster balance: unexpected arguments %q (or --max-concurrent below 1)\n%s", fs.Args(), ClusterUsage)
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q (or --max-concurrent below 1)\n%s", name, fs.Args(), ClusterUsage)
 		return 2
 	}
-	adm, seeds, ok := af.client("moonmq cluster balance", stderr)
+	adm, seeds, ok := af.client(name, stderr)
 	if !ok {
 		return 2
 	}
 	defer adm.Close()
-	rctx, cancel := context.WithTimeout(ctx, *af.timeout)
-	md, err := adm.Metadata(rctx)
+	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, stdout: stdout, stderr: stderr}
+	return b.run(ctx, "", func(err error) { af.noBroker(name, stderr, seeds, err) })
+}
+
+// clusterDrain marks a group as draining (the cluster-wide broker config
+// meta.DrainingGroupsConfig) and moves every partition it owns to the
+// other groups, or (--undo) takes the mark off.
+func clusterDrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const name = "moonmq cluster drain"
+	fs := flag.NewFlagSet("cluster drain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, ClusterUsage); fs.PrintDefaults() }
+	af := addAdminFlags(fs)
+	dry := fs.Bool("dry-run", false, "print the moves without marking the group or starting them")
+	undo := fs.Bool("undo", false, "stop draining the group: it takes partitions again")
+	concurrent := fs.Int("max-concurrent", 4, "moves under way at once")
+	if code := parseAdmin(fs, interspersed(fs, args)); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 1 || *concurrent < 1 {
+		fmt.Fprintf(stderr, "%s: want one GROUP, got %q (and --max-concurrent at least 1)\n%s", name, fs.Args(), ClusterUsage)
+		return 2
+	}
+	group := fs.Arg(0)
+	adm, seeds, ok := af.client(name, stderr)
+	if !ok {
+		return 2
+	}
+	defer adm.Close()
+	if !*dry {
+		op := kadm.AppendConfig
+		if *undo {
+			op = kadm.SubtractConfig
+		}
+		qctx, cancel := context.WithTimeout(ctx, *af.timeout)
+		resps, err := adm.AlterBrokerConfigs(qctx, []kadm.AlterConfig{{Op: op, Name: meta.DrainingGroupsConfig, Value: &group}})
+		cancel()
+		if err == nil {
+			for _, r := range resps {
+				if r.Err != nil {
+					err = fmt.Errorf("%w: %s", r.Err, r.ErrMessage)
+				}
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: setting %s on the cluster: %v\n", name, meta.DrainingGroupsConfig, err)
+			return 1
+		}
+	}
+	if *undo {
+		fmt.Fprintf(stdout, "%s is no longer draining: it takes new partitions, and balance may move partitions to it\n", group)
+		return 0
+	}
+	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, stdout: stdout, stderr: stderr}
+	// Until nothing is left: a topic created while the mark was
+	// being set may still have landed there.
+	for round := 0; ; round++ {
+		code := b.run(ctx, group, func(err error) { af.noBroker(name, stderr, seeds, err) })
+		if code != 0 || *dry {
+			return code
+		}
+		// The broker answering Metadata may apply the cut-overs a
+		// little after the moves stopped being listed.
+		left, err := b.owned(ctx, group)
+		for deadline := time.Now().Add(10 * time.Second); err == nil && left > 0 && time.Now().Before(deadline); {
+			time.Sleep(300 * time.Millisecond)
+			left, err = b.owned(ctx, group)
+		}
+		switch {
+		case err != nil:
+			fmt.Fprintf(stderr, "%s: checking what %s still owns: %v\n", name, group, err)
+			return 1
+		case left == 0:
+			fmt.Fprintf(stdout, "drained: %s owns no partition; stop its brokers to remove it (docs/CLUSTER.md, \"Removing a group\")\n", group)
+			return 0
+		case round == 4:
+			fmt.Fprintf(stderr, "%s: %s still owns %d partitions after %d rounds; run it again\n", name, group, left, round+1)
+			return 1
+		}
+	}
+}
+
+// balancer plans with meta.PlanBalance from a cluster's Metadata and runs
+// the plan's moves, a few at a time, with a progress line.
+type balancer struct {
+	name       string
+	adm        *kadm.Client
+	timeout    time.Duration
+	dry        bool
+	concurrent int
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// coordTopics are the coordinators' topics: their partitions move only
+// off a draining group.
+var coordTopics = []string{"__consumer_offsets", "__transaction_state"}
+
+// owned counts the partitions group owns.
+func (b balancer) owned(ctx context.Context, group string) (int, error) {
+	qctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	md, err := b.adm.Metadata(qctx)
+	if err != nil {
+		return 0, err
+	}
+	groupOfID := map[int32]string{}
+	for _, br := range md.Brokers {
+		groupOfID[br.NodeID] = groupOf(br)
+	}
+	n := 0
+	for _, td := range md.Topics {
+		for _, p := range td.Partitions {
+			if len(p.Replicas) > 0 && groupOfID[p.Replicas[0]] == group {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// run plans and runs one round of moves; draining (if not "") counts as
+// draining whether or not the cluster's config says so yet (a dry run).
+func (b balancer) run(ctx context.Context, draining string, noBroker func(error)) int {
+	rctx, cancel := context.WithTimeout(ctx, b.timeout)
+	md, err := b.adm.Metadata(rctx)
 	if err != nil {
 		cancel()
-		af.noBroker("moonmq cluster balance", stderr, seeds, err)
+		noBroker(err)
 		return 1
 	}
 	groupOfID := map[int32]string{}
 	var groups []string
-	for _, b := range md.Brokers {
-		g := groupOf(b)
-		groupOfID[b.NodeID] = g
+	for _, br := range md.Brokers {
+		g := groupOf(br)
+		groupOfID[br.NodeID] = g
 		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
 		}
 	}
 	slices.Sort(groups)
-	dirs, _ := adm.DescribeAllLogDirs(rctx, nil)
-	sizes := logSizes(dirs)
-	var moving kadm.ListPartitionReassignmentsResponses
-	if len(md.Topics) > 0 {
-		moving, _ = adm.ListPartitionReassignments(rctx, md.Topics.TopicsSet())
-	}
-	var compacted []string
-	if cfgs, err := adm.DescribeTopicConfigs(rctx, md.Topics.Names()...); err == nil {
+	var drainingGroups []string
+	if cfgs, err := b.adm.DescribeBrokerConfigs(rctx); err == nil {
 		for _, rc := range cfgs {
 			for _, c := range rc.Configs {
-				if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
-					compacted = append(compacted, rc.Name)
+				if c.Key == meta.DrainingGroupsConfig && c.Value != nil {
+					drainingGroups = meta.ParseGroupList(*c.Value)
 				}
 			}
 		}
 	}
+	if draining != "" && !slices.Contains(drainingGroups, draining) {
+		drainingGroups = append(drainingGroups, draining)
+	}
+	dirs, _ := b.adm.DescribeAllLogDirs(rctx, nil)
+	sizes := logSizes(dirs)
+	var moving kadm.ListPartitionReassignmentsResponses
+	if len(md.Topics) > 0 {
+		moving, _ = b.adm.ListPartitionReassignments(rctx, md.Topics.TopicsSet())
+	}
 	cancel()
 	var parts []meta.PartitionLoad
 	for _, td := range md.Topics.Sorted() {
-		// The coordinators' and compacted topics do not move yet.
-		if td.Err != nil || td.IsInternal || strings.HasPrefix(td.Topic, "__") || slices.Contains(compacted, td.Topic) {
+		pinned := slices.Contains(coordTopics, td.Topic)
+		if td.Err != nil || (td.IsInternal || strings.HasPrefix(td.Topic, "__")) && !pinned {
 			continue
 		}
 		for _, p := range td.Partitions.Sorted() {
@@ -80,21 +209,26 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 				continue
 			}
 			if _, busy := moving[td.Topic][p.Partition]; busy {
-				fmt.Fprintf(stderr, "moonmq cluster balance: %s/%d is moving already; left where it is\n", td.Topic, p.Partition)
+				fmt.Fprintf(b.stderr, "%s: %s/%d is moving already; left where it is\n", b.name, td.Topic, p.Partition)
+				continue
 			}
 			n, _ := sizes.size(p.Leader, td.Topic, p.Partition)
-			parts = append(parts, meta.PartitionLoad{Topic: td.Topic, Partition: p.Partition, Group: groupOfID[p.Replicas[0]], Bytes: n})
+			parts = append(parts, meta.PartitionLoad{Topic: td.Topic, Partition: p.Partition, Group: groupOfID[p.Replicas[0]], Bytes: n, Pinned: pinned})
 		}
 	}
-	plan := meta.PlanBalance(parts, groups)
+	plan := meta.PlanBalance(parts, groups, drainingGroups)
 	if len(plan) == 0 {
-		fmt.Fprintf(stdout, "balanced: %d partitions over %d groups (%s)\n", len(parts), len(groups), strings.Join(groups, ", "))
+		fmt.Fprintf(b.stdout, "balanced: %d partitions over %d groups (%s)", len(parts), len(groups), strings.Join(groups, ", "))
+		if len(drainingGroups) > 0 {
+			fmt.Fprintf(b.stdout, ", draining %s", strings.Join(drainingGroups, ", "))
+		}
+		fmt.Fprintln(b.stdout)
 		return 0
 	}
 	for _, m := range plan {
-		fmt.Fprintf(stdout, "move %s/%d %s -> %s (%d bytes)\n", m.Topic, m.Partition, m.From, m.To, m.Bytes)
+		fmt.Fprintf(b.stdout, "move %s/%d %s -> %s (%d bytes)\n", m.Topic, m.Partition, m.From, m.To, m.Bytes)
 	}
-	if *dry {
+	if b.dry {
 		return 0
 	}
 	brokersOf := map[string][]int32{}
@@ -108,13 +242,13 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for done+failed < len(plan) {
-		for len(running) < *concurrent && next < len(plan) {
+		for len(running) < b.concurrent && next < len(plan) {
 			m := plan[next]
 			next++
 			var req kadm.AlterPartitionAssignmentsReq
 			req.Assign(m.Topic, m.Partition, brokersOf[m.To])
-			qctx, qcancel := context.WithTimeout(ctx, *af.timeout)
-			resps, err := adm.AlterPartitionAssignments(qctx, req)
+			qctx, qcancel := context.WithTimeout(ctx, b.timeout)
+			resps, err := b.adm.AlterPartitionAssignments(qctx, req)
 			qcancel()
 			if err == nil {
 				for _, r := range resps.Sorted() {
@@ -124,7 +258,7 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 				}
 			}
 			if err != nil {
-				fmt.Fprintf(stderr, "\nmoonmq cluster balance: moving %s/%d to %s: %v\n", m.Topic, m.Partition, m.To, err)
+				fmt.Fprintf(b.stderr, "\n%s: moving %s/%d to %s: %v\n", b.name, m.Topic, m.Partition, m.To, err)
 				failed++
 				continue
 			}
@@ -132,7 +266,7 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(stderr, "\nmoonmq cluster balance: stopped waiting with %d moves started and %d not; the started ones go on\n", next-failed, len(plan)-next)
+			fmt.Fprintf(b.stderr, "\n%s: stopped waiting with %d moves started and %d not; the started ones go on\n", b.name, next-failed, len(plan)-next)
 			return 1
 		case <-tick.C:
 		}
@@ -141,8 +275,8 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 			for _, m := range running {
 				set.Add(m.Topic, m.Partition)
 			}
-			qctx, qcancel := context.WithTimeout(ctx, *af.timeout)
-			listed, err := adm.ListPartitionReassignments(qctx, set)
+			qctx, qcancel := context.WithTimeout(ctx, b.timeout)
+			listed, err := b.adm.ListPartitionReassignments(qctx, set)
 			qcancel()
 			if err == nil {
 				running = slices.DeleteFunc(running, func(m meta.PlannedMove) bool {
@@ -154,12 +288,12 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 				})
 			}
 		}
-		fmt.Fprintf(stderr, "\rbalancing: %d of %d moves done, %d under way, %v elapsed", done, len(plan), len(running), time.Since(start).Round(time.Second))
+		fmt.Fprintf(b.stderr, "\rmoving: %d of %d moves done, %d under way, %v elapsed", done, len(plan), len(running), time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintln(stderr)
-	fmt.Fprintf(stdout, "balanced: %d moves in %v\n", done, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintln(b.stderr)
+	fmt.Fprintf(b.stdout, "balanced: %d moves in %v\n", done, time.Since(start).Round(100*time.Millisecond))
 	if failed > 0 {
-		fmt.Fprintf(stderr, "moonmq cluster balance: %d moves could not start; run it again\n", failed)
+		fmt.Fprintf(b.stderr, "%s: %d moves could not start; run it again\n", b.name, failed)
 		return 1
 	}
 	return 0

@@ -18,6 +18,7 @@ const ClusterUsage = `usage: moonmq cluster status [--bootstrap HOST:PORT[,HOST:
        moonmq cluster move TOPIC/PARTITION GROUP [--wait] [--bootstrap ...] [--config FILE]
        moonmq cluster move --cancel TOPIC/PARTITION [--bootstrap ...] [--config FILE]
        moonmq cluster balance [--dry-run] [--max-concurrent N] [--bootstrap ...] [--config FILE]
+       moonmq cluster drain GROUP [--dry-run] [--undo] [--max-concurrent N] [--bootstrap ...] [--config FILE]
 
 status prints, from any broker's Metadata, a cluster's replication groups
 (docs/CLUSTER.md: each broker's group is its rack), each group's leader,
@@ -43,8 +44,16 @@ that own the most to those that own the fewest, until the groups' counts
 differ by at most one: a group added to a running cluster takes its
 share. It prints each move, starts --max-concurrent (default 1) at a time
 and prints a progress line until all are done; --dry-run only prints them.
-Partitions of the coordinators' topics and of compacted topics stay where
-they are.
+Partitions of the coordinators' topics stay where they are, except on a
+draining group.
+
+drain marks a group as draining (the cluster-wide broker config
+moonmq.draining.groups, which kafka-configs --entity-type brokers
+--entity-default also shows): it takes no new partition and no move.
+Then it moves every partition the group owns, the coordinators' topics'
+included, to the groups owning the fewest (--max-concurrent, default 4,
+at a time) until the group owns none; stop its brokers then to remove
+it. --undo takes the mark off.
 
 The brokers come from --bootstrap, else from --config, else
 127.0.0.1:9092.
@@ -63,6 +72,8 @@ func Cluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return clusterMove(ctx, args[1:], stdout, stderr)
 	case "balance":
 		return clusterBalance(ctx, args[1:], stdout, stderr)
+	case "drain":
+		return clusterDrain(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, ClusterUsage)
 		return 0

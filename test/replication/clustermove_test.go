@@ -695,3 +695,160 @@ func TestClusterMoveCoordinators(t *testing.T) {
 		len(committed), len(aborted), len(consumed), sum)
 	cmu.Unlock()
 }
+
+// TestClusterDrainGroup: `moonmq cluster drain g2` moves every partition
+// of g2, the coordinators' included, to g1 while a producer writes; g2
+// then takes no new partition and no move, its brokers are stopped, and
+// the cluster goes on with everything acknowledged readable once, the
+// committed offsets and the transactional id still served.
+func TestClusterDrainGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t, func(c *config.Cluster) { c.CoordinatorPartitions = 4 })
+	const topic, group, tid = "draining", "drain-g", "drain-tx"
+	createTopic(t, ns[1].addr(), topic, 4)
+	ownersOf(t, ns[1].addr(), topic, 4)
+
+	adm := kadm.NewClient(client(t, ns[1].addr()))
+	offs := kadm.Offsets{}
+	offs.AddOffset(topic, 0, 3, -1)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := adm.CommitOffsets(context.Background(), group, offs)
+		if err == nil && resp.Error() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commit: %v %v", err, resp.Error())
+		}
+	}
+	txp := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic), kgo.TransactionalID(tid))
+	txn := func(v string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := txp.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txp.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatalf("transactional produce %s: %v", v, err)
+		}
+		if err := txp.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatalf("commit %s: %v", v, err)
+		}
+	}
+	txn("tx-before")
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	failed := 0
+	prod := client(t, ns[1].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordRetries(1000), kgo.RecordDeliveryTimeout(60*time.Second))
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			v := fmt.Sprintf("r%d", i)
+			err := prod.ProduceSync(context.Background(), &kgo.Record{Value: []byte(v)}).FirstErr()
+			mu.Lock()
+			if err == nil {
+				acked[v] = true
+			} else {
+				failed++
+			}
+			mu.Unlock()
+		}
+	})
+	waitAcks := func(n int) {
+		t.Helper()
+		mu.Lock()
+		before := len(acked)
+		mu.Unlock()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			mu.Lock()
+			got := len(acked)
+			mu.Unlock()
+			if got >= before+n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d acknowledged, %d before", got, before)
+			}
+		}
+	}
+	waitAcks(100)
+
+	var out, errOut bytes.Buffer
+	if code := cli.Cluster(context.Background(), []string{"drain", "g2", "--bootstrap", ns[3].addr()}, &out, &errOut); code != 0 {
+		t.Fatalf("moonmq cluster drain g2: %d\n%s%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "drained: g2 owns no partition") {
+		t.Fatalf("drain said:\n%s%s", out.String(), errOut.String())
+	}
+	waitAcks(50)
+
+	// Nothing is g2's, and nothing new goes there.
+	md, err := adm.Metadata(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, td := range md.Topics {
+		for _, p := range td.Partitions {
+			if p.Leader >= 4 {
+				t.Fatalf("%s/%d is still g2's (leader %d) after the drain", td.Topic, p.Partition, p.Leader)
+			}
+		}
+	}
+	createTopic(t, ns[1].addr(), "after-drain", 3)
+	for p, l := range ownersOf(t, ns[1].addr(), "after-drain", 3) {
+		if l >= 4 {
+			t.Fatalf("after-drain/%d placed on the draining g2 (leader %d)", p, l)
+		}
+	}
+	req := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+	req.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{{Topic: topic,
+		Partitions: []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: 0, Replicas: []int32{4, 5, 6}}}}}
+	if resp, err := req.RequestWith(context.Background(), client(t, ns[1].addr())); err != nil || resp.ErrorCode == 0 && resp.Topics[0].Partitions[0].ErrorCode == 0 {
+		t.Fatalf("a move onto the draining g2 was not refused: %v %+v", err, resp)
+	}
+
+	// Remove g2: its brokers stop; the cluster goes on.
+	for _, id := range []int{4, 5, 6} {
+		ns[id].stop()
+	}
+	waitAcks(100)
+	txn("tx-after")
+	stop()
+	wg.Wait()
+
+	got, err := adm.FetchOffsets(context.Background(), group)
+	if o, _ := got.Lookup(topic, 0); err != nil || got.Error() != nil || o.At != 3 {
+		t.Fatalf("%s's committed offset after the drain: %v %v %+v", group, err, got.Error(), o)
+	}
+	rd := client(t, ns[2].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	mu.Lock()
+	defer mu.Unlock()
+	want := len(acked) + 2
+	seen := map[string]int{}
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for n := 0; n < want; {
+		fs := rd.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("read %d of %d records after the drain", n, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			v := string(r.Value)
+			seen[v]++
+			if (acked[v] || v == "tx-before" || v == "tx-after") && seen[v] == 1 {
+				n++
+			}
+		})
+	}
+	for v, n := range seen {
+		if n > 1 {
+			t.Fatalf("%s read %d times", v, n)
+		}
+	}
+	t.Logf("%d acknowledged (%d failed) across the drain and the removal of g2:\n%s", len(acked), failed, out.String())
+}

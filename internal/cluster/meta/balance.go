@@ -3,6 +3,7 @@ package meta
 import (
 	"cmp"
 	"slices"
+	"strings"
 )
 
 // PartitionLoad is one partition as the balancer sees it: its owner
@@ -12,6 +13,34 @@ type PartitionLoad struct {
 	Partition int32
 	Group     string
 	Bytes     int64
+	// Pinned partitions (the coordinators' topics) are not spread for
+	// balance; they move only off a draining group.
+	Pinned bool
+}
+
+// DrainingGroupsConfig is the cluster-wide broker config (resource
+// broker, name "", set with IncrementalAlterConfigs) listing the groups
+// being drained before they are removed: no new partition is placed on
+// them, and balancing moves every partition they own, the coordinators'
+// included, to the other groups.
+const DrainingGroupsConfig = "moonmq.draining.groups"
+
+// DrainingGroups lists the groups DrainingGroupsConfig names.
+func (s *State) DrainingGroups() []string {
+	return ParseGroupList(s.Configs(ResourceBroker, "")[DrainingGroupsConfig])
+}
+
+// ParseGroupList splits a comma-separated list of group ids, dropping
+// blanks and repeats, sorted.
+func ParseGroupList(v string) []string {
+	var out []string
+	for _, g := range strings.Split(v, ",") {
+		if g = strings.TrimSpace(g); g != "" && !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // PlannedMove is a partition to move to another group.
@@ -25,21 +54,58 @@ type PlannedMove struct {
 // PlanBalance spreads parts over groups so that the groups' partition
 // counts differ by at most one, moving as few partitions as it can, and
 // among the candidates the smallest first (fewer bytes to copy). A group
-// in groups that owns nothing yet (a new one) takes its share. The plan
-// is deterministic: ties go by topic and partition.
-func PlanBalance(parts []PartitionLoad, groups []string) []PlannedMove {
-	if len(groups) < 2 {
-		return nil
-	}
-	owned := map[string][]PartitionLoad{}
+// in groups that owns nothing yet (a new one) takes its share. Every
+// partition of a draining group moves first, pinned ones included, each
+// to the group then owning the fewest; draining groups take nothing and
+// are left out of the balance. The plan is deterministic: ties go by
+// topic and partition.
+func PlanBalance(parts []PartitionLoad, groups, draining []string) []PlannedMove {
+	var plan []PlannedMove
+	var keep []string
 	for _, g := range groups {
-		owned[g] = nil
-	}
-	for _, p := range parts {
-		if _, ok := owned[p.Group]; ok {
-			owned[p.Group] = append(owned[p.Group], p)
+		if !slices.Contains(draining, g) {
+			keep = append(keep, g)
 		}
 	}
+	owned := map[string][]PartitionLoad{}
+	for _, g := range keep {
+		owned[g] = nil
+	}
+	var off []PartitionLoad
+	for _, p := range parts {
+		switch {
+		case slices.Contains(draining, p.Group):
+			off = append(off, p)
+		case p.Pinned:
+		default:
+			if _, ok := owned[p.Group]; ok {
+				owned[p.Group] = append(owned[p.Group], p)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		return nil // nowhere to go
+	}
+	slices.SortFunc(off, func(a, b PartitionLoad) int {
+		return cmp.Or(cmp.Compare(a.Bytes, b.Bytes), cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	counts := map[string]int{}
+	for g, ps := range owned {
+		counts[g] = len(ps)
+	}
+	for _, p := range off {
+		to := slices.MinFunc(keep, func(a, b string) int { return cmp.Or(cmp.Compare(counts[a], counts[b]), cmp.Compare(a, b)) })
+		counts[to]++
+		plan = append(plan, PlannedMove{Topic: p.Topic, Partition: p.Partition, From: p.Group, To: to, Bytes: p.Bytes})
+		if !p.Pinned {
+			p.Group = to
+			owned[to] = append(owned[to], p)
+		}
+	}
+	if len(keep) < 2 {
+		return plan
+	}
+	groups = keep
 	bytesOf := func(g string) int64 {
 		var n int64
 		for _, p := range owned[g] {
@@ -57,7 +123,6 @@ func PlanBalance(parts []PartitionLoad, groups []string) []PlannedMove {
 		}
 		return cmp.Compare(a, b)
 	}
-	var plan []PlannedMove
 	for {
 		gs := slices.Clone(groups)
 		slices.SortFunc(gs, order)

@@ -14,7 +14,7 @@ func TestPlanBalance(t *testing.T) {
 	for i := range 6 {
 		parts = append(parts, PartitionLoad{Topic: "a", Partition: int32(i), Group: []string{"g1", "g2"}[i%2], Bytes: int64(100 * (6 - i))})
 	}
-	plan := PlanBalance(parts, []string{"g1", "g2", "g3"})
+	plan := PlanBalance(parts, []string{"g1", "g2", "g3"}, nil)
 	var got []string
 	for _, m := range plan {
 		got = append(got, fmt.Sprintf("%s/%d %s->%s %d", m.Topic, m.Partition, m.From, m.To, m.Bytes))
@@ -23,10 +23,10 @@ func TestPlanBalance(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("plan %q, want %q", got, want)
 	}
-	if plan := PlanBalance(parts, []string{"g1", "g2"}); len(plan) != 0 {
+	if plan := PlanBalance(parts, []string{"g1", "g2"}, nil); len(plan) != 0 {
 		t.Fatalf("balanced groups moved: %v", plan)
 	}
-	if plan := PlanBalance(parts, []string{"g1"}); len(plan) != 0 {
+	if plan := PlanBalance(parts, []string{"g1"}, nil); len(plan) != 0 {
 		t.Fatalf("one group moved: %v", plan)
 	}
 	// Everything in one group, three more join: counts end 3,3,2,2 in
@@ -37,7 +37,7 @@ func TestPlanBalance(t *testing.T) {
 	}
 	groups := []string{"g1", "g2", "g3", "g4"}
 	counts := map[string]int{"g1": 10}
-	for _, m := range PlanBalance(one, groups) {
+	for _, m := range PlanBalance(one, groups, nil) {
 		counts[m.From]--
 		counts[m.To]++
 	}
@@ -47,5 +47,36 @@ func TestPlanBalance(t *testing.T) {
 	}
 	if hi-lo > 1 {
 		t.Fatalf("counts after the plan %v", counts)
+	}
+}
+
+// TestPlanDrain: every partition of a draining group moves off it, the
+// pinned coordinators' partitions too, to the groups owning the fewest;
+// nothing moves onto it, and pinned partitions elsewhere stay.
+func TestPlanDrain(t *testing.T) {
+	parts := []PartitionLoad{
+		{Topic: "a", Partition: 0, Group: "g1", Bytes: 10},
+		{Topic: "a", Partition: 1, Group: "g2", Bytes: 20},
+		{Topic: "a", Partition: 2, Group: "g3", Bytes: 30},
+		{Topic: "a", Partition: 3, Group: "g3", Bytes: 5},
+		{Topic: "__consumer_offsets", Partition: 0, Group: "g3", Pinned: true},
+		{Topic: "__consumer_offsets", Partition: 1, Group: "g1", Pinned: true},
+	}
+	var got []string
+	for _, m := range PlanBalance(parts, []string{"g1", "g2", "g3"}, []string{"g3"}) {
+		got = append(got, fmt.Sprintf("%s/%d %s->%s", m.Topic, m.Partition, m.From, m.To))
+	}
+	want := []string{"__consumer_offsets/0 g3->g1", "a/3 g3->g2", "a/2 g3->g1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plan %q, want %q", got, want)
+	}
+	if plan := PlanBalance(parts[:2], []string{"g1", "g2", "g3"}, []string{"g3"}); len(plan) != 0 {
+		t.Fatalf("a drained group took partitions: %v", plan)
+	}
+	if plan := PlanBalance(parts, []string{"g3"}, []string{"g3"}); len(plan) != 0 {
+		t.Fatalf("moves with nowhere to go: %v", plan)
+	}
+	if g := ParseGroupList(" g3, ,g1,g3"); !slices.Equal(g, []string{"g1", "g3"}) {
+		t.Fatalf("ParseGroupList: %v", g)
 	}
 }

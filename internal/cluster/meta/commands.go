@@ -125,6 +125,11 @@ func (s *State) placePartitions(id UUID, name string, first, n int32, p Placemen
 		if len(live) == 0 {
 			return nil, refuse(kerr.BrokerNotAvailable, "topic %q: no group has a live broker", name)
 		}
+		draining := s.DrainingGroups()
+		live = slices.DeleteFunc(live, func(g string) bool { return slices.Contains(draining, g) })
+		if len(live) == 0 {
+			return nil, refuse(kerr.BrokerNotAvailable, "topic %q: every group with a live broker is draining (%s)", name, DrainingGroupsConfig)
+		}
 		if p.RoundRobin {
 			h := fnv.New32a()
 			h.Write([]byte(name))
@@ -162,7 +167,8 @@ func (s *State) placePartitions(id UUID, name string, first, n int32, p Placemen
 }
 
 // liveGroups returns the known groups with a live broker at nowMs, by id:
-// new partitions go only where someone can serve them.
+// new partitions go only where someone can serve them (and, among those,
+// not to a draining group).
 func (s *State) liveGroups(nowMs int64) []string {
 	var out []string
 	for id := range s.groups {
@@ -232,6 +238,9 @@ func (s *State) StartMove(name string, partition int32, target string) (Partitio
 	id, p, err := s.partitionFor(name, partition)
 	if err != nil {
 		return PartitionChangeRecord{}, err
+	}
+	if slices.Contains(s.DrainingGroups(), target) {
+		return PartitionChangeRecord{}, refuse(kerr.InvalidReplicaAssignment, "group %s is draining (%s): it takes no partition", target, DrainingGroupsConfig)
 	}
 	r := PartitionChangeRecord{TopicID: id, Partition: partition, Owner: p.Owner, EpochBase: p.EpochBase, Move: MoveCopying, Source: p.Owner, Target: target, MoveSeq: p.MoveSeq + 1}
 	return r, s.Check(r)
