@@ -196,6 +196,10 @@ func (b *Broker) Snapshot() status.Stats {
 			}
 			if view != nil {
 				if o, ok := b.cl.owner(view, t.name, p.Index); ok {
+					o.Fenced = placementOf(p).moved.Load()
+					if o.Local && !o.Fenced && !b.following() && !b.fenced() {
+						o.ServingEpoch = b.exposedEpoch(p)
+					}
 					sp.Owner = &o
 				}
 			}

@@ -23,6 +23,43 @@ const RewrittenRead checker.Kind = "rewritten-read"
 // wrote the partition in epochs clients could not tell apart.
 const EpochRegression checker.Kind = "epoch-regression"
 
+// TwoOwnersOneEpoch is the harness's third anomaly kind: brokers of two
+// replication groups were each seen serving one partition at the same
+// leader epoch. Clients tell owners apart by epoch (KIP-320): a move's
+// cut-over gives the new owner an epoch above every epoch of the old
+// one, and the old one's fence stops it first, so each epoch of a
+// partition belongs to one group.
+const TwoOwnersOneEpoch checker.Kind = "two-owners-one-epoch"
+
+// checkOwnersPerEpoch finds every partition and epoch that brokers of
+// more than one group claimed to serve: one anomaly per pair.
+func checkOwnersPerEpoch(claims []ownerClaim) []checker.Anomaly {
+	type key struct {
+		topic     string
+		partition int32
+		epoch     int32
+	}
+	first := map[key]ownerClaim{}
+	reported := map[key]bool{}
+	var out []checker.Anomaly
+	for _, c := range claims {
+		k := key{c.Topic, c.Partition, c.Epoch}
+		f, seen := first[k]
+		switch {
+		case !seen:
+			first[k] = c
+		case f.Group != c.Group && !reported[k]:
+			reported[k] = true
+			out = append(out, checker.Anomaly{Kind: TwoOwnersOneEpoch, Topic: c.Topic, Partition: c.Partition, Offset: -1,
+				Witness: []string{
+					fmt.Sprintf("replica %d of g%d served %s/%d at leader epoch %d [t=%.1fs]", f.Replica, f.Group+1, c.Topic, c.Partition, c.Epoch, f.At.Seconds()),
+					fmt.Sprintf("replica %d of g%d served it at the same epoch [t=%.1fs]", c.Replica, c.Group+1, c.At.Seconds()),
+				}})
+		}
+	}
+	return out
+}
+
 // checkEpochOrder finds every final leader's log whose batch epochs fall
 // somewhere (dumpEpochs runs parallel to h.Dumps): one anomaly per
 // partition, at the first fall.

@@ -45,15 +45,56 @@ type monitor struct {
 	c      *testcluster.Cluster
 	t0     time.Time
 	groups int
+	// topics are the workload's topics, whose owners a cluster run
+	// watches (ownerClaim).
+	topics []string
 
 	mu      sync.Mutex
 	samples []sample
+	claims  []ownerClaim
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-func newMonitor(c *testcluster.Cluster, t0 time.Time, groups int) *monitor {
-	return &monitor{c: c, t0: t0, groups: max(groups, 1), stop: make(chan struct{}), done: make(chan struct{})}
+// ownerClaim is one sighting of a broker serving a partition of the
+// workload: its group's leader, with the partition its group's in its
+// copy of the metadata and not fenced, stamping appends with Epoch.
+type ownerClaim struct {
+	At        time.Duration
+	Topic     string
+	Partition int32
+	Epoch     int32
+	Group     int
+	Replica   int
+}
+
+func newMonitor(c *testcluster.Cluster, t0 time.Time, groups int, topics []string) *monitor {
+	return &monitor{c: c, t0: t0, groups: max(groups, 1), topics: topics, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// claimsNow asks every running replica that says it serves as its
+// group's leader (a zombie resumed after its group moved on included)
+// which workload partitions it serves, at which epoch.
+func (m *monitor) claimsNow() []ownerClaim {
+	var out []ownerClaim
+	for _, r := range m.c.Up() {
+		st, err := r.Status()
+		if err != nil || !testcluster.Serving(st) {
+			continue
+		}
+		stats, err := r.Stats()
+		if err != nil {
+			continue
+		}
+		at := time.Since(m.t0)
+		for _, p := range stats.Partitions {
+			if p.Owner == nil || p.Owner.ServingEpoch == 0 || !slices.Contains(m.topics, p.Topic) {
+				continue
+			}
+			out = append(out, ownerClaim{At: at, Topic: p.Topic, Partition: p.Partition, Epoch: p.Owner.ServingEpoch, Group: r.Group, Replica: r.ID})
+		}
+	}
+	return out
 }
 
 // run samples every group until close; progress gets the latest sample
@@ -78,8 +119,13 @@ func (m *monitor) run(every time.Duration, progress func([]sample)) {
 			}
 			now = append(now, s)
 		}
+		var claims []ownerClaim
+		if m.groups > 1 {
+			claims = m.claimsNow()
+		}
 		m.mu.Lock()
 		m.samples = append(m.samples, now...)
+		m.claims = append(m.claims, claims...)
 		m.mu.Unlock()
 		if every > 0 && time.Since(last) >= every {
 			last = time.Now()
@@ -91,6 +137,12 @@ func (m *monitor) run(every time.Duration, progress func([]sample)) {
 func (m *monitor) close() {
 	close(m.stop)
 	<-m.done
+}
+
+func (m *monitor) claimsCopy() []ownerClaim {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]ownerClaim(nil), m.claims...)
 }
 
 func (m *monitor) samplesCopy() []sample {

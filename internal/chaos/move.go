@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/moonmq/moonmq/internal/coordinator"
 	"github.com/moonmq/moonmq/internal/testcluster"
 )
 
@@ -26,69 +28,33 @@ const (
 	moveWays
 )
 
-// move moves a partition of the data topic between the step's group and
-// another, disturbed as the step's pick decides, waits for the move
-// to finish and says what happened. A zombie source leader, paused while
-// its group fails over, fences and hands the partition over, must not
-// append to it when it wakes: the checker then finds any record it
-// acknowledged missing.
+// move moves a partition between the step's group and another, disturbed
+// as the step's pick decides, waits for the move to finish and says what
+// happened. The partition is one of the data topic's, or (a third of the
+// time each) the one of __consumer_offsets holding the workload's
+// consumer group or the one of __transaction_state holding its
+// transactional id: their coordinators' state must follow them. A zombie
+// source leader, paused while its group fails over, fences and hands the
+// partition over, must not append to it when it wakes: the checker then
+// finds any record it acknowledged missing.
 func (in *injector) move(s Step, rng *rand.Rand, e *Event) string {
 	adm := in.c.Admin()
 	defer adm.Close()
 	cl := in.c.Client()
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	md, err := adm.ListTopics(ctx, dataTopic)
-	cancel()
-	if err != nil || md[dataTopic].Err != nil {
-		return fmt.Sprintf("skipped: no metadata of %s: %v", dataTopic, err)
-	}
-	// A partition of the step's group moves to another group; when the
-	// step's group owns none, one moves into it.
-	owner := map[int32]int{}
-	var mine, theirs []int32
-	for _, p := range md[dataTopic].Partitions.Sorted() {
-		if p.Leader < 0 {
-			continue
-		}
-		owner[p.Partition] = in.groupOf[int(p.Leader)]
-		if owner[p.Partition] == in.group {
-			mine = append(mine, p.Partition)
-		} else {
-			theirs = append(theirs, p.Partition)
-		}
-	}
-	var part int32
-	var source, target int
-	switch {
-	case len(mine) > 0:
-		part = mine[rng.IntN(len(mine))]
-		source = in.group
-		var others []int
-		for g := range in.groups() {
-			if g != in.group {
-				others = append(others, g)
-			}
-		}
-		if len(others) == 0 {
-			return "skipped: one group only"
-		}
-		target = others[rng.IntN(len(others))]
-	case len(theirs) > 0:
-		part = theirs[rng.IntN(len(theirs))]
-		source, target = owner[part], in.group
-	default:
-		return fmt.Sprintf("skipped: no partition of %s has a leader now", dataTopic)
+	topic, part, source, target, why := in.pickMove(rng, adm)
+	if why != "" {
+		return why
 	}
 	var replicas []int32
 	for _, r := range in.c.InGroup(target) {
 		replicas = append(replicas, int32(r.ID))
 	}
 	how := rng.IntN(moveWays)
-	what := fmt.Sprintf("%s/%d g%d→g%d", dataTopic, part, source+1, target+1)
+	what := fmt.Sprintf("%s/%d g%d→g%d", topic, part, source+1, target+1)
 
 	begin := time.Now()
-	if err := alterAssignment(cl, dataTopic, part, replicas); err != nil {
+	if err := alterAssignment(cl, topic, part, replicas); err != nil {
 		return fmt.Sprintf("move %s not started: %v", what, err)
 	}
 	var disturbed string
@@ -124,8 +90,8 @@ func (in *injector) move(s Step, rng *rand.Rand, e *Event) string {
 		l.Resume()
 		disturbed = fmt.Sprintf("; paused the source's leader %d for %v (a zombie past the cut-over)", l.ID, hold.Round(time.Millisecond))
 	}
-	err = testcluster.Poll(moveWithin, func() (bool, string) {
-		n, err := movesOf(cl, dataTopic, part)
+	err := testcluster.Poll(moveWithin, func() (bool, string) {
+		n, err := movesOf(cl, topic, part)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -133,12 +99,12 @@ func (in *injector) move(s Step, rng *rand.Rand, e *Event) string {
 			return false, "still listed as moving"
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		md, err := adm.ListTopics(ctx, dataTopic)
+		md, err := adm.ListTopicsWithInternal(ctx, topic)
 		cancel()
 		if err != nil {
 			return false, err.Error()
 		}
-		p, ok := md[dataTopic].Partitions[part]
+		p, ok := md[topic].Partitions[part]
 		if !ok || p.Leader < 0 || in.groupOf[int(p.Leader)] != target {
 			return false, fmt.Sprintf("leader %d", p.Leader)
 		}
@@ -151,6 +117,69 @@ func (in *injector) move(s Step, rng *rand.Rand, e *Event) string {
 		return fmt.Sprintf("moved %s: not finished%s: %v", what, disturbed, err)
 	}
 	return fmt.Sprintf("moved %s in %v%s", what, time.Since(begin).Round(time.Millisecond), disturbed)
+}
+
+// pickMove chooses the partition a move step moves, its owner and the
+// group it goes to; why says why there is none.
+func (in *injector) pickMove(rng *rand.Rand, adm *kadm.Client) (topic string, part int32, source, target int, why string) {
+	topic, key := dataTopic, ""
+	switch rng.IntN(6) {
+	case 0:
+		topic, key = "__consumer_offsets", groupName
+	case 1:
+		topic, key = "__transaction_state", txnID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	md, err := adm.ListTopicsWithInternal(ctx, topic)
+	cancel()
+	if err != nil || md[topic].Err != nil || len(md[topic].Partitions) == 0 {
+		return "", 0, 0, 0, fmt.Sprintf("skipped: no metadata of %s: %v", topic, err)
+	}
+	var others []int
+	for g := range in.groups() {
+		if g != in.group {
+			others = append(others, g)
+		}
+	}
+	if len(others) == 0 {
+		return "", 0, 0, 0, "skipped: one group only"
+	}
+	if key != "" {
+		// The coordinator's partition moves from whichever group owns
+		// it to another.
+		part = coordinator.PartitionFor(key, len(md[topic].Partitions))
+		p := md[topic].Partitions[part]
+		if p.Leader < 0 {
+			return "", 0, 0, 0, fmt.Sprintf("skipped: %s/%d has no leader now", topic, part)
+		}
+		source = in.groupOf[int(p.Leader)]
+		target = (source + 1 + rng.IntN(in.groups()-1)) % in.groups()
+		return topic, part, source, target, ""
+	}
+	// A partition of the step's group moves to another group; when the
+	// step's group owns none, one moves into it.
+	owner := map[int32]int{}
+	var mine, theirs []int32
+	for _, p := range md[topic].Partitions.Sorted() {
+		if p.Leader < 0 {
+			continue
+		}
+		owner[p.Partition] = in.groupOf[int(p.Leader)]
+		if owner[p.Partition] == in.group {
+			mine = append(mine, p.Partition)
+		} else {
+			theirs = append(theirs, p.Partition)
+		}
+	}
+	switch {
+	case len(mine) > 0:
+		part = mine[rng.IntN(len(mine))]
+		return topic, part, in.group, others[rng.IntN(len(others))], ""
+	case len(theirs) > 0:
+		part = theirs[rng.IntN(len(theirs))]
+		return topic, part, owner[part], in.group, ""
+	}
+	return "", 0, 0, 0, fmt.Sprintf("skipped: no partition of %s has a leader now", topic)
 }
 
 // alterAssignment asks for a partition's move to the brokers replicas,

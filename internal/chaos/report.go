@@ -308,7 +308,7 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}h2{margin
 		}
 	}
 	if r.ExtraCount > 0 {
-		fmt.Fprintf(&b, "<h3>Harness checks: %s and %s, %d</h3>", RewrittenRead, EpochRegression, r.ExtraCount)
+		fmt.Fprintf(&b, "<h3>Harness checks: %s, %s and %s, %d</h3>", RewrittenRead, EpochRegression, TwoOwnersOneEpoch, r.ExtraCount)
 		for _, a := range r.Extra[:min(len(r.Extra), 300)] {
 			fmt.Fprintf(&b, "<h3>%s %s/%d offset %d %s</h3><pre>%s</pre>", a.Kind, html.EscapeString(a.Topic), a.Partition, a.Offset,
 				html.EscapeString(fmt.Sprintf("%q", a.Value)), html.EscapeString(strings.Join(a.Witness, "\n")))

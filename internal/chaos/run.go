@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,7 +107,7 @@ type Result struct {
 	// Failovers are the leader changes the monitor saw.
 	Failovers []Failover
 	// Extra are the harness's own anomalies (RewrittenRead,
-	// EpochRegression), and
+	// EpochRegression, TwoOwnersOneEpoch), and
 	// ExtraCount how many there were in all.
 	Extra      []checker.Anomaly
 	ExtraCount int
@@ -216,7 +217,7 @@ func (r *Result) summary(detail bool) string {
 		b.WriteByte('\n')
 	}
 	if r.ExtraCount > 0 {
-		fmt.Fprintf(&b, "harness checks (%s, %s): %d\n", RewrittenRead, EpochRegression, r.ExtraCount)
+		fmt.Fprintf(&b, "harness checks (%s, %s, %s): %d\n", RewrittenRead, EpochRegression, TwoOwnersOneEpoch, r.ExtraCount)
 		for i, a := range r.Extra {
 			if i == 5 || !detail {
 				break
@@ -281,6 +282,8 @@ const (
 	dataTopic = "chaos"
 	txnTopic  = "chaos-txn"
 	groupName = "chaos-group"
+	// txnID is the transactional producer's id.
+	txnID = "chaos-txn"
 )
 
 // Run starts a group of broker processes behind proxies, runs the workload
@@ -462,7 +465,7 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 		res.Problems = append(res.Problems, "the workload never got going: "+err.Error())
 	}
 
-	mon := newMonitor(c, t0, cfg.Groups)
+	mon := newMonitor(c, t0, cfg.Groups, slices.Collect(maps.Keys(topics)))
 	phaseStart := time.Now()
 	go mon.run(cfg.ProgressEvery, func(latest []sample) {
 		acked, unknown, pending, polled := rec.counts()
@@ -557,6 +560,8 @@ func Run(t testcluster.Harness, cfg Config) *Result {
 	res.Extra, res.ExtraCount = checkEpochs(h, rec.epochsCopy(), dumpEpochs, 1000)
 	falls := checkEpochOrder(h, dumpEpochs)
 	res.Extra, res.ExtraCount = append(res.Extra, falls...), res.ExtraCount+len(falls)
+	twice := checkOwnersPerEpoch(mon.claimsCopy())
+	res.Extra, res.ExtraCount = append(res.Extra, twice...), res.ExtraCount+len(twice)
 	notices := rec.dataLossCopy()
 	falseOnes := falseNotices(h, rec.epochsCopy(), dumpEpochs, notices)
 	for _, n := range notices {

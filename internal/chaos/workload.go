@@ -203,7 +203,7 @@ func (w *workload) transact(seed int64) {
 	const name = "txp"
 	newClient := func() *kgo.Client {
 		for {
-			cl, err := w.client(kgo.TransactionalID("chaos-txn"), kgo.TransactionTimeout(10*time.Second),
+			cl, err := w.client(kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
 				kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordDeliveryTimeout(15*time.Second),
 				kgo.ProduceRequestTimeout(6*time.Second))
 			if err == nil {

@@ -124,6 +124,13 @@ type PartitionOwner struct {
 	Move   string `json:"move,omitempty"`
 	Source string `json:"move_source,omitempty"`
 	Target string `json:"move_target,omitempty"`
+	// Fenced is true when this broker's group's Raft log fences its
+	// copy for a move: it appends nothing to it.
+	Fenced bool `json:"fenced,omitempty"`
+	// ServingEpoch is the leader epoch this broker stamps on what it
+	// appends to the partition while it serves it (its group's term
+	// plus the partition's epoch base); 0 on a broker that does not.
+	ServingEpoch int32 `json:"serving_epoch,omitempty"`
 }
 
 // Replication is the body of GET /replication/status.

@@ -771,6 +771,25 @@ func (r *Replica) Status() (status.Replication, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
+// Stats reads the replica's /stats document.
+func (r *Replica) Stats() (status.Stats, error) {
+	var st status.Stats
+	resp, err := statusClient.Get("http://" + r.MetricsAddr() + "/stats")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return st, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// Serving reports whether a replication status says its replica serves
+// clients as its group's leader.
+func Serving(s status.Replication) bool { return serving(s) }
+
 // Token is the replication token the replicas share.
 func (c *Cluster) Token() string { return c.opts.token }
 
