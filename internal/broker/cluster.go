@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,6 +132,7 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	node, err := metanode.New(metanode.Config{
 		ID: c.self, GroupID: c.group, Voters: voters,
 		ClientAddress:      net.JoinHostPort(host, strconv.Itoa(int(port))),
+		Machine:            cmp.Or(c.b.cfg.Cluster.Machine, host),
 		ReplicationAddress: replicationAddress(c.b.cfg.Cluster.ReplicationAddress, voters[c.self], r.cfg.ReplicateHost, host, r.cfg.ReplicatePort),
 		DataDir:            c.b.cfg.DataDir, FS: c.b.fs, Token: r.cfg.Token, TLS: r.tls.ClientConfig(),
 		Now: c.b.clock.Now, Logger: c.b.log,
@@ -142,6 +144,7 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	c.mountTxnHandlers(mux)
 	mux.HandleFunc(PathMoveRead, c.serveMoveRead)
 	mux.HandleFunc(PathMoveFence, c.serveMoveFence)
+	mux.HandleFunc(PathLeaderTransfer, c.serveLeaderTransfer)
 	if err := node.Start(ctx); err != nil {
 		return err
 	}

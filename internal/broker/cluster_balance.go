@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"slices"
 	"time"
 
@@ -14,7 +16,9 @@ const autoBalanceEvery = 10 * time.Second
 // autoBalance is Cluster.AutoBalance: the broker whose metadata node
 // leads the metadata log moves one partition at a time, as `moonmq
 // cluster balance` would (meta.PlanBalance over the user topics, and the
-// coordinators' partitions of a draining group), never
+// coordinators' partitions of a draining group), and, with no move under
+// way, one group's leadership at a time to a member on a machine leading
+// fewer groups (meta.PlanLeaders); never
 // while another move is under way, and only between groups that are
 // whole: a live leader with every broker of the group in its ISR, so a
 // group that is down or still catching up after a restart takes nothing.
@@ -30,15 +34,112 @@ func (c *clusterMode) autoBalance(ctx context.Context) {
 		if c.node.Status().Role != "leader" {
 			continue
 		}
-		if m, ok := c.nextBalanceMove(c.current()); ok {
+		v := c.current()
+		if m, ok := c.nextBalanceMove(v); ok {
 			code, msg := c.startMove(ctx, m.Topic, m.Partition, m.To)
 			if code != 0 {
 				c.warn("cluster mode: automatic balance: starting a move failed; trying again later", "topic", m.Topic, "partition", m.Partition, "to", m.To, "code", code, "err", msg)
 				continue
 			}
 			c.log.Info("cluster mode: automatic balance: moving a partition", "topic", m.Topic, "partition", m.Partition, "from", m.From, "to", m.To)
+			continue
+		}
+		if moving(v) {
+			continue
+		}
+		if g, to, ok := c.nextLeaderTransfer(v); ok {
+			from := v.groups[g].Leader
+			if err := c.transferLeadership(ctx, from, to); err != nil {
+				c.warn("cluster mode: automatic balance: moving a group's leadership failed; trying again later", "group", g, "from", from, "to", to, "err", err)
+				continue
+			}
+			c.log.Info("cluster mode: automatic balance: moving a group's leadership to another machine", "group", g, "from", from, "to", to,
+				"from_machine", v.brokers[from].Machine, "to_machine", v.brokers[to].Machine)
 		}
 	}
+}
+
+// moving reports whether any partition is moving.
+func moving(v *clusterView) bool {
+	for _, t := range v.topics {
+		for _, p := range t.Partitions {
+			if p.Move != meta.MoveNone {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// nextLeaderTransfer is the leadership transfer meta.PlanLeaders picks
+// over v's groups: each led by a live broker, its candidates the live
+// members of its ISR, and only groups whose ISR is whole (a group
+// catching up after a restart keeps its leader).
+func (c *clusterMode) nextLeaderTransfer(v *clusterView) (string, int32, bool) {
+	now := c.leaseNowMs()
+	machineOf := map[int32]string{}
+	for id, b := range v.brokers {
+		machineOf[id] = b.Machine
+	}
+	var groups []meta.GroupLeadership
+	for id, g := range v.groups {
+		if g.Leader < 0 || !v.brokers[g.Leader].Live(now) {
+			return "", 0, false // a group without a leader: not now
+		}
+		gl := meta.GroupLeadership{Group: id, Leader: g.Leader}
+		if len(g.ISR) == len(v.members[id]) {
+			for _, m := range g.ISR {
+				if v.brokers[m].Live(now) {
+					gl.Candidates = append(gl.Candidates, m)
+				}
+			}
+		}
+		groups = append(groups, gl)
+	}
+	return meta.PlanLeaders(groups, machineOf)
+}
+
+// PathLeaderTransfer asks a group's leader to hand its leadership to
+// another member of its group.
+const PathLeaderTransfer = "/cluster/leader/transfer"
+
+type leaderTransferRequest struct {
+	To int32 `json:"to"`
+}
+
+// transferLeadership asks broker from, a group's leader, to hand its
+// leadership to to.
+func (c *clusterMode) transferLeadership(ctx context.Context, from, to int32) error {
+	var ans struct {
+		Error string `json:"error,omitempty"`
+	}
+	if err := c.call(ctx, from, PathLeaderTransfer, leaderTransferRequest{To: to}, &ans); err != nil {
+		return err
+	}
+	if ans.Error != "" {
+		return errors.New(ans.Error)
+	}
+	return nil
+}
+
+// serveLeaderTransfer starts this group leader's hand-over to the member
+// asked for (raftgroup.Node.TransferLeadership): a planned failover.
+func (c *clusterMode) serveLeaderTransfer(w http.ResponseWriter, hr *http.Request) {
+	var req leaderTransferRequest
+	if !c.readJSON(w, hr, &req) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(hr.Context(), forwardTimeout)
+	defer cancel()
+	var ans struct {
+		Error string `json:"error,omitempty"`
+	}
+	if err := c.b.repl.node.TransferLeadership(ctx, req.To); err != nil {
+		ans.Error = err.Error()
+	} else {
+		c.log.Info("cluster mode: handing this group's leadership to another member", "to", req.To)
+	}
+	writeJSON(w, ans)
 }
 
 // drainingGroups are the groups meta.DrainingGroupsConfig names.

@@ -239,8 +239,14 @@ type Cluster struct {
 	// moving into it (0: as fast as it can).
 	MoveBytesPerSecond int64
 	// AutoBalance moves user topics' partitions between groups by
-	// itself, one at a time, as `moonmq cluster balance` would.
+	// itself, one at a time, as `moonmq cluster balance` would, and
+	// spreads the groups' leadership over the machines.
 	AutoBalance bool
+	// Machine names the machine (host, VM, pod node) this broker runs
+	// on, for spreading group leadership: brokers of different groups
+	// on one machine share it. Empty: the host of the advertised client
+	// address.
+	Machine string
 }
 
 // DefaultCoordinatorPartitions is Cluster.CoordinatorPartitions' default,

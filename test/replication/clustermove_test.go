@@ -852,3 +852,81 @@ func TestClusterDrainGroup(t *testing.T) {
 	}
 	t.Logf("%d acknowledged (%d failed) across the drain and the removal of g2:\n%s", len(acked), failed, out.String())
 }
+
+// TestClusterSpreadsLeadership: brokers 1 and 4, 2 and 5, 3 and 6 share
+// machines, and both groups start led from the first. With
+// Cluster.AutoBalance one group's leadership moves to a member on another
+// machine, while an idempotent producer writes to both groups: every
+// acknowledged record is read back once.
+func TestClusterSpreadsLeadership(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	machine := func(id int) string { return fmt.Sprintf("m%d", (id-1)%3) }
+	ns := twoGroups(t, func(c *config.Cluster) { c.AutoBalance, c.Machine = true, machine(c.BrokerId) })
+	const topic = "leaders"
+	createTopic(t, ns[1].addr(), topic, 2)
+	ownersOf(t, ns[1].addr(), topic, 2)
+	leaderOf := func(n *node) int {
+		l, _ := status(t, n)["leader"].(float64)
+		return int(l)
+	}
+	if l1, l2 := leaderOf(ns[2]), leaderOf(ns[5]); machine(l1) != machine(l2) {
+		t.Logf("the groups started led from different machines (%d, %d)", l1, l2)
+	}
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	prod := client(t, ns[3].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordRetries(1000), kgo.RecordDeliveryTimeout(60*time.Second))
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			v := fmt.Sprintf("r%d", i)
+			if prod.ProduceSync(context.Background(), &kgo.Record{Value: []byte(v)}).FirstErr() == nil {
+				mu.Lock()
+				acked[v] = true
+				mu.Unlock()
+			}
+		}
+	})
+	var l1, l2 int
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		l1, l2 = leaderOf(ns[2]), leaderOf(ns[5])
+		if l1 > 0 && l2 > 0 && machine(l1) != machine(l2) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups' leaders %d and %d still share machine %s", l1, l2, machine(l1))
+		}
+	}
+	time.Sleep(2 * time.Second) // writes after the transfer
+	stop()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	rd := client(t, ns[6].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[string]int{}
+	for n := 0; n < len(acked); {
+		fs := rd.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("read %d of %d acknowledged records", n, len(acked))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			v := string(r.Value)
+			seen[v]++
+			if acked[v] && seen[v] == 1 {
+				n++
+			}
+		})
+	}
+	for v, n := range seen {
+		if n > 1 {
+			t.Fatalf("%s read %d times", v, n)
+		}
+	}
+	t.Logf("leaders %d (%s) and %d (%s); %d acknowledged across the transfer", l1, machine(l1), l2, machine(l2), len(acked))
+}

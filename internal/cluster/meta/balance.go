@@ -141,3 +141,50 @@ func PlanBalance(parts []PartitionLoad, groups, draining []string) []PlannedMove
 		plan = append(plan, PlannedMove{Topic: p.Topic, Partition: p.Partition, From: hi, To: lo, Bytes: p.Bytes})
 	}
 }
+
+// GroupLeadership is one group as the leadership balancer sees it: its
+// leader and the members that may take over (in its ISR, live).
+type GroupLeadership struct {
+	Group      string
+	Leader     int32
+	Candidates []int32
+}
+
+// PlanLeaders picks one leadership transfer that spreads the groups'
+// leaders more evenly over machines (machineOf: each broker's machine):
+// from a leader on a machine leading at least two groups more than the
+// candidate's machine. Groups on the most loaded machines go first; the
+// plan is deterministic. ok is false when no transfer helps.
+func PlanLeaders(groups []GroupLeadership, machineOf map[int32]string) (group string, to int32, ok bool) {
+	led := map[string]int{}
+	for _, g := range groups {
+		for _, c := range g.Candidates {
+			if _, seen := led[machineOf[c]]; !seen {
+				led[machineOf[c]] = 0
+			}
+		}
+	}
+	for _, g := range groups {
+		led[machineOf[g.Leader]]++
+	}
+	order := slices.Clone(groups)
+	slices.SortFunc(order, func(a, b GroupLeadership) int {
+		return cmp.Or(cmp.Compare(led[machineOf[b.Leader]], led[machineOf[a.Leader]]), cmp.Compare(a.Group, b.Group))
+	})
+	for _, g := range order {
+		from := led[machineOf[g.Leader]]
+		best, bestLed := int32(-1), 0
+		for _, c := range g.Candidates {
+			if c == g.Leader {
+				continue
+			}
+			if n := led[machineOf[c]]; best < 0 || n < bestLed || n == bestLed && c < best {
+				best, bestLed = c, n
+			}
+		}
+		if best >= 0 && from-bestLed >= 2 {
+			return g.Group, best, true
+		}
+	}
+	return "", 0, false
+}

@@ -80,3 +80,41 @@ func TestPlanDrain(t *testing.T) {
 		t.Fatalf("ParseGroupList: %v", g)
 	}
 }
+
+// TestPlanLeaders: three groups all led from machine a, each with a
+// member on b and c: transfers go to the least loaded machine until each
+// machine leads one group; machines leading at most one more than
+// another are left alone.
+func TestPlanLeaders(t *testing.T) {
+	machineOf := map[int32]string{1: "a", 2: "b", 3: "c", 4: "a", 5: "b", 6: "c", 7: "a", 8: "b", 9: "c"}
+	groups := []GroupLeadership{
+		{Group: "g1", Leader: 1, Candidates: []int32{1, 2, 3}},
+		{Group: "g2", Leader: 4, Candidates: []int32{4, 5, 6}},
+		{Group: "g3", Leader: 7, Candidates: []int32{7, 8, 9}},
+	}
+	var got []string
+	for range 5 {
+		g, to, ok := PlanLeaders(groups, machineOf)
+		if !ok {
+			break
+		}
+		got = append(got, fmt.Sprintf("%s->%d", g, to))
+		for i := range groups {
+			if groups[i].Group == g {
+				groups[i].Leader = to
+			}
+		}
+	}
+	if want := []string{"g1->2", "g2->6"}; !slices.Equal(got, want) {
+		t.Fatalf("transfers %q, want %q", got, want)
+	}
+	two := []GroupLeadership{{Group: "g1", Leader: 1, Candidates: []int32{1, 2, 3}}, {Group: "g2", Leader: 5, Candidates: []int32{4, 5, 6}}}
+	if g, to, ok := PlanLeaders(two, machineOf); ok {
+		t.Fatalf("a transfer that cannot help: %s->%d", g, to)
+	}
+	// Both led from a, but g2 has no member elsewhere: g1 moves.
+	stuck := []GroupLeadership{{Group: "g1", Leader: 1, Candidates: []int32{1, 2}}, {Group: "g2", Leader: 4, Candidates: []int32{4}}}
+	if g, to, ok := PlanLeaders(stuck, machineOf); !ok || g != "g1" || to != 2 {
+		t.Fatalf("plan %s->%d %v, want g1->2", g, to, ok)
+	}
+}

@@ -83,6 +83,8 @@ type RegisterBrokerRecord struct {
 	IncarnationID      UUID   `json:"incarnationId"`
 	ClientAddress      string `json:"clientAddress"`
 	ReplicationAddress string `json:"replicationAddress"`
+	// Machine names the machine the broker runs on (Cluster.Machine).
+	Machine string `json:"machine,omitempty"`
 	// LeaseExpiryMs is when, in Unix milliseconds, the broker stops being
 	// listed in Metadata unless it renews. The metadata leader sets it,
 	// on its own clock, when it proposes the record (metanode: its now

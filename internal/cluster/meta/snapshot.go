@@ -94,7 +94,7 @@ func Restore(snap Snapshot) (*State, error) {
 		if _, dup := s.brokers[b.ID]; dup {
 			return nil, fmt.Errorf("metadata snapshot: broker %d twice", b.ID)
 		}
-		err := s.Apply(RegisterBrokerRecord{BrokerID: b.ID, GroupID: b.Group, IncarnationID: b.Incarnation, ClientAddress: b.ClientAddress, ReplicationAddress: b.ReplicationAddress, LeaseExpiryMs: b.LeaseExpiryMs})
+		err := s.Apply(RegisterBrokerRecord{BrokerID: b.ID, GroupID: b.Group, IncarnationID: b.Incarnation, ClientAddress: b.ClientAddress, ReplicationAddress: b.ReplicationAddress, Machine: b.Machine, LeaseExpiryMs: b.LeaseExpiryMs})
 		if err != nil {
 			return nil, fmt.Errorf("metadata snapshot: %v", err)
 		}

@@ -18,6 +18,7 @@ type Broker struct {
 	Incarnation        UUID   `json:"incarnation"`
 	ClientAddress      string `json:"clientAddress"`
 	ReplicationAddress string `json:"replicationAddress"`
+	Machine            string `json:"machine,omitempty"`
 	LeaseExpiryMs      int64  `json:"leaseExpiryMs"`
 }
 
@@ -231,6 +232,7 @@ func (s *State) registerBroker(r RegisterBrokerRecord, commit bool) error {
 		Incarnation:        r.IncarnationID,
 		ClientAddress:      r.ClientAddress,
 		ReplicationAddress: r.ReplicationAddress,
+		Machine:            r.Machine,
 		LeaseExpiryMs:      r.LeaseExpiryMs,
 	}
 	if _, ok := s.groups[r.GroupID]; !ok {

@@ -33,9 +33,9 @@ type Config struct {
 	// address (host:port): 3 or 5 of them, static. The node is a voter
 	// when ID is among them, else an observer.
 	Voters map[int32]string
-	// ClientAddress and ReplicationAddress are what this broker registers
-	// (RegisterBrokerRecord).
-	ClientAddress, ReplicationAddress string
+	// ClientAddress, ReplicationAddress and Machine are what this broker
+	// registers (RegisterBrokerRecord).
+	ClientAddress, ReplicationAddress, Machine string
 
 	// DataDir holds the node's files (FileName and SnapshotFileName on a
 	// voter, ObserverFileName on an observer).

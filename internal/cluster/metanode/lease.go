@@ -17,6 +17,7 @@ func (n *Node) registration(lease time.Duration) Command {
 			IncarnationID:      n.incarnation,
 			ClientAddress:      n.cfg.ClientAddress,
 			ReplicationAddress: n.cfg.ReplicationAddress,
+			Machine:            n.cfg.Machine,
 		},
 		LeaseMs: lease.Milliseconds(),
 	}}

@@ -235,6 +235,25 @@ func (c *core) proposeFence(ch FenceChange) error {
 	return c.propose(ch.Epoch, encodeFence(ch))
 }
 
+// transferTo starts a leadership transfer to an eligible member.
+func (c *core) transferTo(to int32) error {
+	if c.failed != nil {
+		return c.failed
+	}
+	if !c.serving() {
+		return ErrNotServing
+	}
+	if to == c.self {
+		return nil
+	}
+	if !slices.Contains(c.handOffCandidates(), to) {
+		return ErrNotEligible
+	}
+	c.rn.TransferLeader(uint64(to))
+	c.process()
+	return nil
+}
+
 // propose proposes an entry stamped with epoch, which must be the
 // serving leader's own.
 func (c *core) propose(epoch int32, data []byte) error {

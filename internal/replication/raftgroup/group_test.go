@@ -727,3 +727,33 @@ func TestMoveFences(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferLeadership: the serving leader hands its leadership to the
+// member asked for, which serves at a higher epoch; a follower cannot
+// start a transfer, and a non-member is no target.
+func TestTransferLeadership(t *testing.T) {
+	s := newSim(t, 3, 12, nil)
+	l := s.waitServing(100)
+	e := s.cores[l].state.Epoch
+	to := s.ids[(slices.Index(s.ids, l)+1)%3]
+	other := s.ids[(slices.Index(s.ids, l)+2)%3]
+	if err := s.cores[other].transferTo(to); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("a follower's transfer: %v, want ErrNotServing", err)
+	}
+	if err := s.cores[l].transferTo(99); !errors.Is(err, ErrNotEligible) {
+		t.Fatalf("a transfer to a non-member: %v, want ErrNotEligible", err)
+	}
+	if err := s.cores[l].transferTo(to); err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		s.tick(1)
+		if now := s.serving(); len(now) == 1 && now[0] == to {
+			if got := s.cores[to].state.Epoch; got <= e {
+				t.Fatalf("the new leader serves at epoch %d, not above %d", got, e)
+			}
+			return
+		}
+	}
+	t.Fatalf("leadership not handed from %d to %d: %v", l, to, s.dump())
+}

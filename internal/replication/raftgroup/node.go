@@ -28,6 +28,9 @@ var (
 	// proposal (for instance during a leadership transfer): it was
 	// certainly not appended and will never commit.
 	ErrDropped = errors.New("raftgroup: proposal dropped")
+	// ErrNotEligible is returned by TransferLeadership for a target the
+	// ISR of the leader's log does not make eligible.
+	ErrNotEligible = errors.New("raftgroup: the target may not lead: not in the ISR (or not a member)")
 )
 
 // CertainlyNotProposed reports whether err from ProposeISR means the
@@ -238,7 +241,9 @@ type Node struct {
 type proposal struct {
 	change *replication.ISRChange
 	fence  *FenceChange
-	reply  chan error
+	// transfer asks for a leadership transfer to this member.
+	transfer *int32
+	reply    chan error
 }
 
 // NewNode loads the replica's Raft state from DataDir (bootstrapping the
@@ -325,9 +330,12 @@ func (n *Node) run(ctx context.Context) {
 		case m := <-n.inbox:
 			n.core.step(m)
 		case p := <-n.props:
-			if p.fence != nil {
+			switch {
+			case p.transfer != nil:
+				p.reply <- n.core.transferTo(*p.transfer)
+			case p.fence != nil:
 				p.reply <- n.core.proposeFence(*p.fence)
-			} else {
+			default:
 				p.reply <- n.core.proposeISR(*p.change)
 			}
 		case <-n.clean:
@@ -424,6 +432,15 @@ func (n *Node) ProposeISR(ctx context.Context, change replication.ISRChange) err
 // nil error means accepted, not committed.
 func (n *Node) ProposeFence(ctx context.Context, change FenceChange) error {
 	return n.propose(ctx, proposal{fence: &change, reply: make(chan error, 1)})
+}
+
+// TransferLeadership asks Raft to hand this serving leader's leadership
+// to member to, which the ISR of its log must make eligible (ErrNotEligible
+// otherwise): a planned failover, for spreading leaders over machines.
+// A nil error means the transfer started; Raft gives it up if to does not
+// win within an election timeout, and this replica then goes on leading.
+func (n *Node) TransferLeadership(ctx context.Context, to int32) error {
+	return n.propose(ctx, proposal{transfer: &to, reply: make(chan error, 1)})
 }
 
 func (n *Node) propose(ctx context.Context, p proposal) error {
