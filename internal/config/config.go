@@ -208,8 +208,9 @@ type Failover struct {
 // log of its own (docs/CLUSTER.md).
 type Cluster struct {
 	Enabled bool
-	// Experimental must be true: cluster mode is not finished (no
-	// balancing, no removing of groups).
+	// Experimental must be true: cluster mode is not finished (the
+	// metadata log's voters cannot change, and the move protocol has no
+	// deterministic simulation yet).
 	Experimental bool
 	// ClusterId names the cluster; every broker of it has the same.
 	ClusterId string
@@ -759,7 +760,7 @@ func (c *Cluster) validate(s *Server) []error {
 		errs = append(errs, fmt.Errorf("key %q: %s", "Cluster."+key, fmt.Sprintf(format, args...)))
 	}
 	if !c.Experimental {
-		bad("Experimental", "cluster mode is not finished (no balancing or removing of groups; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
+		bad("Experimental", "cluster mode is not finished (the metadata log's voters are fixed; docs/CLUSTER.md): set it to true to run it anyway, or use one replication group (Server.Replication)")
 	}
 	if c.MoveBytesPerSecond < 0 {
 		bad("MoveBytesPerSecond", "%d must be 0 (no cap) or more", c.MoveBytesPerSecond)
