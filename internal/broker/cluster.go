@@ -76,7 +76,7 @@ type clusterMode struct {
 	// fences are the move fences of the group's Raft log as this replica
 	// last applied them (setFences); movers are the copiers of the moves
 	// into the group, on its leader (cluster_move.go).
-	fences atomic.Pointer[map[string]uint64]
+	fences atomic.Pointer[groupFences]
 	movers movers
 	// handovers are the coordinators' partitions moved in or out that
 	// this broker's coordinators have not loaded or forgotten yet

@@ -123,13 +123,19 @@ type movers struct {
 	wg      sync.WaitGroup
 }
 
+// groupFences are the group's Raft fences and floors
+// (raftgroup.GroupState), as this replica last applied them.
+type groupFences struct {
+	fences, floors map[string]uint64
+}
+
 // setFences records the group's Raft fences (each marked with the
-// number of the move it was taken for), as this replica applied them, and
-// brings every partition's placement up to date.
-func (c *clusterMode) setFences(f map[string]uint64) {
+// number of the move it was taken for) and floors, as this replica
+// applied them, and brings every partition's placement up to date.
+func (c *clusterMode) setFences(fences, floors map[string]uint64) {
 	c.placeMu.Lock()
 	defer c.placeMu.Unlock()
-	c.fences.Store(&f)
+	c.fences.Store(&groupFences{fences: fences, floors: floors})
 	c.applyPlacementsLocked(c.current())
 }
 
@@ -140,8 +146,26 @@ func (c *clusterMode) fenceMark(key string) (uint64, bool) {
 	if f == nil {
 		return 0, false
 	}
-	m, ok := (*f)[key]
+	m, ok := f.fences[key]
 	return m, ok
+}
+
+// floor is a partition's floor as this replica applied it (0: none).
+func (c *clusterMode) floor(key string) uint64 {
+	if f := c.fences.Load(); f != nil {
+		return f.floors[key]
+	}
+	return 0
+}
+
+// staleMove reports whether move seq of the partition key is older than
+// one the group's Raft log has seen (a fence for a later move, or a
+// floor above it): a copy of the metadata that shows it is stale (a
+// failover to a broker whose copy lags), and no step of that move may be
+// taken on its word.
+func (c *clusterMode) staleMove(key string, seq int64) bool {
+	m, fenced := c.fenceMark(key)
+	return fenced && uint64(seq) < m || uint64(seq) < c.floor(key)
 }
 
 // applyPlacements brings every local partition's placement up to date
@@ -167,16 +191,23 @@ func (c *clusterMode) publishView(v *clusterView) {
 // the metadata, for the partitions this group owns) and move fence (from
 // the group's Raft log). The caller holds placeMu.
 func (c *clusterMode) applyPlacementsLocked(v *clusterView) {
-	var fences map[string]uint64
+	var gf groupFences
 	if f := c.fences.Load(); f != nil {
-		fences = *f
+		gf = *f
 	}
 	for _, t := range c.b.sortedTopics() {
 		mt, ok := v.topics[t.name]
 		ok = ok && [16]byte(mt.ID) == t.id
 		for i, p := range t.partitions {
 			pl := placementOf(p)
-			_, moved := fences[moveKey(t.id, int32(i))]
+			key := moveKey(t.id, int32(i))
+			_, moved := gf.fences[key]
+			if floor := gf.floors[key]; floor > 0 && (!ok || i >= len(mt.Partitions) || uint64(mt.Partitions[i].MoveSeq) < floor) {
+				// This copy of the metadata is older than the move
+				// that last gave the partition to this group: the
+				// owner and epoch base it shows may be stale.
+				moved = true
+			}
 			pl.moved.Store(moved)
 			if ok && i < len(mt.Partitions) && mt.Partitions[i].Owner == c.group {
 				pl.base.Store(mt.Partitions[i].EpochBase)
@@ -254,6 +285,10 @@ func (c *clusterMode) fence(ctx context.Context, req moveFenceRequest) moveFence
 	r := c.b.repl
 	key := moveKey(p.TopicID, p.Index)
 	mark := uint64(mp.MoveSeq)
+	if c.staleMove(key, mp.MoveSeq) {
+		return moveFenceAnswer{Code: kerr.NoReassignmentInProgress.Code,
+			Message: fmt.Sprintf("move %d is older than one this group's log has seen (fence %d, floor %d): this broker's metadata is stale", mp.MoveSeq, r.node.State().Fences[key], c.floor(key))}
+	}
 	if m, fenced := r.node.State().Fences[key]; !fenced || m != mark {
 		// No transaction may begin on the partition from now on, and
 		// the fence waits (a while) for the open ones to end.
@@ -359,7 +394,9 @@ func (c *clusterMode) tendFences(ctx context.Context, v *clusterView) {
 			c.dropCopy(name, id, index)
 		}
 		if lift {
-			if err := r.node.ProposeFence(ctx, raftgroup.FenceChange{Epoch: c.b.epoch.Load(), Key: key, Mark: mark, Lift: true}); err != nil {
+			// The floor: from this move on, a copy of the metadata
+			// may make this group serve the partition.
+			if err := r.node.ProposeFence(ctx, raftgroup.FenceChange{Epoch: c.b.epoch.Load(), Key: key, Mark: mark, Lift: true, Floor: uint64(mp.MoveSeq)}); err != nil {
 				c.warn("cluster mode: lifting a move's fence failed; retrying", "key", key, "err", err)
 			}
 		}
@@ -483,6 +520,29 @@ func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UU
 		if fenced != nil && fenced.MoveSeq != mp.MoveSeq {
 			fenced = nil // a fence of a move since cancelled
 		}
+		key := moveKey([16]byte(id), index)
+		if c.staleMove(key, mp.MoveSeq) {
+			// This broker's metadata is older than what the group's
+			// Raft log has seen of the partition (a failover to a
+			// broker whose copy lags): the move it shows is over.
+			if !retry("the metadata here is older than the group's log; waiting for it", "move", mp.MoveSeq) {
+				return
+			}
+			continue
+		}
+		if _, own := c.fenceMark(key); own || c.floor(key) < uint64(mp.MoveSeq) {
+			// Before the first copied batch: this group's fence from
+			// handing the partition over before goes, and the floor
+			// rises to this move, so a copy of the metadata older than
+			// it (a failover's) neither drops what this copy brings in
+			// nor serves it at an old epoch base.
+			if err := c.takeIn(ctx, key, mp.MoveSeq); err != nil {
+				if !retry("taking the partition in failed", "err", err) {
+					return
+				}
+				continue
+			}
+		}
 		src, ok := c.groupState(v, mp.Source)
 		if !ok || src.Leader < 0 {
 			if !retry("the source group has no leader", "source", mp.Source) {
@@ -560,6 +620,23 @@ func (c *clusterMode) copyPartition(ctx context.Context, name string, id meta.UU
 		log.Info("cluster mode: move cut over", "from", mp.Source, "to", c.group, "log_end", fenced.Offset)
 		waitFor(ctx, func() bool { return c.current().applied >= res.Index })
 	}
+}
+
+// takeIn lifts this group's own fence of a partition a move copies into
+// it, raising its floor to the move's number, and waits until this
+// replica applied that.
+func (c *clusterMode) takeIn(ctx context.Context, key string, seq int64) error {
+	r := c.b.repl
+	mark, _ := c.fenceMark(key)
+	pctx, cancel := context.WithTimeout(ctx, moveDrainWait)
+	defer cancel()
+	if err := r.node.ProposeFence(pctx, raftgroup.FenceChange{Epoch: c.b.epoch.Load(), Key: key, Mark: mark, Lift: true, Floor: uint64(seq)}); err != nil {
+		return err
+	}
+	if !waitFor(pctx, func() bool { _, fenced := c.fenceMark(key); return !fenced && c.floor(key) >= uint64(seq) }) {
+		return errors.New("the lift did not apply in time")
+	}
+	return nil
 }
 
 // appendCopy appends a read's batches, checking each one's CRC. The

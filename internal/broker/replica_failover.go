@@ -228,7 +228,7 @@ func (r *replica) apply(ctx context.Context, st raftgroup.Status, log *slog.Logg
 	if r.b.cl != nil {
 		// Before a promotion: a new leader refuses appends to the
 		// partitions its group fenced from its first moment.
-		r.b.cl.setFences(st.State.Fences)
+		r.b.cl.setFences(st.State.Fences, st.State.Floors)
 	}
 	if !st.Unclean {
 		// Cleared by the node (its wait ran out) or never set.

@@ -209,8 +209,7 @@ type Failover struct {
 type Cluster struct {
 	Enabled bool
 	// Experimental must be true: cluster mode is not finished (the
-	// metadata log's voters cannot change, and the move protocol has no
-	// deterministic simulation yet).
+	// metadata log's voters cannot change).
 	Experimental bool
 	// ClusterId names the cluster; every broker of it has the same.
 	ClusterId string

@@ -704,10 +704,27 @@ func TestMoveFences(t *testing.T) {
 	if _, ok := st.Fences["t/1"]; ok || st.Fences["t/0"] != 7 {
 		t.Fatalf("old-epoch fence applied, or the fence lost at a leader change: %+v", st)
 	}
-	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Lift: true}))
-	if len(st.Fences) != 0 || before.Fences["t/0"] != 7 {
+	// A fence for an older move than the one already fenced is stale.
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Mark: 6}))
+	if st.Fences["t/0"] != 7 {
+		t.Fatalf("a fence went back to an older move: %+v", st)
+	}
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Lift: true, Floor: 9}))
+	if len(st.Fences) != 0 || before.Fences["t/0"] != 7 || st.Floors["t/0"] != 9 {
 		t.Fatalf("lift: %+v; the state before it changed too: %+v", st, before)
 	}
+	// Below the floor a fence is stale too; at or above it, it applies;
+	// a lower floor never lowers it.
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Mark: 8}))
+	if len(st.Fences) != 0 {
+		t.Fatalf("a fence below the floor applied: %+v", st)
+	}
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Lift: true, Floor: 4}))
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Mark: 9}))
+	if st.Fences["t/0"] != 9 || st.Floors["t/0"] != 9 {
+		t.Fatalf("fence at the floor: %+v", st)
+	}
+	st = st.apply(fence(3, FenceChange{Epoch: 3, Key: "t/0", Lift: true, Floor: 10}))
 
 	// In a live group: the fence reaches every replica, and only the
 	// serving leader may propose one.

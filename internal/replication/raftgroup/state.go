@@ -32,6 +32,14 @@ type GroupState struct {
 	// applied when it fenced). A fenced partition takes no appends on any
 	// replica that applied the fence, and so on no later leader either.
 	Fences map[string]uint64 `json:"fences,omitempty"`
+	// Floors are, by the same keys, the marks of the moves from which on
+	// a copy of the metadata may make this group serve a partition
+	// again: set when a fence lifts (the partition is this group's
+	// again) and when the group starts copying a partition in. A leader
+	// whose copy of the metadata is older (a failover to a broker whose
+	// copy lags) does not serve the partition, nor acts on moves older
+	// than a floor or a fence: the group's own log has seen newer ones.
+	Floors map[string]uint64 `json:"floors,omitempty"`
 }
 
 // initialState is the state before any entry is applied.
@@ -40,13 +48,14 @@ func initialState() GroupState { return GroupState{Leader: NoLeader} }
 // Equal reports whether s and o are the same state.
 func (s GroupState) Equal(o GroupState) bool {
 	return s.Epoch == o.Epoch && s.Leader == o.Leader && s.HasISR == o.HasISR && slices.Equal(s.ISR, o.ISR) &&
-		maps.Equal(s.Fences, o.Fences)
+		maps.Equal(s.Fences, o.Fences) && maps.Equal(s.Floors, o.Floors)
 }
 
 // clone returns a copy that shares no memory with s.
 func (s GroupState) clone() GroupState {
 	s.ISR = slices.Clone(s.ISR)
 	s.Fences = maps.Clone(s.Fences)
+	s.Floors = maps.Clone(s.Floors)
 	return s
 }
 
@@ -80,6 +89,8 @@ type FenceChange struct {
 	Key   string `json:"key"`
 	Mark  uint64 `json:"mark"`
 	Lift  bool   `json:"lift,omitempty"`
+	// Floor (with Lift) raises the key's floor (GroupState.Floors).
+	Floor uint64 `json:"floor,omitempty"`
 }
 
 type isrEntry struct {
@@ -149,11 +160,21 @@ func (s GroupState) apply(e *pb.Entry) GroupState {
 		if c.Epoch != s.Epoch || c.Key == "" {
 			return s
 		}
+		if m, fenced := s.Fences[c.Key]; !c.Lift && (fenced && c.Mark < m || c.Mark < s.Floors[c.Key]) {
+			return s // a fence for a move older than one this log has seen
+		}
 		s.Fences = maps.Clone(s.Fences)
 		if c.Lift {
 			delete(s.Fences, c.Key)
 			if len(s.Fences) == 0 {
 				s.Fences = nil
+			}
+			if c.Floor > s.Floors[c.Key] {
+				s.Floors = maps.Clone(s.Floors)
+				if s.Floors == nil {
+					s.Floors = map[string]uint64{}
+				}
+				s.Floors[c.Key] = c.Floor
 			}
 		} else {
 			if s.Fences == nil {
