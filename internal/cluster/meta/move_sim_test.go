@@ -48,6 +48,31 @@ func TestMoveProtocolSim(t *testing.T) {
 	}
 }
 
+// TestMoveProtocolSimCatchesHoles: with any one of the protocol's rules
+// against a stale copy of the metadata left out, some seed fails. (The
+// fence handler's own guard is defense in depth: with the copier's guard
+// no stale fence request is sent, and a deposed leader refuses one sent
+// before its group failed over.)
+func TestMoveProtocolSimCatchesHoles(t *testing.T) {
+	seeds := 3000
+	if testing.Short() {
+		seeds = 1000
+	}
+	for _, rule := range []string{"floor", "take-in", "copier-guard"} {
+		found := 0
+		for seed := uint64(1); seed <= uint64(seeds) && found == 0; seed++ {
+			if _, err := runMoveSimWithout(seed, 600, rule); err != nil {
+				found = int(seed)
+			}
+		}
+		if found == 0 {
+			t.Errorf("without the %s rule, seeds 1-%d all pass", rule, seeds)
+			continue
+		}
+		t.Logf("without the %s rule, seed %d fails", rule, found)
+	}
+}
+
 const simTopic = "t"
 
 // simTraceLines is how much of a failing seed's trace is printed.
@@ -99,6 +124,9 @@ type simAck struct {
 }
 
 type moveSim struct {
+	// without names one rule of the protocol the run leaves out, to
+	// show the simulation finds the hole it closes ("" for none).
+	without string
 	rng    *rand.Rand
 	st     *State
 	hist   []*State // the state after each applied entry
@@ -114,8 +142,10 @@ type moveSim struct {
 	moves, cuts int
 }
 
-func runMoveSim(seed uint64, steps int) (_ *moveSim, err error) {
-	s := &moveSim{rng: rand.New(rand.NewPCG(seed, 77)), st: New(), groups: map[string]*simGroup{},
+func runMoveSim(seed uint64, steps int) (*moveSim, error) { return runMoveSimWithout(seed, steps, "") }
+
+func runMoveSimWithout(seed uint64, steps int, without string) (_ *moveSim, err error) {
+	s := &moveSim{without: without, rng: rand.New(rand.NewPCG(seed, 77)), st: New(), groups: map[string]*simGroup{},
 		names: []string{"g1", "g2", "g3"}, epochOwner: map[int32]string{}}
 	defer func() {
 		if err != nil {
@@ -269,7 +299,7 @@ func (s *moveSim) step(faults bool) error {
 // fence it, stamped with its term plus the partition's epoch base.
 func (s *moveSim) produce(g *simGroup) error {
 	p := g.viewOf(s)
-	if p.Owner != g.name || g.fenced || p.MoveSeq < g.floor {
+	if p.Owner != g.name || g.fenced || p.MoveSeq < g.floor && s.without != "floor" {
 		return nil
 	}
 	e := simEntry{epoch: g.term + p.EpochBase, id: s.nextID}
@@ -297,12 +327,12 @@ func (s *moveSim) copier(t *simGroup) error {
 	if t.fenceAns != nil && t.fenceAns.moveSeq != p.MoveSeq {
 		t.fenceAns = nil
 	}
-	if t.fenced && p.MoveSeq < t.fence || p.MoveSeq < t.floor {
+	if (t.fenced && p.MoveSeq < t.fence || p.MoveSeq < t.floor) && s.without != "copier-guard" {
 		// This copy of the metadata predates what the group's Raft
 		// log has seen of the partition: an old move, long over.
 		return nil
 	}
-	if t.fenced || t.floor < p.MoveSeq {
+	if (t.fenced || t.floor < p.MoveSeq) && s.without != "take-in" {
 		// Before the first copied batch: the group's own fence from
 		// handing the partition over earlier goes, and the floor says
 		// from which move on a copy of the metadata may make this
@@ -357,7 +387,7 @@ func (s *moveSim) deliver() {
 	if p.Move != MoveCopying || p.Source != src.name || p.Target != req.from || p.MoveSeq != req.moveSeq {
 		return
 	}
-	if src.fenced && p.MoveSeq < src.fence || p.MoveSeq < src.floor {
+	if (src.fenced && p.MoveSeq < src.fence || p.MoveSeq < src.floor) && s.without != "fence-guard" {
 		// Both copies of the metadata are stale: the group's Raft log
 		// has seen a later move of the partition.
 		return
