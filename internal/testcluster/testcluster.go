@@ -754,44 +754,44 @@ var statusClient = &http.Client{Timeout: 2 * time.Second}
 // Status asks the replica's replication port for its status.
 func (r *Replica) Status() (status.Replication, error) {
 	var st status.Replication
-	req, err := http.NewRequest(http.MethodGet, "http://"+r.ReplicateAddr()+"/replication/status", nil)
+	err := getJSON("http://"+r.ReplicateAddr()+"/replication/status", r.c.opts.token, &st)
+	return st, err
+}
+
+// getJSON decodes a GET of url (with the bearer token, if any) into v.
+func getJSON(url, token string, v any) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return st, err
+		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+r.c.opts.token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := statusClient.Do(req)
 	if err != nil {
-		return st, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return st, fmt.Errorf("%s: %s", resp.Status, b)
+		return fmt.Errorf("%s: %s", resp.Status, b)
 	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return json.NewDecoder(resp.Body).Decode(v)
 }
+
+// Token is the replication token the replicas share.
+func (c *Cluster) Token() string { return c.opts.token }
 
 // Stats reads the replica's /stats document.
 func (r *Replica) Stats() (status.Stats, error) {
 	var st status.Stats
-	resp, err := statusClient.Get("http://" + r.MetricsAddr() + "/stats")
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return st, fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	err := getJSON("http://"+r.MetricsAddr()+"/stats", "", &st)
+	return st, err
 }
 
 // Serving reports whether a replication status says its replica serves
 // clients as its group's leader.
 func Serving(s status.Replication) bool { return serving(s) }
-
-// Token is the replication token the replicas share.
-func (c *Cluster) Token() string { return c.opts.token }
 
 // Up returns the replicas whose process runs and is not paused.
 func (c *Cluster) Up() []*Replica {

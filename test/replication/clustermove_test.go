@@ -296,6 +296,112 @@ func groupStatus(t *testing.T, seed string) (int32, []int32) {
 	return -1, nil
 }
 
+// txnWriter runs transactions of perTxn records, spread over partitions
+// 0 and 1 of its producer's topic, until stopped, and tallies what was
+// committed and aborted.
+type txnWriter struct {
+	mu                 sync.Mutex
+	committed, aborted map[string]bool
+}
+
+// runTransactions starts a transactional producer's loop on wg until ctx
+// ends; its records are "name.i.j".
+func (w *txnWriter) runTransactions(t *testing.T, ctx context.Context, wg *sync.WaitGroup, prod *kgo.Client, name string, perTxn int) {
+	w.mu.Lock()
+	if w.committed == nil {
+		w.committed, w.aborted = map[string]bool{}, map[string]bool{}
+	}
+	w.mu.Unlock()
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			if err := prod.BeginTransaction(); err != nil {
+				t.Errorf("%s: begin: %v", name, err)
+				return
+			}
+			var vals []string
+			var failed error
+			for j := range perTxn {
+				v := fmt.Sprintf("%s.%d.%d", name, i, j)
+				vals = append(vals, v)
+				pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				failed = prod.ProduceSync(pctx, &kgo.Record{Value: []byte(v), Partition: int32(j % 2)}).FirstErr()
+				cancel()
+				if failed != nil {
+					break
+				}
+			}
+			ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
+			cancel()
+			w.mu.Lock()
+			for _, v := range vals {
+				switch {
+				case err == nil && failed == nil:
+					w.committed[v] = true
+				case err == nil:
+					w.aborted[v] = true
+				}
+			}
+			w.mu.Unlock()
+			if err != nil {
+				t.Logf("%s: transaction %d ended with %v (produce: %v)", name, i, err, failed)
+			}
+		}
+	})
+}
+
+// count is how many records were committed so far.
+func (w *txnWriter) count() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.committed) }
+
+// waitCommits waits until n more records are committed.
+func (w *txnWriter) waitCommits(t *testing.T, n int, what string) {
+	t.Helper()
+	before := w.count()
+	for deadline := time.Now().Add(30 * time.Second); w.count() < before+n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d records committed, then only %d", what, before, w.count())
+		}
+	}
+}
+
+// checkReadCommitted reads partitions 0 and 1 of topic read_committed
+// through seed, once the writers stopped: every committed record once, no
+// aborted one.
+func (w *txnWriter) checkReadCommitted(t *testing.T, seed, topic string) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cons := client(t, seed, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[string]int{}
+	for got := 0; got < len(w.committed); {
+		fs := cons.PollFetches(rctx)
+		if rctx.Err() != nil {
+			var missing []string
+			for v := range w.committed {
+				if seen[v] == 0 {
+					missing = append(missing, v)
+				}
+			}
+			slices.Sort(missing)
+			t.Fatalf("read %d of %d committed records; missing %v", got, len(w.committed), missing)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[string(r.Value)]++
+			if w.committed[string(r.Value)] && seen[string(r.Value)] == 1 {
+				got++
+			}
+		})
+	}
+	for v, n := range seen {
+		if n > 1 || w.aborted[v] {
+			t.Fatalf("%q read %d times (aborted: %v)", v, n, w.aborted[v])
+		}
+	}
+}
+
 // TestClusterMoveWaitsForTransactions: partition 0 moves to the other
 // group and back and there again while two transactional producers write
 // it and partition 1 (which stays) without pause: one with transactions
@@ -315,67 +421,17 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	if owners[0] >= 4 {
 		home, away = away, home
 	}
-	var mu sync.Mutex
-	committed, aborted := map[string]bool{}, map[string]bool{}
+	var w txnWriter
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	produce := func(name string, opts ...kgo.Opt) {
 		prod := client(t, ns[2].addr(), append([]kgo.Opt{kgo.DefaultProduceTopic(topic), kgo.TransactionalID(name),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(10 * time.Second)}, opts...)...)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				if err := prod.BeginTransaction(); err != nil {
-					t.Errorf("%s: begin: %v", name, err)
-					return
-				}
-				var vals []string
-				var failed error
-				for j := range 6 {
-					v := fmt.Sprintf("%s.%d.%d", name, i, j)
-					vals = append(vals, v)
-					pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					failed = prod.ProduceSync(pctx, &kgo.Record{Value: []byte(v), Partition: int32(j % 2)}).FirstErr()
-					cancel()
-					if failed != nil {
-						break
-					}
-				}
-				ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
-				cancel()
-				mu.Lock()
-				switch {
-				case err == nil && failed == nil:
-					for _, v := range vals {
-						committed[v] = true
-					}
-				case err == nil:
-					for _, v := range vals {
-						aborted[v] = true
-					}
-				}
-				mu.Unlock()
-				if err != nil {
-					t.Logf("%s: transaction %d ended with %v (produce: %v)", name, i, err, failed)
-				}
-			}
-		}()
+		w.runTransactions(t, ctx, &wg, prod, name, 6)
 	}
 	produce("v2")
 	produce("v1", kgo.MaxVersions(kversion.V3_9_0()))
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(committed) }
-	waitCommits := func(what string) {
-		t.Helper()
-		before := count()
-		for deadline := time.Now().Add(30 * time.Second); count() < before+60; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d records committed, then only %d", what, before, count())
-			}
-		}
-	}
-	waitCommits("before the moves")
+	w.waitCommits(t, 60, "before the moves")
 	for i, to := range [][]int32{away, home, away} {
 		movePartition(t, ns[3].addr(), topic, 0, to)
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -387,43 +443,12 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 				t.Fatalf("move %d: partition 0 under transactions not moved to %v: leader %d", i+1, to, l)
 			}
 		}
-		waitCommits(fmt.Sprintf("after move %d", i+1))
+		w.waitCommits(t, 60, fmt.Sprintf("after move %d", i+1))
 	}
 	stop()
 	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
-	cons := client(t, ns[6].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	seen := map[string]int{}
-	for got := 0; got < len(committed); {
-		fs := cons.PollFetches(rctx)
-		if rctx.Err() != nil {
-			var missing []string
-			for v := range committed {
-				if seen[v] == 0 {
-					missing = append(missing, v)
-				}
-			}
-			slices.Sort(missing)
-			t.Fatalf("read %d of %d committed records; missing %v", got, len(committed), missing)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[string(r.Value)]++
-			if committed[string(r.Value)] && seen[string(r.Value)] == 1 {
-				got++
-			}
-		})
-	}
-	for v, n := range seen {
-		if n > 1 || aborted[v] {
-			t.Fatalf("%q read %d times (aborted: %v)", v, n, aborted[v])
-		}
-	}
-	t.Logf("%d records committed, %d aborted, across three moves", len(committed), len(aborted))
+	w.checkReadCommitted(t, ns[6].addr(), topic)
+	t.Logf("%d records committed, %d aborted, across three moves", len(w.committed), len(w.aborted))
 }
 
 // TestClusterAutoBalance: with Cluster.AutoBalance, a topic placed wholly
@@ -533,59 +558,11 @@ func TestClusterMoveCoordinators(t *testing.T) {
 	// The transactional producer, from before the moves to the end.
 	prod := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic), kgo.TransactionalID(tid),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(10*time.Second))
-	var mu sync.Mutex
-	committed, aborted := map[string]bool{}, map[string]bool{}
+	var w txnWriter
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ctx.Err() == nil; i++ {
-			if err := prod.BeginTransaction(); err != nil {
-				t.Errorf("begin: %v", err)
-				return
-			}
-			var vals []string
-			var failed error
-			for j := range 4 {
-				v := fmt.Sprintf("%d.%d", i, j)
-				vals = append(vals, v)
-				pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				failed = prod.ProduceSync(pctx, &kgo.Record{Value: []byte(v), Partition: int32(j % 2)}).FirstErr()
-				cancel()
-				if failed != nil {
-					break
-				}
-			}
-			ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
-			cancel()
-			mu.Lock()
-			switch {
-			case err == nil && failed == nil:
-				for _, v := range vals {
-					committed[v] = true
-				}
-			case err == nil:
-				for _, v := range vals {
-					aborted[v] = true
-				}
-			}
-			mu.Unlock()
-			if err != nil {
-				t.Logf("transaction %d ended with %v (produce: %v)", i, err, failed)
-			}
-		}
-	})
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(committed) }
-	waitCommits := func(what string) {
-		t.Helper()
-		before := count()
-		for deadline := time.Now().Add(30 * time.Second); count() < before+40; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d records committed, then only %d", what, before, count())
-			}
-		}
-	}
-	waitCommits("before the moves")
+	w.runTransactions(t, ctx, &wg, prod, "tx", 4)
+	w.waitCommits(t, 40, "before the moves")
 
 	// A consumer group whose partition of __consumer_offsets is the
 	// one of a group with fixed commits: both move together.
@@ -637,7 +614,7 @@ func TestClusterMoveCoordinators(t *testing.T) {
 		movePartition(t, ns[3].addr(), "__transaction_state", stPart, stTo)
 		waitMoved(t, ns, "__consumer_offsets", offPart, offTo)
 		waitMoved(t, ns, "__transaction_state", stPart, stTo)
-		waitCommits(fmt.Sprintf("after move %d", round+1))
+		w.waitCommits(t, 40, fmt.Sprintf("after move %d", round+1))
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			got, err := adm.FetchOffsets(context.Background(), fixed)
 			o0, _ := got.Lookup(topic, 0)
@@ -666,33 +643,10 @@ func TestClusterMoveCoordinators(t *testing.T) {
 		t.Fatalf("%s committed nothing through the moves: %+v", consumerGroup, got)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
-	rd := client(t, ns[4].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	seen := map[string]int{}
-	for n := 0; n < len(committed); {
-		fs := rd.PollFetches(rctx)
-		if rctx.Err() != nil {
-			t.Fatalf("read %d of %d committed records", n, len(committed))
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[string(r.Value)]++
-			if committed[string(r.Value)] && seen[string(r.Value)] == 1 {
-				n++
-			}
-		})
-	}
-	for v, n := range seen {
-		if n > 1 || aborted[v] {
-			t.Fatalf("%q read %d times (aborted: %v)", v, n, aborted[v])
-		}
-	}
+	w.checkReadCommitted(t, ns[4].addr(), topic)
 	cmu.Lock()
 	t.Logf("%d records committed, %d aborted, the group read %d distinct, committed offsets summing to %d, across two moves of each coordinator's partition",
-		len(committed), len(aborted), len(consumed), sum)
+		len(w.committed), len(w.aborted), len(consumed), sum)
 	cmu.Unlock()
 }
 
