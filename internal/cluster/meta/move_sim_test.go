@@ -127,12 +127,12 @@ type moveSim struct {
 	// without names one rule of the protocol the run leaves out, to
 	// show the simulation finds the hole it closes ("" for none).
 	without string
-	rng    *rand.Rand
-	st     *State
-	hist   []*State // the state after each applied entry
-	groups map[string]*simGroup
-	names  []string
-	now    int64
+	rng     *rand.Rand
+	st      *State
+	hist    []*State // the state after each applied entry
+	groups  map[string]*simGroup
+	names   []string
+	now     int64
 
 	inflight    []simFenceRequest
 	acks        []simAck
