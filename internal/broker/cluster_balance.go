@@ -13,50 +13,48 @@ import (
 // autoBalanceEvery is how often the automatic balancer looks.
 const autoBalanceEvery = 10 * time.Second
 
-// autoBalance is Cluster.AutoBalance: the broker whose metadata node
-// leads the metadata log moves one partition at a time, as `moonmq
-// cluster balance` would (meta.PlanBalance over the user topics, and the
-// coordinators' partitions of a draining group), and, with no move under
-// way, one group's leadership at a time to a member on a machine leading
-// fewer groups (meta.PlanLeaders); never
-// while another move is under way, and only between groups that are
-// whole: a live leader with every broker of the group in its ISR, so a
-// group that is down or still catching up after a restart takes nothing.
+// autoBalance is Cluster.AutoBalance: every autoBalanceEvery, the broker
+// whose metadata node leads the metadata log takes one balancing step.
 func (c *clusterMode) autoBalance(ctx context.Context) {
-	t := time.NewTicker(autoBalanceEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	c.b.every(ctx, autoBalanceEvery, func(time.Time) {
+		if c.node.Status().Role == "leader" {
+			c.balanceStep(ctx)
+		}
+	})
+}
+
+// balanceStep starts one move, as `moonmq cluster balance` would
+// (meta.PlanBalance over the user topics, and the coordinators'
+// partitions of a draining group), never while another is under way and
+// only between groups that are whole: a live leader with every broker of
+// the group in its ISR, so a group that is down or still catching up
+// after a restart takes nothing. With no move to make or under way, it
+// hands one group's leadership to a member on a machine leading fewer
+// groups (meta.PlanLeaders).
+func (c *clusterMode) balanceStep(ctx context.Context) {
+	v := c.current()
+	if m, ok := c.nextBalanceMove(v); ok {
+		if code, msg := c.startMove(ctx, m.Topic, m.Partition, m.To); code != 0 {
+			c.warn("cluster mode: automatic balance: starting a move failed; trying again later", "topic", m.Topic, "partition", m.Partition, "to", m.To, "code", code, "err", msg)
 			return
-		case <-t.C:
 		}
-		if c.node.Status().Role != "leader" {
-			continue
-		}
-		v := c.current()
-		if m, ok := c.nextBalanceMove(v); ok {
-			code, msg := c.startMove(ctx, m.Topic, m.Partition, m.To)
-			if code != 0 {
-				c.warn("cluster mode: automatic balance: starting a move failed; trying again later", "topic", m.Topic, "partition", m.Partition, "to", m.To, "code", code, "err", msg)
-				continue
-			}
-			c.log.Info("cluster mode: automatic balance: moving a partition", "topic", m.Topic, "partition", m.Partition, "from", m.From, "to", m.To)
-			continue
-		}
-		if moving(v) {
-			continue
-		}
-		if g, to, ok := c.nextLeaderTransfer(v); ok {
-			from := v.groups[g].Leader
-			if err := c.transferLeadership(ctx, from, to); err != nil {
-				c.warn("cluster mode: automatic balance: moving a group's leadership failed; trying again later", "group", g, "from", from, "to", to, "err", err)
-				continue
-			}
-			c.log.Info("cluster mode: automatic balance: moving a group's leadership to another machine", "group", g, "from", from, "to", to,
-				"from_machine", v.brokers[from].Machine, "to_machine", v.brokers[to].Machine)
-		}
+		c.log.Info("cluster mode: automatic balance: moving a partition", "topic", m.Topic, "partition", m.Partition, "from", m.From, "to", m.To)
+		return
 	}
+	if moving(v) {
+		return
+	}
+	g, to, ok := c.nextLeaderTransfer(v)
+	if !ok {
+		return
+	}
+	from := v.groups[g].Leader
+	if err := c.transferLeadership(ctx, from, to); err != nil {
+		c.warn("cluster mode: automatic balance: moving a group's leadership failed; trying again later", "group", g, "from", from, "to", to, "err", err)
+		return
+	}
+	c.log.Info("cluster mode: automatic balance: moving a group's leadership to another machine", "group", g, "from", from, "to", to,
+		"from_machine", v.brokers[from].Machine, "to_machine", v.brokers[to].Machine)
 }
 
 // moving reports whether any partition is moving.
