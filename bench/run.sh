@@ -26,6 +26,13 @@
 #   PRODUCERS=1,8,64     producer counts of the txn phase
 #   TXN_PARTITIONS=8     partitions of the txn phase's topic
 #   RECORD_SIZE=1024
+#   ROUNDS=2             MoonMQ and Kafka run this many times, in alternating
+#                        order (MoonMQ, Kafka, Kafka, MoonMQ, ...), and each
+#                        ratio is of their rounds joined (QUICK: 1). The host's
+#                        page and write caches fill as a run goes on (writes
+#                        to pages the VM has not touched yet cost about six
+#                        times more), which would otherwise fall on whichever
+#                        target runs first. The end-to-end phase runs once.
 #   RESULTS_DIR=DIR      where reports go (default bench/results/<timestamp>)
 #   SKIP_MOONMQ=1        only run the peers
 #   SKIP_KAFKA=1         leave Apache Kafka out (it needs java and mvn)
@@ -43,6 +50,7 @@ root=$(dirname "$here")
 
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then
+	ROUNDS=${ROUNDS:-1}
 	DURATION=${DURATION:-2s}
 	ACKS=${ACKS:--1}
 	PHASES=${PHASES:-produce}
@@ -51,6 +59,7 @@ else
 	ACKS=${ACKS:-1,-1}
 	PHASES=${PHASES:-produce,txn,e2e}
 fi
+ROUNDS=${ROUNDS:-2}
 PARTITIONS=${PARTITIONS:-1,8,64}
 MODES=${MODES:-pipelined,one-at-a-time}
 PRODUCERS=${PRODUCERS:-1,8,64}
@@ -106,7 +115,7 @@ bench() {
 	local name=$1 addr=$2 broker_pids=$3 rc=0
 	shift 3
 	# shellcheck disable=SC2086
-	"$loadgen" bench --brokers "$addr" --name "${name%%-*}" --json "$RESULTS_DIR/$name.json" \
+	"$loadgen" bench --brokers "$addr" --name "${name%%[-.]*}" --json "$RESULTS_DIR/$name.json" \
 		--broker-pids "$broker_pids" --duration "$DURATION" --record-size "$RECORD_SIZE" \
 		${BENCH_ARGS:-} "$@" | tee "$RESULTS_DIR/$name.txt" || rc=$?
 	[[ $rc == 0 ]] || log "$name: bench exited with $rc (see $RESULTS_DIR/$name.txt)"
@@ -120,23 +129,25 @@ print(int(next((c["produce"]["records_per_sec"] for c in r["results"] if c["case
 		"$RESULTS_DIR/$1.json" "$2" 2>/dev/null || echo 0
 }
 
-# phases NAME ADDR PIDS: run the phases for one Kafka-protocol target.
+# phases NAME ADDR PIDS [ROUND]: run the phases for one Kafka-protocol
+# target; the reports of rounds after the first are NAME.rROUND-*.
 E2E_RATE=${E2E_RATE:-}
 phases() {
-	local name=$1 addr=$2 broker_pids=$3 n
+	local name=$1 addr=$2 broker_pids=$3 round=${4:-1} n sfx=
+	((round > 1)) && sfx=.r$round
 	if phase produce; then
-		bench "$name" "$addr" "$broker_pids" --acks "$ACKS" --partitions "$PARTITIONS" --modes "$MODES"
+		bench "$name$sfx" "$addr" "$broker_pids" --acks "$ACKS" --partitions "$PARTITIONS" --modes "$MODES"
 	fi
 	[[ $name == kfake ]] && return # the durability phases compare brokers that store
 	if phase txn; then
 		for n in ${PRODUCERS//,/ }; do
-			bench "$name-txn-$n" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
+			bench "$name$sfx-txn-$n" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
 				--modes transactional --producers "$n" --txn-size 100
 		done
-		bench "$name-plain-64" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
+		bench "$name$sfx-plain-64" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
 			--modes pipelined --producers 64
 	fi
-	if phase e2e; then
+	if phase e2e && ((round == 1)); then
 		if [[ -z $E2E_RATE ]]; then
 			# Half of MoonMQ's pipelined maximum: MoonMQ runs first.
 			local max
@@ -171,34 +182,52 @@ fi
 } >"$RESULTS_DIR/run-info.txt"
 cat "$RESULTS_DIR/run-info.txt" >&2
 
-if [[ ${SKIP_MOONMQ:-0} != 1 ]]; then
+# run_moonmq ROUND and run_kafka ROUND: start the target, run its phases,
+# stop it; every round starts from empty storage.
+run_moonmq() {
+	[[ ${SKIP_MOONMQ:-0} != 1 ]] || return 0
+	local port mport
 	port=$(free_port)
 	mport=$(free_port)
+	rm -rf "$work/moonmq-data"
 	mkdir -p "$work/moonmq-data"
 	printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d%s}}\n' \
 		"$port" "$work/moonmq-data" "$mport" "${MOONMQ_SERVER_EXTRA:+,$MOONMQ_SERVER_EXTRA}" >"$work/moonmq.json"
-	log "moonmq serve on 127.0.0.1:$port"
-	"${MOONMQ_SERVER:-$bin/moonmq}" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
+	log "round $1: moonmq serve on 127.0.0.1:$port"
+	"${MOONMQ_SERVER:-$bin/moonmq}" serve --config "$work/moonmq.json" >>"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
 	pids+=($!)
 	if wait_port "$port" "$!"; then
-		phases moonmq "127.0.0.1:$port" "${pids[-1]}"
+		phases moonmq "127.0.0.1:$port" "${pids[-1]}" "$1"
 	else
 		log "moonmq did not start; see $RESULTS_DIR/moonmq-serve.log"
 	fi
 	stop "${pids[-1]}"
-fi
+	rm -rf "$work/moonmq-data"
+}
 
-if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
-	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
+run_kafka() {
+	[[ ${SKIP_KAFKA:-0} != 1 ]] || return 0
+	log "round $1: apache kafka, one KRaft node (its defaults: no fsync per message)"
 	if kafka_start 1 "$work/kafka"; then
-		phases kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}"
+		phases kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" "$1"
 	else
 		log "kafka did not start"
 	fi
 	kafka_stop
-	for f in "$work"/kafka/kafka-*/server.log; do [[ -f $f ]] && cp "$f" "$RESULTS_DIR/kafka-serve.log"; done
+	for f in "$work"/kafka/kafka-*/server.log; do [[ -f $f ]] && cat "$f" >>"$RESULTS_DIR/kafka-serve.log"; done
 	rm -rf "$work/kafka"
-fi
+}
+
+for round in $(seq "$ROUNDS"); do
+	echo "round $round: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
+	if ((round % 2)); then
+		run_moonmq "$round"
+		run_kafka "$round"
+	else
+		run_kafka "$round"
+		run_moonmq "$round"
+	fi
+done
 
 if phase produce && [[ ${SKIP_PEERS:-0} != 1 ]]; then
 	port=$(free_port)
@@ -226,8 +255,17 @@ fi
 compare() {
 	local out=$1 reports=() flags=()
 	shift
+	local base rest joined r
 	while (($#)) && [[ $1 != -- ]]; do
-		[[ -f $RESULTS_DIR/$1.json ]] && reports+=("$RESULTS_DIR/$1.json")
+		if [[ -f $RESULTS_DIR/$1.json ]]; then
+			# NAME-REST's later rounds are NAME.rN-REST: join them.
+			base=${1%%-*} rest=${1#"$base"}
+			joined=$RESULTS_DIR/$1.json
+			for r in $(seq 2 "$ROUNDS"); do
+				[[ -f $RESULTS_DIR/$base.r$r$rest.json ]] && joined+=+$RESULTS_DIR/$base.r$r$rest.json
+			done
+			reports+=("$joined")
+		fi
 		shift
 	done
 	(($#)) && shift
@@ -256,4 +294,14 @@ if phase e2e; then
 	compare comparison-e2e moonmq-e2e kafka-e2e -- --min-ratio kafka=1 --ratio-modes none --max-p50 0 --min-consume 0
 fi
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
+if ((ROUNDS > 1)); then
+	# Each round's own ratios, to show the drift the joined ratio evens out.
+	"$bin/benchcompare" --out "$RESULTS_DIR/comparison-rounds.txt" --min-ratio kafka=1.5 --max-p50 0 --min-consume 0 \
+		"$RESULTS_DIR/moonmq.json" "$RESULTS_DIR/kafka.json" >/dev/null 2>&1 || true
+	for r in $(seq 2 "$ROUNDS"); do
+		[[ -f $RESULTS_DIR/moonmq.r$r.json && -f $RESULTS_DIR/kafka.r$r.json ]] || continue
+		"$bin/benchcompare" --min-ratio kafka=1.5 --max-p50 0 --min-consume 0 \
+			"$RESULTS_DIR/moonmq.r$r.json" "$RESULTS_DIR/kafka.r$r.json" >>"$RESULTS_DIR/comparison-rounds.txt" 2>&1 || true
+	done
+fi
 log "results in $RESULTS_DIR (comparison*.txt, run-info.txt, *.json, *.txt)"

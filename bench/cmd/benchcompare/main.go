@@ -23,6 +23,14 @@
 // one) is compared through its acks=-1 case of the same partitions and mode;
 // such ratios are marked with '*'.
 //
+// A report argument may join several runs of one target with '+'
+// (a.json+b.json): bench/run.sh runs MoonMQ and Kafka twice, in opposite
+// orders, so that the machine's drift (the host's page and write caches
+// fill as a run goes on) falls on both. The joined report has each case's
+// records and seconds summed, so its throughput is the rounds' overall
+// rate, its latency percentiles the rounds' mean, CPU per record the
+// rounds' overall, and peak memory the highest.
+//
 // Usage: benchcompare [--out FILE] subject.json peer.json...
 package main
 
@@ -91,7 +99,20 @@ func main() {
 	}
 }
 
+// load reads one report, or joins the rounds of a '+'-joined path.
 func load(path string) (*bench.Report, error) {
+	var rounds []*bench.Report
+	for _, p := range strings.Split(path, "+") {
+		r, err := loadOne(p)
+		if err != nil {
+			return nil, err
+		}
+		rounds = append(rounds, r)
+	}
+	return joinRounds(rounds), nil
+}
+
+func loadOne(path string) (*bench.Report, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
