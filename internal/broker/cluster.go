@@ -78,6 +78,9 @@ type clusterMode struct {
 	// into the group, on its leader (cluster_move.go).
 	fences atomic.Pointer[groupFences]
 	movers movers
+	// lastLoad is the automatic balancer's last reading of the
+	// partitions' sizes (cluster_balance.go), its goroutine's alone.
+	lastLoad loadSample
 	// handovers are the coordinators' partitions moved in or out that
 	// this broker's coordinators have not loaded or forgotten yet
 	// (cluster_coordmove.go).
@@ -145,6 +148,7 @@ func (c *clusterMode) start(ctx context.Context, mux *http.ServeMux, r *replica)
 	mux.HandleFunc(PathMoveRead, c.serveMoveRead)
 	mux.HandleFunc(PathMoveFence, c.serveMoveFence)
 	mux.HandleFunc(PathLeaderTransfer, c.serveLeaderTransfer)
+	mux.HandleFunc(PathLoad, c.serveLoad)
 	if err := node.Start(ctx); err != nil {
 		return err
 	}

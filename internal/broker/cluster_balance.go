@@ -10,8 +10,16 @@ import (
 	"github.com/moonmq/moonmq/internal/cluster/meta"
 )
 
-// autoBalanceEvery is how often the automatic balancer looks.
+// autoBalanceEvery is how often the automatic balancer looks, and the
+// interval over which it measures the partitions' append rates.
 const autoBalanceEvery = 10 * time.Second
+
+// autoBalanceFrom is the imbalance (meta.Imbalance: the gap between the
+// most and least loaded groups, as a fraction of a fair share) from which
+// the automatic balancer moves partitions. Below it the groups are left
+// alone: append rates wander, and a partition moved for a few percent
+// would soon be moved back.
+const autoBalanceFrom = 0.1
 
 // autoBalance is Cluster.AutoBalance: every autoBalanceEvery, the broker
 // whose metadata node leads the metadata log takes one balancing step.
@@ -28,12 +36,16 @@ func (c *clusterMode) autoBalance(ctx context.Context) {
 // partitions of a draining group), never while another is under way and
 // only between groups that are whole: a live leader with every broker of
 // the group in its ISR, so a group that is down or still catching up
-// after a restart takes nothing. With no move to make or under way, it
-// hands one group's leadership to a member on a machine leading fewer
-// groups (meta.PlanLeaders).
+// after a restart takes nothing. It weighs the partitions' sizes and
+// their append rates over the last interval, as each group's leader
+// reports them (so it moves nothing in its first interval as the
+// balancing broker), and moves only from an imbalance of
+// autoBalanceFrom. With no move to make or under way, it hands one
+// group's leadership to a member on a machine leading fewer groups
+// (meta.PlanLeaders).
 func (c *clusterMode) balanceStep(ctx context.Context) {
 	v := c.current()
-	if m, ok := c.nextBalanceMove(v); ok {
+	if m, ok := c.nextBalanceMove(ctx, v); ok {
 		if code, msg := c.startMove(ctx, m.Topic, m.Partition, m.To); code != 0 {
 			c.warn("cluster mode: automatic balance: starting a move failed; trying again later", "topic", m.Topic, "partition", m.Partition, "to", m.To, "code", code, "err", msg)
 			return
@@ -149,7 +161,7 @@ func (c *clusterMode) drainingGroups() []string {
 
 // nextBalanceMove is the first move of the balance plan over v, if no move
 // is under way.
-func (c *clusterMode) nextBalanceMove(v *clusterView) (meta.PlannedMove, bool) {
+func (c *clusterMode) nextBalanceMove(ctx context.Context, v *clusterView) (meta.PlannedMove, bool) {
 	now := c.leaseNowMs()
 	var groups []string
 	for id, g := range v.groups {
@@ -177,9 +189,122 @@ func (c *clusterMode) nextBalanceMove(v *clusterView) (meta.PlannedMove, bool) {
 			parts = append(parts, meta.PartitionLoad{Topic: name, Partition: p.Partition, Group: p.Owner, Pinned: pinned})
 		}
 	}
-	plan := meta.PlanBalance(parts, groups, c.drainingGroups())
+	draining := c.drainingGroups()
+	measured := c.measureLoads(ctx, v, parts)
+	drain := false
+	for _, p := range parts {
+		drain = drain || slices.Contains(draining, p.Group)
+	}
+	// Draining does not wait for measures: a partition leaves a
+	// draining group whatever it weighs.
+	if !drain && (!measured || meta.Imbalance(parts, groups, draining) < autoBalanceFrom) {
+		return meta.PlannedMove{}, false
+	}
+	plan := meta.PlanBalance(parts, groups, draining)
 	if len(plan) == 0 {
 		return meta.PlannedMove{}, false
 	}
 	return plan[0], true
+}
+
+// PathLoad asks a group's leader for the sizes of the partitions it
+// serves.
+const PathLoad = "/cluster/load"
+
+// partitionSize is one partition's size in a PathLoad answer.
+type partitionSize struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Bytes     int64  `json:"bytes"`
+}
+
+// serveLoad answers the automatic balancer with the sizes of the
+// partitions this group owns.
+func (c *clusterMode) serveLoad(w http.ResponseWriter, hr *http.Request) {
+	var req struct{}
+	if !c.readJSON(w, hr, &req) {
+		return
+	}
+	v := c.current()
+	var ans struct {
+		Partitions []partitionSize `json:"partitions"`
+	}
+	for _, t := range c.b.sortedTopics() {
+		mt, ok := v.topics[t.name]
+		if !ok {
+			continue
+		}
+		for i, p := range t.partitions {
+			if i < len(mt.Partitions) && mt.Partitions[i].Owner == c.group {
+				ans.Partitions = append(ans.Partitions, partitionSize{Topic: t.name, Partition: int32(i), Bytes: p.Log().Size()})
+			}
+		}
+	}
+	writeJSON(w, ans)
+}
+
+// loadSample is the partitions' sizes as the automatic balancer last read
+// them from the groups' leaders. It belongs to the balancing loop's one
+// goroutine (autoBalance).
+type loadSample struct {
+	at    time.Time
+	bytes map[sizeKey]ownedSize
+}
+
+// ownedSize is a partition's size on the leader of the group owning it.
+type ownedSize struct {
+	group string
+	bytes int64
+}
+
+// measureLoads sets parts' Bytes from each group leader's answer and
+// their Rate from the growth since the last sample; false when a group's
+// leader did not answer or there is no earlier sample to measure rates
+// against (then only a draining group's partitions should move).
+func (c *clusterMode) measureLoads(ctx context.Context, v *clusterView, parts []meta.PartitionLoad) bool {
+	now := c.b.clock.Now()
+	cur := loadSample{at: now, bytes: map[sizeKey]ownedSize{}}
+	ok := true
+	for id, g := range v.groups {
+		var ans struct {
+			Partitions []partitionSize `json:"partitions"`
+		}
+		if g.Leader < 0 {
+			ok = false
+			continue
+		}
+		if err := c.call(ctx, g.Leader, PathLoad, struct{}{}, &ans); err != nil {
+			c.warn("cluster mode: automatic balance: a group's leader did not report its partitions' sizes; not balancing until it does", "group", id, "leader", g.Leader, "err", err)
+			ok = false
+			continue
+		}
+		for _, p := range ans.Partitions {
+			cur.bytes[sizeKey{Topic: p.Topic, Partition: p.Partition}] = ownedSize{group: id, bytes: p.Bytes}
+		}
+	}
+	prev := c.lastLoad
+	c.lastLoad = cur
+	secs := now.Sub(prev.at).Seconds()
+	for i := range parts {
+		p := &parts[i]
+		tp := sizeKey{Topic: p.Topic, Partition: p.Partition}
+		is, seen := cur.bytes[tp]
+		if !seen || is.group != p.Group {
+			continue
+		}
+		p.Bytes = is.bytes
+		// A move copies a partition byte for byte, so its growth
+		// counts across one; one that shrank (retention) counts as
+		// idle for this interval.
+		if was, ok := prev.bytes[tp]; ok && is.bytes > was.bytes && secs > 0 {
+			p.Rate = float64(is.bytes-was.bytes) / secs
+		}
+	}
+	return ok && prev.bytes != nil
+}
+
+// sizeKey names a partition in a loadSample.
+type sizeKey struct {
+	Topic     string
+	Partition int32
 }

@@ -25,11 +25,12 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 	af := addAdminFlags(fs)
 	dry := fs.Bool("dry-run", false, "print the moves without starting them")
 	concurrent := fs.Int("max-concurrent", 1, "moves under way at once")
+	sample := fs.Duration("sample", 5*time.Second, "how long to measure each partition's append rate (0: balance by counts and bytes only)")
 	if code := parseAdmin(fs, args); code >= 0 {
 		return code
 	}
-	if fs.NArg() > 0 || *concurrent < 1 {
-		fmt.Fprintf(stderr, "%s: unexpected arguments %q (or --max-concurrent below 1)\n%s", name, fs.Args(), ClusterUsage)
+	if fs.NArg() > 0 || *concurrent < 1 || *sample < 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q (or --max-concurrent below 1, or a negative --sample)\n%s", name, fs.Args(), ClusterUsage)
 		return 2
 	}
 	adm, seeds, ok := af.client(name, stderr)
@@ -37,7 +38,7 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return 2
 	}
 	defer adm.Close()
-	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, stdout: stdout, stderr: stderr}
+	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, sample: *sample, stdout: stdout, stderr: stderr}
 	return b.run(ctx, "", func(err error) { af.noBroker(name, stderr, seeds, err) })
 }
 
@@ -53,11 +54,12 @@ func clusterDrain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	dry := fs.Bool("dry-run", false, "print the moves without marking the group or starting them")
 	undo := fs.Bool("undo", false, "stop draining the group: it takes partitions again")
 	concurrent := fs.Int("max-concurrent", 4, "moves under way at once")
+	sample := fs.Duration("sample", 0, "how long to measure each partition's append rate, for where its partitions go (0: by counts and bytes only)")
 	if code := parseAdmin(fs, interspersed(fs, args)); code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 || *concurrent < 1 {
-		fmt.Fprintf(stderr, "%s: want one GROUP, got %q (and --max-concurrent at least 1)\n%s", name, fs.Args(), ClusterUsage)
+	if fs.NArg() != 1 || *concurrent < 1 || *sample < 0 {
+		fmt.Fprintf(stderr, "%s: want one GROUP, got %q (and --max-concurrent at least 1, --sample not negative)\n%s", name, fs.Args(), ClusterUsage)
 		return 2
 	}
 	group := fs.Arg(0)
@@ -90,7 +92,7 @@ func clusterDrain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "%s is no longer draining: it takes new partitions, and balance may move partitions to it\n", group)
 		return 0
 	}
-	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, stdout: stdout, stderr: stderr}
+	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, sample: *sample, stdout: stdout, stderr: stderr}
 	// Until nothing is left: a topic created while the mark was
 	// being set may still have landed there.
 	for round := 0; ; round++ {
@@ -127,6 +129,7 @@ type balancer struct {
 	timeout    time.Duration
 	dry        bool
 	concurrent int
+	sample     time.Duration // how long append rates are measured (0: not)
 	stdout     io.Writer
 	stderr     io.Writer
 }
@@ -134,6 +137,50 @@ type balancer struct {
 // coordTopics are the coordinators' topics: their partitions move only
 // off a draining group.
 var coordTopics = []string{"__consumer_offsets", "__transaction_state"}
+
+// rates measures the bytes per second each broker's partitions grew by
+// since sizes were read (at sampled), over b.sample, and returns the sizes
+// read last; no rates without a sample. A partition that shrank
+// (retention) counts as idle.
+func (b balancer) rates(ctx context.Context, sizes LogSizes, sampled time.Time) (LogSizes, map[int32]map[string]map[int32]float64) {
+	if b.sample <= 0 {
+		return sizes, nil
+	}
+	fmt.Fprintf(b.stderr, "%s: measuring append rates for %s (--sample)\n", b.name, b.sample)
+	select {
+	case <-time.After(b.sample):
+	case <-ctx.Done():
+		return sizes, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, b.timeout)
+	dirs, err := b.adm.DescribeAllLogDirs(qctx, nil)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(b.stderr, "%s: measuring append rates: %v; balancing by counts and bytes only\n", b.name, err)
+		return sizes, nil
+	}
+	secs := time.Since(sampled).Seconds()
+	latest := logSizes(dirs)
+	out := map[int32]map[string]map[int32]float64{}
+	for broker, topics := range latest {
+		for topic, parts := range topics {
+			for p, n := range parts {
+				before, ok := sizes.size(broker, topic, p)
+				if !ok || n <= before {
+					continue
+				}
+				if out[broker] == nil {
+					out[broker] = map[string]map[int32]float64{}
+				}
+				if out[broker][topic] == nil {
+					out[broker][topic] = map[int32]float64{}
+				}
+				out[broker][topic][p] = float64(n-before) / secs
+			}
+		}
+	}
+	return latest, out
+}
 
 // owned counts the partitions group owns.
 func (b balancer) owned(ctx context.Context, group string) (int, error) {
@@ -192,7 +239,10 @@ func (b balancer) run(ctx context.Context, draining string, noBroker func(error)
 		drainingGroups = append(drainingGroups, draining)
 	}
 	dirs, _ := b.adm.DescribeAllLogDirs(rctx, nil)
-	sizes := logSizes(dirs)
+	sizes, sampled := logSizes(dirs), time.Now()
+	cancel()
+	sizes, rates := b.rates(ctx, sizes, sampled)
+	rctx, cancel = context.WithTimeout(ctx, b.timeout)
 	var moving kadm.ListPartitionReassignmentsResponses
 	if len(md.Topics) > 0 {
 		moving, _ = b.adm.ListPartitionReassignments(rctx, md.Topics.TopicsSet())
@@ -213,7 +263,8 @@ func (b balancer) run(ctx context.Context, draining string, noBroker func(error)
 				continue
 			}
 			n, _ := sizes.size(p.Leader, td.Topic, p.Partition)
-			parts = append(parts, meta.PartitionLoad{Topic: td.Topic, Partition: p.Partition, Group: groupOfID[p.Replicas[0]], Bytes: n, Pinned: pinned})
+			parts = append(parts, meta.PartitionLoad{Topic: td.Topic, Partition: p.Partition, Group: groupOfID[p.Replicas[0]], Bytes: n,
+				Rate: rates[p.Leader][td.Topic][p.Partition], Pinned: pinned})
 		}
 	}
 	plan := meta.PlanBalance(parts, groups, drainingGroups)

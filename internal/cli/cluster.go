@@ -17,8 +17,8 @@ import (
 const ClusterUsage = `usage: moonmq cluster status [--bootstrap HOST:PORT[,HOST:PORT...]] [--config FILE]
        moonmq cluster move TOPIC/PARTITION GROUP [--wait] [--bootstrap ...] [--config FILE]
        moonmq cluster move --cancel TOPIC/PARTITION [--bootstrap ...] [--config FILE]
-       moonmq cluster balance [--dry-run] [--max-concurrent N] [--bootstrap ...] [--config FILE]
-       moonmq cluster drain GROUP [--dry-run] [--undo] [--max-concurrent N] [--bootstrap ...] [--config FILE]
+       moonmq cluster balance [--dry-run] [--sample D] [--max-concurrent N] [--bootstrap ...] [--config FILE]
+       moonmq cluster drain GROUP [--dry-run] [--undo] [--sample D] [--max-concurrent N] [--bootstrap ...] [--config FILE]
 
 status prints, from any broker's Metadata, a cluster's replication groups
 (docs/CLUSTER.md: each broker's group is its rack), each group's leader,
@@ -39,20 +39,23 @@ it, the owner fences it, and the new group serves it from the cut-over on.
 --wait prints a progress line until the move is over. --cancel cancels a
 move that is still copying.
 
-balance moves user topics' partitions (the smallest first) from the groups
-that own the most to those that own the fewest, until the groups' counts
-differ by at most one: a group added to a running cluster takes its
-share. It prints each move, starts --max-concurrent (default 1) at a time
-and prints a progress line until all are done; --dry-run only prints them.
-Partitions of the coordinators' topics stay where they are, except on a
-draining group.
+balance moves user topics' partitions from the most loaded groups to the
+least loaded until a move would no longer make them more even: a group
+added to a running cluster takes its share. A partition's load is the
+mean of its shares of the partitions, of their bytes (DescribeLogDirs)
+and of the bytes appended to them per second, measured over --sample
+(default 5s; 0 leaves rates out); with neither bytes nor writes the
+groups' partition counts end at most one apart. It prints each move,
+starts --max-concurrent (default 1) at a time and prints a progress line
+until all are done; --dry-run only prints them. Partitions of the
+coordinators' topics stay where they are, except on a draining group.
 
 drain marks a group as draining (the cluster-wide broker config
 moonmq.draining.groups, which kafka-configs --entity-type brokers
 --entity-default also shows): it takes no new partition and no move.
 Then it moves every partition the group owns, the coordinators' topics'
-included, to the groups owning the fewest (--max-concurrent, default 4,
-at a time) until the group owns none; stop its brokers then to remove
+included, to the least loaded groups (--max-concurrent, default 4, at a
+time; --sample, default 0, as for balance) until the group owns none; stop its brokers then to remove
 it. --undo takes the mark off.
 
 The brokers come from --bootstrap, else from --config, else

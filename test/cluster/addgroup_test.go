@@ -148,8 +148,11 @@ func TestClusterGroupJoinsLater(t *testing.T) {
 
 	// Balancing: a topic placed wholly in g1 by its replica assignment,
 	// then `moonmq cluster balance` while a producer writes to every
-	// partition of it. The groups end within one partition of each
-	// other, and every acknowledged record is read exactly once.
+	// partition of it. Balance weighs counts, bytes and append rates;
+	// here the writes spread evenly over the new topic's six partitions
+	// and the other topics hold little, so the groups end within one
+	// partition of each other. Every acknowledged record is read
+	// exactly once.
 	var g1 []int32
 	for _, r := range c.InGroup(0) {
 		g1 = append(g1, int32(r.ID))

@@ -451,21 +451,27 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	t.Logf("%d records committed, %d aborted, across three moves", len(w.committed), len(w.aborted))
 }
 
-// TestClusterAutoBalance: with Cluster.AutoBalance, a topic placed wholly
-// in g1 by its replica assignment spreads over both groups by itself,
-// one move at a time, and every record written before is read back once.
+// TestClusterAutoBalance: with Cluster.AutoBalance, groups that own two
+// partitions each are not balanced when both of g1's take every write:
+// the balancer, weighing bytes and append rates as well as counts, moves
+// one of them to g2 (and one of g2's idle ones back), one move at a time,
+// while the writes go on; every acknowledged record is read back.
 func TestClusterAutoBalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts six brokers")
 	}
 	ns := twoGroups(t, func(c *config.Cluster) { c.AutoBalance = true })
-	const topic = "lopsided"
+	const topic = "hot"
 	cl := client(t, ns[1].addr())
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, -1, -1
 	for p := range int32(4) {
-		rt.ReplicaAssignment = append(rt.ReplicaAssignment, kmsg.CreateTopicsRequestTopicReplicaAssignment{Partition: p, Replicas: []int32{1, 2, 3}})
+		replicas := []int32{1, 2, 3}
+		if p >= 2 {
+			replicas = []int32{4, 5, 6}
+		}
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, kmsg.CreateTopicsRequestTopicReplicaAssignment{Partition: p, Replicas: replicas})
 	}
 	req.Topics = append(req.Topics, rt)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
@@ -478,30 +484,86 @@ func TestClusterAutoBalance(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("create %s in g1: %v", topic, err)
+			t.Fatalf("create %s over g1 and g2: %v", topic, err)
 		}
 	}
-	var values []string
-	for i := range 200 {
-		values = append(values, fmt.Sprintf("v%03d", i))
-	}
-	produceValues(t, ns[2].addr(), topic, values)
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		leaders := ownersOf(t, ns[4].addr(), topic, 4)
-		inG2 := 0
-		for _, l := range leaders {
+	inG2 := func() (hot, all int) {
+		for p, l := range ownersOf(t, ns[4].addr(), topic, 4) {
 			if l >= 4 {
-				inG2++
+				all++
+				if p < 2 {
+					hot++
+				}
 			}
 		}
-		if inG2 == 2 && moves(t, ns[1].addr()) == 0 {
+		return hot, all
+	}
+	if hot, all := inG2(); hot != 0 || all != 2 {
+		t.Fatalf("placed with %d hot partitions and %d in all in g2, want 0 and 2", hot, all)
+	}
+	// Writes to partitions 0 and 1 only, 4 KiB a record, as fast as
+	// acks=all lets one producer go.
+	prod := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, stop := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var acked []string
+	var failed error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pad := strings.Repeat("x", 4096)
+		for i := 0; ctx.Err() == nil; i++ {
+			v := fmt.Sprintf("hot-%06d", i)
+			err := prod.ProduceSync(ctx, &kgo.Record{Partition: int32(i % 2), Value: []byte(v + pad)}).FirstErr()
+			mu.Lock()
+			if err == nil {
+				acked = append(acked, v)
+			} else if ctx.Err() == nil {
+				failed = err
+			}
+			mu.Unlock()
+			if failed != nil {
+				return
+			}
+		}
+	}()
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		hot, all := inG2()
+		if hot == 1 && all == 2 && moves(t, ns[1].addr()) == 0 {
 			break
 		}
+		mu.Lock()
+		err := failed
+		mu.Unlock()
+		if err != nil {
+			t.Fatalf("producing while the balancer moved partitions: %v", err)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("leaders %v: the automatic balance did not move two of four partitions to g2", leaders)
+			t.Fatalf("g2 owns %d of the two hot partitions and %d in all: the automatic balance did not even out the load", hot, all)
 		}
 	}
-	readValues(t, ns[5].addr(), topic, len(values), nil)
+	stop()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) < 100 {
+		t.Fatalf("only %d records acknowledged while balancing", len(acked))
+	}
+	missing := map[string]bool{}
+	for _, v := range acked {
+		missing[v] = true
+	}
+	cons := client(t, ns[5].addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(missing) > 0 {
+		fs := cons.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("%d of %d acknowledged records not read back after the moves", len(missing), len(acked))
+		}
+		fs.EachRecord(func(r *kgo.Record) { delete(missing, string(r.Value[:min(len(r.Value), 10)])) })
+	}
 }
 
 // coordinatorHome waits until Metadata names a leader for the partition

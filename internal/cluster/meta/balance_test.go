@@ -2,13 +2,15 @@ package meta
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
 
-// TestPlanBalance: a new, empty group takes its share of the partitions,
-// the smallest first; groups already within one partition of each other
-// are left alone; the plan never leaves two groups more than one apart.
+// TestPlanBalance: a new, empty group takes its share of the load, by
+// count and bytes; groups already as even as a move can make them are
+// left alone; with counts alone the plan never leaves two groups more
+// than one apart.
 func TestPlanBalance(t *testing.T) {
 	var parts []PartitionLoad
 	for i := range 6 {
@@ -19,7 +21,10 @@ func TestPlanBalance(t *testing.T) {
 	for _, m := range plan {
 		got = append(got, fmt.Sprintf("%s/%d %s->%s %d", m.Topic, m.Partition, m.From, m.To, m.Bytes))
 	}
-	want := []string{"a/4 g1->g3 200", "a/5 g2->g3 100"}
+	// g1 holds 1200 bytes in three partitions, g2 900 in three: the
+	// largest of g1 and the smallest of g2 leave 600, 800 and 700 bytes
+	// in two partitions each.
+	want := []string{"a/0 g1->g3 600", "a/5 g2->g3 100"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("plan %q, want %q", got, want)
 	}
@@ -29,11 +34,11 @@ func TestPlanBalance(t *testing.T) {
 	if plan := PlanBalance(parts, []string{"g1"}, nil); len(plan) != 0 {
 		t.Fatalf("one group moved: %v", plan)
 	}
-	// Everything in one group, three more join: counts end 3,3,2,2 in
-	// some order, never further apart.
+	// Everything in one group, three more join, nothing measured but
+	// the count: counts end 3,3,2,2 in some order, never further apart.
 	var one []PartitionLoad
 	for i := range 10 {
-		one = append(one, PartitionLoad{Topic: "b", Partition: int32(i), Group: "g1", Bytes: int64(i)})
+		one = append(one, PartitionLoad{Topic: "b", Partition: int32(i), Group: "g1"})
 	}
 	groups := []string{"g1", "g2", "g3", "g4"}
 	counts := map[string]int{"g1": 10}
@@ -51,7 +56,7 @@ func TestPlanBalance(t *testing.T) {
 }
 
 // TestPlanDrain: every partition of a draining group moves off it, the
-// pinned coordinators' partitions too, to the groups owning the fewest;
+// pinned coordinators' partitions too, to the least loaded groups;
 // nothing moves onto it, and pinned partitions elsewhere stay.
 func TestPlanDrain(t *testing.T) {
 	parts := []PartitionLoad{
@@ -66,7 +71,9 @@ func TestPlanDrain(t *testing.T) {
 	for _, m := range PlanBalance(parts, []string{"g1", "g2", "g3"}, []string{"g3"}) {
 		got = append(got, fmt.Sprintf("%s/%d %s->%s", m.Topic, m.Partition, m.From, m.To))
 	}
-	want := []string{"__consumer_offsets/0 g3->g1", "a/3 g3->g2", "a/2 g3->g1"}
+	// Then the balance: g1 holds a/0, a/2 and the pinned partition
+	// (the heaviest load), g2 a/1 and a/3; a/0 to g2 narrows the gap.
+	want := []string{"__consumer_offsets/0 g3->g1", "a/3 g3->g2", "a/2 g3->g1", "a/0 g1->g2"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("plan %q, want %q", got, want)
 	}
@@ -117,4 +124,105 @@ func TestPlanLeaders(t *testing.T) {
 	if g, to, ok := PlanLeaders(stuck, machineOf); !ok || g != "g1" || to != 2 {
 		t.Fatalf("plan %s->%d %v, want g1->2", g, to, ok)
 	}
+}
+
+// TestPlanBalanceBySizeAndRate: even counts are not balance when one
+// partition holds most of the bytes, or takes most of the writes: its
+// group gives its other partitions away. Imbalance measures the gap.
+func TestPlanBalanceBySizeAndRate(t *testing.T) {
+	lopsided := func(big PartitionLoad) []PartitionLoad {
+		parts := []PartitionLoad{big}
+		for i := 1; i < 8; i++ {
+			parts = append(parts, PartitionLoad{Topic: "t", Partition: int32(i), Group: []string{"g1", "g2"}[i/4], Bytes: 10, Rate: 1})
+		}
+		return parts
+	}
+	for name, big := range map[string]PartitionLoad{
+		"size": {Topic: "t", Partition: 0, Group: "g1", Bytes: 10_000, Rate: 1},
+		"rate": {Topic: "t", Partition: 0, Group: "g1", Bytes: 10, Rate: 1_000},
+	} {
+		parts := lopsided(big)
+		before := Imbalance(parts, []string{"g1", "g2"}, nil)
+		plan := PlanBalance(parts, []string{"g1", "g2"}, nil)
+		var got []string
+		for _, m := range plan {
+			got = append(got, fmt.Sprintf("%s/%d %s->%s", m.Topic, m.Partition, m.From, m.To))
+		}
+		// The other seven are alike: two of g1's three make the
+		// loads even (each is an eighth of the count and of the rate
+		// in the first case, of the count and the bytes in the
+		// second).
+		want := []string{"t/1 g1->g2", "t/2 g1->g2"}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: plan %q, want %q", name, got, want)
+		}
+		after := Imbalance(apply(parts, plan), []string{"g1", "g2"}, nil)
+		if before < 0.5 || after >= before {
+			t.Errorf("%s: imbalance %.3f before the plan, %.3f after", name, before, after)
+		}
+	}
+}
+
+// TestPlanBalanceRandom: over random clusters, a plan moves no partition
+// twice, moves pinned partitions only off draining groups, leaves nothing
+// on a draining group, and never leaves the groups less even than they
+// were.
+func TestPlanBalanceRandom(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		groups := []string{"g1", "g2", "g3", "g4"}[:2+rng.IntN(3)]
+		var draining []string
+		if rng.IntN(4) == 0 {
+			draining = []string{groups[rng.IntN(len(groups))]}
+		}
+		var parts []PartitionLoad
+		for i := range 1 + rng.IntN(40) {
+			p := PartitionLoad{Topic: "t", Partition: int32(i), Group: groups[rng.IntN(len(groups))], Pinned: rng.IntN(8) == 0}
+			if rng.IntN(2) == 0 {
+				p.Bytes = rng.Int64N(1 << 30)
+			}
+			if rng.IntN(3) == 0 {
+				p.Rate = rng.Float64() * 1e6
+			}
+			parts = append(parts, p)
+		}
+		before := Imbalance(parts, groups, draining)
+		plan := PlanBalance(parts, groups, draining)
+		moved := map[int32]bool{}
+		for _, m := range plan {
+			if moved[m.Partition] {
+				t.Fatalf("seed %d: t/%d moves twice: %v", seed, m.Partition, plan)
+			}
+			moved[m.Partition] = true
+			p := parts[m.Partition]
+			if p.Pinned && !slices.Contains(draining, p.Group) {
+				t.Fatalf("seed %d: pinned t/%d moves off a group not draining", seed, m.Partition)
+			}
+			if slices.Contains(draining, m.To) {
+				t.Fatalf("seed %d: t/%d moves onto draining %s", seed, m.Partition, m.To)
+			}
+		}
+		after := apply(parts, plan)
+		for _, p := range after {
+			if slices.Contains(draining, p.Group) {
+				t.Fatalf("seed %d: t/%d left on draining %s", seed, p.Partition, p.Group)
+			}
+		}
+		if draining == nil && Imbalance(after, groups, nil) > before+1e-9 {
+			t.Fatalf("seed %d: imbalance %.3f before, %.3f after %v", seed, before, Imbalance(after, groups, nil), plan)
+		}
+	}
+}
+
+// apply returns parts with plan's moves made.
+func apply(parts []PartitionLoad, plan []PlannedMove) []PartitionLoad {
+	out := slices.Clone(parts)
+	for _, m := range plan {
+		for i := range out {
+			if out[i].Topic == m.Topic && out[i].Partition == m.Partition {
+				out[i].Group = m.To
+			}
+		}
+	}
+	return out
 }
