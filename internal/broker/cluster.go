@@ -104,6 +104,10 @@ type clusterView struct {
 	brokers      map[int32]meta.Broker
 	// members lists each group's registered brokers, by id.
 	members map[string][]int32
+	// preferred is each group's preferred leader
+	// (meta.PreferredLeaders): Metadata lists it first, and
+	// ElectLeaders moves the group's leadership to it.
+	preferred map[string]int32
 }
 
 // clusterLeaderTick is how often the group leader re-checks the metadata
@@ -245,14 +249,35 @@ func (c *clusterMode) rebuildView() {
 			v.members[br.Group] = append(v.members[br.Group], br.ID)
 		}
 	})
+	machineOf := map[int32]string{}
 	for _, m := range v.members {
 		slices.Sort(m)
 	}
+	for id, br := range v.brokers {
+		machineOf[id] = br.Machine
+	}
+	v.preferred = meta.PreferredLeaders(v.members, machineOf)
 	c.publishView(v)
 }
 
 // current is the latest view.
 func (c *clusterMode) current() *clusterView { return c.view.Load() }
+
+// replicas lists a group's brokers as Metadata gives them: the preferred
+// leader first, then the others by id.
+func (v *clusterView) replicas(group string) []int32 {
+	out := make([]int32, 0, len(v.members[group]))
+	pref, ok := v.preferred[group]
+	if ok {
+		out = append(out, pref)
+	}
+	for _, id := range v.members[group] {
+		if !ok || id != pref {
+			out = append(out, id)
+		}
+	}
+	return out
+}
 
 // partition returns what the metadata says of a partition.
 func (v *clusterView) partition(topic string, index int32) (meta.Partition, bool) {
@@ -830,7 +855,7 @@ func (c *clusterMode) metadata(r *kmsg.MetadataRequest, allowCreate bool) *kmsg.
 			mp := kmsg.NewMetadataResponseTopicPartition()
 			mp.Partition = p.Partition
 			mp.Leader, mp.LeaderEpoch = -1, -1
-			mp.Replicas = slices.Clone(v.members[p.Owner])
+			mp.Replicas = v.replicas(p.Owner)
 			if g, ok := c.groupState(v, p.Owner); ok && g.Leader >= 0 {
 				mp.Leader, mp.LeaderEpoch, mp.ISR = g.Leader, partitionEpoch(p, g), slices.Clone(g.ISR)
 			} else {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/moonmq/moonmq/internal/cluster/meta"
 )
@@ -39,7 +41,10 @@ func clusterBalance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	defer adm.Close()
 	b := balancer{name: name, adm: adm, timeout: *af.timeout, dry: *dry, concurrent: *concurrent, sample: *sample, stdout: stdout, stderr: stderr}
-	return b.run(ctx, "", func(err error) { af.noBroker(name, stderr, seeds, err) })
+	if code := b.run(ctx, "", func(err error) { af.noBroker(name, stderr, seeds, err) }); code != 0 {
+		return code
+	}
+	return b.leaders(ctx)
 }
 
 // clusterDrain marks a group as draining (the cluster-wide broker config
@@ -132,6 +137,76 @@ type balancer struct {
 	sample     time.Duration // how long append rates are measured (0: not)
 	stdout     io.Writer
 	stderr     io.Writer
+}
+
+// leaders hands every group led from elsewhere to its preferred replica,
+// the first Metadata lists (the broker picks the preferred leaders so
+// they spread over machines), with ElectLeaders on one of the group's
+// partitions: the group's others follow, as they share its leader.
+func (b balancer) leaders(ctx context.Context) int {
+	qctx, cancel := context.WithTimeout(ctx, b.timeout)
+	md, err := b.adm.Metadata(qctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(b.stderr, "%s: reading the groups' leaders: %v\n", b.name, err)
+		return 1
+	}
+	groupOfID := map[int32]string{}
+	for _, br := range md.Brokers {
+		groupOfID[br.NodeID] = groupOf(br)
+	}
+	// One partition per group, the first by topic and index.
+	type lead struct {
+		topic     string
+		partition int32
+		from, to  int32
+	}
+	seen := map[string]bool{}
+	var elect []lead
+	var groups []string
+	for _, td := range md.Topics.Sorted() {
+		for _, p := range td.Partitions.Sorted() {
+			if td.Err != nil || len(p.Replicas) == 0 || p.Leader < 0 {
+				continue
+			}
+			g := groupOfID[p.Replicas[0]]
+			if seen[g] {
+				continue
+			}
+			seen[g] = true
+			groups = append(groups, g)
+			if p.Leader != p.Replicas[0] {
+				elect = append(elect, lead{td.Topic, p.Partition, p.Leader, p.Replicas[0]})
+			}
+		}
+	}
+	if len(elect) == 0 {
+		fmt.Fprintf(b.stdout, "leaders: every group is led by its preferred replica (%s)\n", strings.Join(groups, ", "))
+		return 0
+	}
+	code := 0
+	for _, l := range elect {
+		g := groupOfID[l.to]
+		fmt.Fprintf(b.stdout, "leader of %s: %d -> %d (its preferred replica; through %s/%d)\n", g, l.from, l.to, l.topic, l.partition)
+		if b.dry {
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, b.timeout)
+		res, err := b.adm.ElectLeaders(qctx, kadm.ElectPreferredReplica, kadm.TopicsSet{l.topic: {l.partition: struct{}{}}})
+		cancel()
+		if err == nil {
+			err = res[l.topic][l.partition].Err
+		}
+		switch {
+		case err == nil, errors.Is(err, kerr.ElectionNotNeeded):
+		case errors.Is(err, kerr.PreferredLeaderNotAvailable):
+			fmt.Fprintf(b.stderr, "%s: %s keeps leader %d: its preferred replica %d is not live and in sync now\n", b.name, g, l.from, l.to)
+		default:
+			fmt.Fprintf(b.stderr, "%s: moving %s's leadership to %d: %v\n", b.name, g, l.to, err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // coordTopics are the coordinators' topics: their partitions move only

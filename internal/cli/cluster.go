@@ -49,6 +49,10 @@ groups' partition counts end at most one apart. It prints each move,
 starts --max-concurrent (default 1) at a time and prints a progress line
 until all are done; --dry-run only prints them. Partitions of the
 coordinators' topics stay where they are, except on a draining group.
+Then it hands every group led from elsewhere to its preferred replica,
+the first Metadata lists (the brokers pick the preferred leaders so that
+they spread over machines, Cluster.Machine), with ElectLeaders, as
+kafka-leader-election --election-type PREFERRED would.
 
 drain marks a group as draining (the cluster-wide broker config
 moonmq.draining.groups, which kafka-configs --entity-type brokers

@@ -200,6 +200,12 @@ func runKafkaTools(t *testing.T, sc scenario) {
 	out = kafkaTool(t, "", "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", b, "describe", "--transactional-id", "tools-tx")
 	mustContain(t, "kafka-transactions describe", out, "CompleteCommit", "tools-tx")
 
+	// kafka-leader-election.sh: the partition is led by its preferred
+	// replica (the first Metadata lists) already.
+	out = kafkaTool(t, "", "org.apache.kafka.tools.LeaderElectionCommand", "--bootstrap-server", b,
+		"--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
+	mustContain(t, "kafka-leader-election", out, "Valid replica already elected for partitions "+topic+"-0")
+
 	// kafka-producer-perf-test.sh
 	out = kafkaTool(t, "", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", "2000", "--record-size", "100",
 		"--throughput", "-1", "--producer-props", "bootstrap.servers="+b, "acks=all")

@@ -946,3 +946,76 @@ func TestClusterSpreadsLeadership(t *testing.T) {
 	}
 	t.Logf("leaders %d (%s) and %d (%s); %d acknowledged across the transfer", l1, machine(l1), l2, machine(l2), len(acked))
 }
+
+// TestClusterBalanceElectsPreferredLeaders: both groups start led from
+// one machine; Metadata lists each group's preferred leader first (one
+// per machine), and `moonmq cluster balance` hands g2's leadership to its
+// preferred replica with ElectLeaders, so the leaders end on two
+// machines. Asked again, preferred or unclean, ElectLeaders has nothing
+// to do; the records written before are all there.
+func TestClusterBalanceElectsPreferredLeaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	machine := func(id int32) string { return fmt.Sprintf("m%d", (id-1)%3) }
+	ns := twoGroups(t, func(c *config.Cluster) { c.Machine = machine(int32(c.BrokerId)) })
+	const topic = "elect"
+	createTopic(t, ns[1].addr(), topic, 2)
+	leaders := ownersOf(t, ns[1].addr(), topic, 2)
+	if machine(leaders[0]) != machine(leaders[1]) {
+		t.Fatalf("the groups started led from different machines: %v", leaders)
+	}
+	var values []string
+	for i := range 50 {
+		values = append(values, fmt.Sprintf("e%03d", i))
+	}
+	produceValues(t, ns[2].addr(), topic, values)
+
+	adm := kadm.NewClient(client(t, ns[3].addr()))
+	preferred := map[int32]int32{} // partition -> Metadata's first replica
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		td, err := adm.ListTopics(context.Background(), topic)
+		if err == nil && len(td[topic].Partitions) == 2 {
+			for p, pd := range td[topic].Partitions {
+				preferred[p] = pd.Replicas[0]
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metadata of %s: %v", topic, err)
+		}
+	}
+	if machine(preferred[0]) == machine(preferred[1]) {
+		t.Fatalf("preferred leaders %v share a machine", preferred)
+	}
+
+	var out, errOut bytes.Buffer
+	code := cli.Cluster(context.Background(), []string{"balance", "--sample", "0", "--bootstrap", ns[1].addr()}, &out, &errOut)
+	t.Logf("moonmq cluster balance: exit %d\n%s%s", code, out.String(), errOut.String())
+	if code != 0 || !strings.Contains(out.String(), "its preferred replica") {
+		t.Fatalf("balance exit %d, no leadership moved", code)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		leaders = ownersOf(t, ns[6].addr(), topic, 2)
+		if leaders[0] == preferred[0] && leaders[1] == preferred[1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaders %v, want the preferred %v", leaders, preferred)
+		}
+	}
+	res, err := adm.ElectLeaders(context.Background(), kadm.ElectPreferredReplica, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		if r := res[topic][p]; !errors.Is(r.Err, kerr.ElectionNotNeeded) {
+			t.Fatalf("ElectLeaders again on %s/%d: %v, want ELECTION_NOT_NEEDED", topic, p, r.Err)
+		}
+	}
+	res, err = adm.ElectLeaders(context.Background(), kadm.ElectLiveReplica, kadm.TopicsSet{topic: {0: {}}})
+	if err != nil || !errors.Is(res[topic][0].Err, kerr.ElectionNotNeeded) {
+		t.Fatalf("unclean election of a led partition: %v %v, want ELECTION_NOT_NEEDED", err, res[topic][0].Err)
+	}
+	readValues(t, ns[4].addr(), topic, len(values), nil)
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/moonmq/moonmq/internal/config"
@@ -225,6 +226,28 @@ func TestFailover(t *testing.T) {
 	have, _, _ := first.in.Broker.ReadLog(topic, 0)
 	if string(want) != string(have) {
 		t.Fatal("the rejoined replica's log differs from the leader's")
+	}
+
+	// ElectLeaders (kafka-leader-election --election-type PREFERRED),
+	// sent to a follower, hands the leadership back to the preferred
+	// replica, the lowest id, which Metadata lists first.
+	adm := kadm.NewClient(cons)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		res, err := adm.ElectLeaders(rctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+		cancel()
+		if err == nil && res[topic][0].Err == nil {
+			break
+		}
+		if err == nil && errors.Is(res[topic][0].Err, kerr.ElectionNotNeeded) && servingLeader(t, ns, 0, time.Second).id == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ElectLeaders: %v %v", err, res[topic][0])
+		}
+	}
+	if l := servingLeader(t, ns, 0, 30*time.Second); l.id != 1 {
+		t.Fatalf("replica %d leads after the preferred election, want 1", l.id)
 	}
 
 	// A leader that loses its majority stops serving and closes every

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -313,4 +314,32 @@ func PlanLeaders(groups []GroupLeadership, machineOf map[int32]string) (group st
 		}
 	}
 	return "", 0, false
+}
+
+// PreferredLeaders picks each group's preferred leader: the member
+// Metadata lists first and ElectLeaders (KIP-460's preferred election)
+// hands the group's leadership to. Groups in name order each take the
+// member on the machine that the fewest groups prefer so far (machineOf:
+// each broker's machine), the lowest broker id on a tie, so the preferred
+// leaders spread over machines as evenly as the members allow. It depends
+// only on which brokers are registered where, so it stays put across
+// failovers: electing the preferred leaders undoes what failovers piled
+// onto one machine.
+func PreferredLeaders(members map[string][]int32, machineOf map[int32]string) map[string]int32 {
+	out := map[string]int32{}
+	prefer := map[string]int{}
+	for _, g := range slices.Sorted(maps.Keys(members)) {
+		best := int32(-1)
+		for _, id := range members[g] {
+			if best < 0 || prefer[machineOf[id]] < prefer[machineOf[best]] ||
+				prefer[machineOf[id]] == prefer[machineOf[best]] && id < best {
+				best = id
+			}
+		}
+		if best >= 0 {
+			out[g] = best
+			prefer[machineOf[best]]++
+		}
+	}
+	return out
 }

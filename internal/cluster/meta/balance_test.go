@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -225,4 +226,30 @@ func apply(parts []PartitionLoad, plan []PlannedMove) []PartitionLoad {
 		}
 	}
 	return out
+}
+
+// TestPreferredLeaders: the groups' preferred leaders spread over the
+// machines, the lowest id on a tie, whatever order the members come in.
+func TestPreferredLeaders(t *testing.T) {
+	machine := func(id int32) string { return fmt.Sprintf("m%d", (id-1)%3) }
+	machineOf := map[int32]string{}
+	for id := int32(1); id <= 9; id++ {
+		machineOf[id] = machine(id)
+	}
+	got := PreferredLeaders(map[string][]int32{"g1": {3, 2, 1}, "g2": {4, 5, 6}, "g3": {9, 8, 7}}, machineOf)
+	want := map[string]int32{"g1": 1, "g2": 5, "g3": 9}
+	if !maps.Equal(got, want) {
+		t.Fatalf("preferred %v, want %v (one per machine)", got, want)
+	}
+	// One machine for all: the lowest id of each group.
+	same := map[int32]string{}
+	for id := range machineOf {
+		same[id] = "host"
+	}
+	if got := PreferredLeaders(map[string][]int32{"g1": {2, 1}, "g2": {5, 4}}, same); !maps.Equal(got, map[string]int32{"g1": 1, "g2": 4}) {
+		t.Fatalf("preferred on one machine %v", got)
+	}
+	if got := PreferredLeaders(map[string][]int32{"g1": nil}, machineOf); len(got) != 0 {
+		t.Fatalf("a group without members has a preferred leader: %v", got)
+	}
 }
