@@ -13,6 +13,17 @@ import (
 	"github.com/moonmq/moonmq/internal/storage"
 )
 
+// movedAway reports, in cluster mode, whether another group owns the
+// partition by now: checked again after an answer was read from the log,
+// since a move's last step empties the old owner's copy (after this
+// broker's metadata names the new owner), and offsets read from an
+// emptied copy would send a consumer back to 0 or make it see a
+// truncation.
+func (b *Broker) movedAway(topic string, index int32) bool {
+	_, foreign := b.foreignPartition(topic, index)
+	return foreign
+}
+
 // partitionOf resolves a topic and partition for the admin handlers.
 // In cluster mode a partition another group owns is NOT_LEADER_OR_FOLLOWER.
 func (b *Broker) partitionOf(name string, index int32) (*partition.Partition, int16) {
@@ -88,6 +99,9 @@ func (b *Broker) handleListOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 				default:
 					op.Offset, op.Timestamp = off, found
 				}
+			}
+			if b.movedAway(rt.Topic, rp.Partition) {
+				op.ErrorCode, op.Offset, op.Timestamp = errNotLeaderOrFollower, -1, -1
 			}
 			if r.Version == 0 {
 				op.OldStyleOffsets = []int64{op.Offset}
@@ -411,6 +425,9 @@ func (b *Broker) handleOffsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest)
 				// truncation and read records again.
 				if hw := p.HighWatermark(); op.LeaderEpoch == b.exposedEpoch(p) && op.EndOffset > hw {
 					op.EndOffset = hw
+				}
+				if b.movedAway(rt.Topic, rp.Partition) {
+					op.ErrorCode, op.LeaderEpoch, op.EndOffset = errNotLeaderOrFollower, -1, -1
 				}
 			}
 			out.Partitions = append(out.Partitions, op)

@@ -96,6 +96,21 @@ func (b *Broker) handleFetch(r *kmsg.FetchRequest) (kmsg.Response, func(context.
 	}
 }
 
+// outOfRange answers a fetch offset outside p's log: OFFSET_OUT_OF_RANGE,
+// unless another group owns p now. A move's last step empties the old
+// owner's copy, and a long poll that began before the cut-over would
+// otherwise be told that the offset it waits at is gone, which
+// librdkafka's consumers take as a reason to skip to the end. The copy is
+// emptied only after this broker's metadata names the new owner, so a
+// read that saw it emptied sees the new owner here too.
+func (b *Broker) outOfRange(p *partition.Partition, out *kmsg.FetchResponseTopicPartition) int16 {
+	if h, foreign := b.foreignPartition(p.Topic, p.Index); foreign {
+		out.CurrentLeader.LeaderID, out.CurrentLeader.LeaderEpoch = h.leader, h.epoch
+		return errNotLeaderOrFollower
+	}
+	return errOffsetOutOfRange
+}
+
 func anyError(ts []fetchTarget) bool {
 	for _, t := range ts {
 		if t.out.ErrorCode != 0 {
@@ -152,7 +167,7 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 		}
 		off := t.req.FetchOffset
 		if off < out.LogStartOffset || off > p.Log().EndOffset() {
-			out.ErrorCode = errOffsetOutOfRange
+			out.ErrorCode = b.outOfRange(p, out)
 			continue
 		}
 		remaining := maxBytes - total
@@ -173,7 +188,7 @@ func (b *Broker) collect(targets []fetchTarget, maxBytes int, committedOnly bool
 			b.mem.frames.Put(lent)
 		}
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
-			out.ErrorCode = errOffsetOutOfRange
+			out.ErrorCode = b.outOfRange(p, out)
 			continue
 		}
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,6 +151,37 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 			pwg.Wait()
 		}
 	}()
+	// The tail: a consumer reading partition 0 as it is written, its
+	// long polls (franz-go waits up to 5 s) open across the cut-overs.
+	// Told OFFSET_OUT_OF_RANGE it would skip to the end: every offset
+	// must come, in order.
+	tail := client(t, ns[4].addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(0)}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	var tailNext atomic.Int64
+	var tailGap atomic.Value
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			tail.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				if want := tailNext.Load(); r.Offset != want && tailGap.Load() == nil {
+					tailGap.Store(fmt.Sprintf("the tail consumer read offset %d after %d", r.Offset, want-1))
+				}
+				tailNext.Store(r.Offset + 1)
+			})
+		}
+	}()
+	// The source's leader long-polls partition 0 at its end until it
+	// answers that another group leads it: a poll open across the
+	// cut-over must not be told OFFSET_OUT_OF_RANGE when the old owner
+	// drops its copy, which librdkafka's consumers take as a reason to
+	// skip to the end.
+	var rawGap atomic.Value
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rawTail(t, ctx, ns[int(owners[0])].addr(), owners[0], topic, func(msg string) { rawGap.CompareAndSwap(nil, msg) })
+	}()
 	ackedCount := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
 	waitAcked := func(n int) {
 		t.Helper()
@@ -199,6 +231,15 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 	moveAndWait(home, true)
 	stop()
 	wg.Wait()
+	if g := tailGap.Load(); g != nil {
+		t.Fatal(g)
+	}
+	if g := rawGap.Load(); g != nil {
+		t.Fatal(g)
+	}
+	if tailNext.Load() < int64(ackedCount())/2 {
+		t.Fatalf("the tail consumer read up to offset %d of %d acknowledged records", tailNext.Load(), ackedCount())
+	}
 
 	// Both groups whole again: a group that handed the partition over
 	// and dropped its copy keeps its followers in sync.
@@ -259,6 +300,51 @@ func TestClusterMovePartitionUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d records acknowledged over two moves", len(want))
+}
+
+// rawTail long-polls partition 0 of topic on broker id (at seed) at the
+// partition's end, round after round, until the broker answers that it no
+// longer leads the partition or ctx ends; an answer of OFFSET_OUT_OF_RANGE
+// for an offset it gave as its high watermark goes to fail.
+func rawTail(t *testing.T, ctx context.Context, seed string, id int32, topic string, fail func(string)) {
+	cl := client(t, seed)
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return
+	}
+	fetch := func(offset int64, wait int32) (*kmsg.FetchResponseTopicPartition, error) {
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes = wait, 1, 1<<20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, td[topic].ID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, offset, 1<<20, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(id)))
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return nil, fmt.Errorf("fetch answered %d topics", len(resp.Topics))
+		}
+		return &resp.Topics[0].Partitions[0], nil
+	}
+	offset := int64(0)
+	for ctx.Err() == nil {
+		p, err := fetch(offset, 10_000)
+		switch {
+		case err != nil:
+			continue
+		case p.ErrorCode == kerr.NotLeaderForPartition.Code:
+			return
+		case p.ErrorCode == kerr.OffsetOutOfRange.Code:
+			fail(fmt.Sprintf("broker %d answered a fetch at offset %d, its high watermark, with OFFSET_OUT_OF_RANGE", id, offset))
+			return
+		case p.ErrorCode == 0:
+			offset = max(offset, p.HighWatermark)
+		}
+	}
 }
 
 // groupStatus is the leader and ISR of the group of the broker at seed,
