@@ -284,3 +284,50 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }
+
+// TestLocalCluster: cluster/local.sh writes, for three groups, nine
+// configurations the broker accepts, in three groups of three whose peers
+// are each other, with the metadata voters every broker agrees on, and no
+// two brokers on one port.
+func TestLocalCluster(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("needs bash")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "cluster/local.sh", "start", "3")
+	// A broker that exits at once: the script writes the configs and
+	// starts it; nothing listens.
+	cmd.Env = append(os.Environ(), "DIR="+dir, "MOONMQ=true")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("local.sh start 3: %v\n%s", err, out)
+	}
+	ports := map[int]int{}
+	for id := 1; id <= 9; id++ {
+		cfg, err := config.Load(filepath.Join(dir, fmt.Sprintf("broker-%d.json", id)))
+		if err != nil {
+			t.Fatalf("broker %d: %v", id, err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("broker %d: %v", id, err)
+		}
+		c, r := cfg.Cluster, cfg.Replication
+		group := fmt.Sprintf("g%d", (id-1)/3+1)
+		if c == nil || c.BrokerId != id || c.GroupId != group || r.ReplicaId != id || len(r.Peers) != 2 {
+			t.Fatalf("broker %d: cluster %+v, replication id %d with %d peers", id, c, r.ReplicaId, len(r.Peers))
+		}
+		for _, p := range r.Peers {
+			if (p.Id-1)/3 != (id-1)/3 || p.Id == id {
+				t.Fatalf("broker %d of %s has peer %d", id, group, p.Id)
+			}
+		}
+		if len(c.MetadataVoters) != 3 {
+			t.Fatalf("broker %d: %d metadata voters", id, len(c.MetadataVoters))
+		}
+		for _, port := range []int{cfg.Port, r.ReplicatePort, cfg.MetricsPort} {
+			if other, taken := ports[port]; taken {
+				t.Fatalf("port %d of broker %d is broker %d's too", port, id, other)
+			}
+			ports[port] = id
+		}
+	}
+}

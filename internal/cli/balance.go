@@ -181,6 +181,7 @@ func (b balancer) leaders(ctx context.Context) int {
 		}
 	}
 	if len(elect) == 0 {
+		slices.Sort(groups)
 		fmt.Fprintf(b.stdout, "leaders: every group is led by its preferred replica (%s)\n", strings.Join(groups, ", "))
 		return 0
 	}
