@@ -41,8 +41,8 @@ func (c *clusterMode) autoBalance(ctx context.Context) {
 // reports them (so it moves nothing in its first interval as the
 // balancing broker), and moves only from an imbalance of
 // autoBalanceFrom. With no move to make or under way, it hands one
-// group's leadership to a member on a machine leading fewer groups
-// (meta.PlanLeaders).
+// group's leadership to its preferred leader when that is on a machine
+// leading fewer groups (meta.PlanLeaders).
 func (c *clusterMode) balanceStep(ctx context.Context) {
 	v := c.current()
 	if m, ok := c.nextBalanceMove(ctx, v); ok {
@@ -82,9 +82,12 @@ func moving(v *clusterView) bool {
 }
 
 // nextLeaderTransfer is the leadership transfer meta.PlanLeaders picks
-// over v's groups: each led by a live broker, its candidates the live
-// members of its ISR, and only groups whose ISR is whole (a group
-// catching up after a restart keeps its leader).
+// over v's groups: each led by a live broker, the one candidate of each
+// its preferred leader (meta.PreferredLeaders) when that is live and in
+// the group's ISR, and only groups whose ISR is whole (a group catching
+// up after a restart keeps its leader). Only the preferred leader, the
+// one ElectLeaders and `moonmq cluster balance` elect: two policies
+// choosing different members would undo each other's transfers.
 func (c *clusterMode) nextLeaderTransfer(v *clusterView) (string, int32, bool) {
 	now := c.leaseNowMs()
 	machineOf := map[int32]string{}
@@ -97,12 +100,9 @@ func (c *clusterMode) nextLeaderTransfer(v *clusterView) (string, int32, bool) {
 			return "", 0, false // a group without a leader: not now
 		}
 		gl := meta.GroupLeadership{Group: id, Leader: g.Leader}
-		if len(g.ISR) == len(v.members[id]) {
-			for _, m := range g.ISR {
-				if v.brokers[m].Live(now) {
-					gl.Candidates = append(gl.Candidates, m)
-				}
-			}
+		pref, ok := v.preferred[id]
+		if ok && len(g.ISR) == len(v.members[id]) && slices.Contains(g.ISR, pref) && v.brokers[pref].Live(now) {
+			gl.Candidates = []int32{pref}
 		}
 		groups = append(groups, gl)
 	}

@@ -1002,6 +1002,22 @@ func TestClusterSpreadsLeadership(t *testing.T) {
 			t.Fatalf("the groups' leaders %d and %d still share machine %s", l1, l2, machine(l1))
 		}
 	}
+	// The transfers go to the groups' preferred leaders, the replicas
+	// Metadata lists first (which `moonmq cluster balance` elects too).
+	adm := kadm.NewClient(client(t, ns[1].addr()))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		td, err := adm.ListTopics(context.Background(), topic)
+		preferred := err == nil && len(td[topic].Partitions) == 2
+		for _, p := range td[topic].Partitions {
+			preferred = preferred && p.Leader == p.Replicas[0]
+		}
+		if preferred {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaders are not the preferred replicas: %v %v", err, td[topic].Partitions)
+		}
+	}
 	time.Sleep(2 * time.Second) // writes after the transfer
 	stop()
 	wg.Wait()
