@@ -325,6 +325,13 @@ func testSarama(t *testing.T, addr string, v sarama.KafkaVersion) {
 	for ci, codec := range saramaCodecs {
 		pcfg := saramaConfig(v)
 		pcfg.Producer.Compression = codec
+		// Idempotent: sarama can lose a response on its own (a
+		// metadata refresh at start re-registers the broker and closes
+		// the connection a batch was just written on) and retries the
+		// batch; the broker must answer that retry with the original
+		// offsets, so the acknowledged offsets stay dense.
+		pcfg.Producer.Idempotent = true
+		pcfg.Net.MaxOpenRequests = 1
 		prod, err := sarama.NewSyncProducer(addrs, pcfg)
 		if err != nil {
 			t.Fatal(err)
