@@ -3,7 +3,8 @@
 // it stalls, an fsync having taken longer than a bound. It learns both from
 // the filesystem the storage layer writes through (FS wraps it, so every
 // failed write and every fsync passes by) and from statfs(2) of the data
-// directory, polled by Run, which also sees space come back. It logs each
+// directory, polled by Run, which also sees space come back, and read
+// again by a writer whose bytes may have reached the reserve. It logs each
 // change once, and while a fault lasts once per LogEvery, so a full disk
 // does not flood the log.
 //
@@ -19,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -81,6 +83,17 @@ type Monitor struct {
 	reserve atomic.Int64
 	refused atomic.Int64
 
+	// written counts bytes written or preallocated since the last statfs;
+	// once it passes budget, the writer reads statfs itself (spent). A
+	// poll a second apart lets a fast writer run through the whole reserve
+	// and leave nothing for the Raft state and the files recovery needs;
+	// a budget of a quarter of the room above the reserve makes the
+	// checks denser as the disk fills, and each is a real reading, so a
+	// write into space reserved earlier never makes the disk look full.
+	written atomic.Int64
+	budget  atomic.Int64
+	reading atomic.Bool
+
 	mu                      sync.Mutex
 	fullSince               time.Time
 	lastFullLog             time.Time
@@ -116,6 +129,7 @@ func New(cfg Config) *Monitor {
 	}
 	m := &Monitor{cfg: cfg, log: cfg.Logger, syncs: map[uint64]time.Time{}}
 	m.reserve.Store(max(cfg.ReserveBytes, 0))
+	m.budget.Store(math.MaxInt64) // until statfs has been read
 	return m
 }
 
@@ -139,6 +153,23 @@ func (m *Monitor) Observe(err error) {
 		m.total.Store(total)
 	}
 	m.setFull(fmt.Sprintf("a write failed: %v", err), true)
+}
+
+// minBudget bounds how often writes near a full disk read statfs: at most
+// once per this many bytes.
+const minBudget = 64 << 10
+
+// spent counts n bytes written or reserved on the volume and reads statfs
+// when they may have brought free space down to the reserve.
+func (m *Monitor) spent(n int64) {
+	if n <= 0 || m.written.Add(n) < m.budget.Load() {
+		return
+	}
+	if !m.reading.CompareAndSwap(false, true) {
+		return // another writer is reading it
+	}
+	defer m.reading.Store(false)
+	m.pollSpace()
 }
 
 // Full reports whether appends are refused for want of space.
@@ -240,6 +271,8 @@ func (m *Monitor) pollSpace() {
 	if m.cfg.ReserveBytes < 0 {
 		m.reserve.Store(min(total/20, 1<<30))
 	}
+	m.written.Store(0)
+	m.budget.Store(max((free-m.reserve.Load())/4, minBudget))
 	switch {
 	case !m.full.Load() && free < m.reserve.Load():
 		m.setFull(fmt.Sprintf("free space %d bytes is below the reserve of %d", free, m.reserve.Load()), false)

@@ -153,3 +153,54 @@ func TestStall(t *testing.T) {
 		t.Fatalf("status %+v, log:\n%s", m.Status(), out)
 	}
 }
+
+// TestWritesReadFreeSpaceBeforeTheReserveIsGone: a writer much faster than
+// the poll interval cannot run through the reserve unseen. The volume
+// loses what is written; with no Poll at all, the disk turns full while
+// the reserve is still nearly whole.
+func TestWritesReadFreeSpaceBeforeTheReserveIsGone(t *testing.T) {
+	const reserve, chunk = 2 << 20, 64 << 10
+	m, v, _ := newTest(reserve, 0)
+	v.set(40 << 20)
+	m.Poll()
+	fs := m.FS(vfs.NewMem())
+	f, err := fs.Create("seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, chunk)
+	for i := 0; m.CheckWrite() == nil; i++ {
+		if i > 1000 {
+			t.Fatal("40 MiB written and the disk never turned full")
+		}
+		v.mu.Lock()
+		v.free -= chunk
+		v.mu.Unlock()
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free, _, _ := v.statfs("")
+	if free < reserve-2*minBudget {
+		t.Fatalf("turned full with %d bytes free: the reserve of %d was spent", free, reserve)
+	}
+	if free >= reserve {
+		t.Fatalf("turned full with %d bytes free, above the reserve of %d", free, reserve)
+	}
+	// Writing into space the volume already gave (no free space lost) reads
+	// statfs and never makes a healthy disk full.
+	v.set(40 << 20)
+	m.Poll()
+	if m.Full() {
+		t.Fatal("still full")
+	}
+	m.Poll()
+	for range 2000 {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Full() {
+		t.Fatal("overwrites of reserved space made a disk with 40 MiB free look full")
+	}
+}

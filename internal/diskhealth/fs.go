@@ -64,6 +64,7 @@ type watchedFile struct {
 func (f watchedFile) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
 	f.m.Observe(err)
+	f.m.spent(int64(n))
 	return n, err
 }
 
@@ -78,7 +79,20 @@ func (f watchedFile) Sync() error {
 // Preallocate passes vfs.Preallocator through. A refused reservation is
 // not counted against the disk: the log then appends without one, and the
 // writes themselves report a disk that is full.
-func (f watchedFile) Preallocate(size int64) error { return vfs.Preallocate(f.File, size) }
+//
+// It counts as spending what the file grows by, so that reserving ahead
+// of appends cannot take the volume past its reserve unseen.
+func (f watchedFile) Preallocate(size int64) error {
+	had, err := f.File.Size() // preallocation lengthens the file
+	if err != nil {
+		had = 0
+	}
+	if err := vfs.Preallocate(f.File, size); err != nil {
+		return err
+	}
+	f.m.spent(size - had)
+	return nil
+}
 
 // DropCache passes the page-cache advice through (vfs.CacheDropper).
 func (f watchedFile) DropCache(off, n int64) error { return vfs.DropCache(f.File, off, n) }

@@ -276,6 +276,16 @@ func saramaConfig(v sarama.KafkaVersion) *sarama.Config {
 	return cfg
 }
 
+// saramaIdempotent makes a producer that writes each record once. sarama
+// can lose a response on its own (a metadata refresh at start re-registers
+// the broker and closes the connection a batch was just written on) and
+// retries the batch; without a producer id that retry is a second copy,
+// as it would be on Kafka. Tests that count records exactly need this.
+func saramaIdempotent(cfg *sarama.Config) {
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
+}
+
 func TestSarama(t *testing.T) {
 	in := startBroker(t)
 	saramaLog.set(newTestLog(t, "sarama: "))
@@ -325,13 +335,7 @@ func testSarama(t *testing.T, addr string, v sarama.KafkaVersion) {
 	for ci, codec := range saramaCodecs {
 		pcfg := saramaConfig(v)
 		pcfg.Producer.Compression = codec
-		// Idempotent: sarama can lose a response on its own (a
-		// metadata refresh at start re-registers the broker and closes
-		// the connection a batch was just written on) and retries the
-		// batch; the broker must answer that retry with the original
-		// offsets, so the acknowledged offsets stay dense.
-		pcfg.Producer.Idempotent = true
-		pcfg.Net.MaxOpenRequests = 1
+		saramaIdempotent(pcfg)
 		prod, err := sarama.NewSyncProducer(addrs, pcfg)
 		if err != nil {
 			t.Fatal(err)

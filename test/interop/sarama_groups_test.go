@@ -45,6 +45,7 @@ func saramaProduceKeys(t *testing.T, addr, topic string, partitions int32, keys 
 	t.Helper()
 	cfg := saramaConfig(sarama.V2_8_0_0)
 	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	saramaIdempotent(cfg)
 	prod, err := sarama.NewSyncProducer([]string{addr}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -485,8 +486,7 @@ func TestSaramaIdempotentProducer(t *testing.T) {
 	saramaCreateTopic(t, addr, topic, partitions)
 
 	cfg := saramaConfig(sarama.V2_8_0_0)
-	cfg.Producer.Idempotent = true
-	cfg.Net.MaxOpenRequests = 1
+	saramaIdempotent(cfg)
 	cfg.Producer.RequiredAcks = sarama.WaitForAll
 	cfg.Producer.Retry.Max = 5
 	cfg.Producer.Flush.Messages = 7 // several batches per partition
