@@ -4,7 +4,6 @@ package main
 // clients (franz-go, and kcat/librdkafka when installed).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -77,23 +76,14 @@ func startProc(t *testing.T, configPath string, port, mport int) *proc {
 func startCmd(t *testing.T, cmd *exec.Cmd, p *proc) *proc {
 	t.Helper()
 	p.cmd, p.logs, p.mu = cmd, &bytes.Buffer{}, &sync.Mutex{}
-	stderr, _ := p.cmd.StderrPipe()
+	// A writer, not StderrPipe: Wait then returns only after the last
+	// line is copied, so a test that waits for the process to exit reads
+	// its final log lines too.
+	ready := make(chan struct{})
+	p.cmd.Stderr = &procLog{p: p, ready: ready}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if strings.Contains(sc.Text(), "moonmq serving") {
-				once.Do(func() { close(ready) })
-			}
-		}
-	}()
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			p.cmd.Process.Kill()
@@ -109,6 +99,25 @@ func startCmd(t *testing.T, cmd *exec.Cmd, p *proc) *proc {
 		t.Fatalf("broker did not start:\n%s", p.log())
 	}
 	return p
+}
+
+// procLog collects a broker's stderr and closes ready at its "moonmq
+// serving" line.
+type procLog struct {
+	p       *proc
+	ready   chan struct{}
+	started bool
+}
+
+func (l *procLog) Write(b []byte) (int, error) {
+	l.p.mu.Lock()
+	defer l.p.mu.Unlock()
+	l.p.logs.Write(b)
+	if !l.started && bytes.Contains(l.p.logs.Bytes(), []byte("moonmq serving")) {
+		l.started = true
+		close(l.ready)
+	}
+	return len(b), nil
 }
 
 func (p *proc) log() string {

@@ -70,6 +70,19 @@ type core struct {
 	// it, and the others elect without it.
 	unsaved bool
 
+	// The ballast is a file of zeros (BallastFileName) kept beside the
+	// Raft state and deleted when the state cannot be saved for want of
+	// space, so that the save gets through. A replica whose disk filled
+	// (a burst past the reserve, another process) can then still follow
+	// a leader and learn the log start whose retention frees its disk;
+	// silent, it would wait for space that only it could have freed. It
+	// is taken again every ballastRetry ticks until it fits.
+	ballastPath  string
+	ballastBytes int64
+	ballastHeld  bool
+	ballastWait  int
+	ballastRetry int
+
 	// degraded names what keeps this replica's disk from taking writes
 	// well ("" when nothing): a serving leader hands leadership to an
 	// eligible member every degradedTicks, keeping on serving meanwhile
@@ -141,7 +154,11 @@ func newCore(cfg *Config) (*core, error) {
 		damaged:       cfg.LogDamaged,
 		uncleanTicks:  int(cfg.UncleanWait / cfg.TickInterval),
 		logger:        cfg.Logger,
+		ballastPath:   filepath.Join(cfg.DataDir, BallastFileName),
+		ballastBytes:  cfg.BallastBytes,
+		ballastRetry:  max(int(ballastRetry/cfg.TickInterval), 1),
 	}
+	c.holdBallast()
 	rc := &raft.Config{
 		ID:                        uint64(cfg.ID),
 		ElectionTick:              cfg.ElectionTicks,
@@ -173,6 +190,11 @@ func (c *core) tick() {
 	}
 	if c.unsaved {
 		c.save()
+	}
+	if !c.ballastHeld && !c.unsaved && c.ballastBytes > 0 {
+		if c.ballastWait--; c.ballastWait <= 0 {
+			c.holdBallast()
+		}
 	}
 	c.rn.Tick()
 	if c.unclean && !c.damaged {
@@ -458,6 +480,14 @@ func (c *core) save() {
 			c.logger.Warn("replication raft: the Raft state is saved again; this replica takes part again")
 		}
 		c.unsaved = false
+	case diskhealth.IsSpaceError(err) && c.ballastHeld:
+		c.ballastHeld, c.ballastWait = false, c.ballastRetry
+		if rerr := c.fs.Remove(c.ballastPath); rerr != nil {
+			c.logger.Warn("replication raft: no disk space to save the Raft state, and the space kept for it cannot be given back", "file", c.ballastPath, "err", rerr)
+		} else {
+			c.logger.Warn("replication raft: no disk space to save the Raft state; gave back the space kept for it and saving again", "file", c.ballastPath, "bytes", c.ballastBytes)
+		}
+		c.save()
 	case diskhealth.IsSpaceError(err):
 		if !c.unsaved {
 			c.logger.Warn("replication raft: no disk space to save the Raft state; this replica sends nothing until it can, and the others elect without it", "err", err)
@@ -466,6 +496,35 @@ func (c *core) save() {
 	default:
 		c.fail(err)
 	}
+}
+
+// BallastFileName is the ballast's file in DataDir (see core.ballastPath).
+const BallastFileName = "replication-raft.ballast"
+
+// holdBallast makes sure the ballast file exists whole. Failing for want
+// of space, it leaves none (the space is better left to the Raft state)
+// and is tried again later; any other failure is only logged.
+func (c *core) holdBallast() {
+	c.ballastWait = c.ballastRetry
+	if c.ballastBytes <= 0 || c.ballastHeld {
+		return
+	}
+	if f, err := c.fs.Open(c.ballastPath); err == nil {
+		n, err := f.Size()
+		f.Close()
+		if err == nil && n == c.ballastBytes {
+			c.ballastHeld = true
+			return
+		}
+	}
+	if err := vfs.WriteFileAtomic(c.fs, c.ballastPath, make([]byte, c.ballastBytes)); err != nil {
+		_ = c.fs.Remove(c.ballastPath)
+		if !diskhealth.IsSpaceError(err) {
+			c.logger.Warn("replication raft: cannot keep space for the Raft state; a full disk will silence this replica until space is freed", "file", c.ballastPath, "err", err)
+		}
+		return
+	}
+	c.ballastHeld = true
 }
 
 // maybeCompact folds the applied prefix of the log into a snapshot of the

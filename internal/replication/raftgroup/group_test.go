@@ -681,6 +681,65 @@ func TestFullDiskSilencesReplica(t *testing.T) {
 	}
 }
 
+// TestBallastLetsAFullDiskSave: a leader whose disk is too full to save
+// its Raft state gives back its ballast, saves, and goes on serving
+// without an election; it takes the ballast again once it fits.
+func TestBallastLetsAFullDiskSave(t *testing.T) {
+	s := newSim(t, 3, 11, nil)
+	l := s.waitServing(100)
+	if err := s.proposeISR(l, s.ids...); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(3)
+	c := s.cores[l]
+	if !c.ballastHeld {
+		t.Fatalf("replica %d holds no ballast", l)
+	}
+	full, failed := true, 0
+	s.fss[l].SetHook(func(op vfs.Op, name string) error {
+		switch {
+		case op == vfs.OpRemove && strings.HasSuffix(name, BallastFileName):
+			full = false // its space is what the save needs
+		case full && op == vfs.OpCreate && strings.Contains(name, FileName):
+			failed++
+			return fmt.Errorf("create %s: %w", name, syscall.ENOSPC)
+		}
+		return nil
+	})
+	other := s.ids[0]
+	if other == l {
+		other = s.ids[1]
+	}
+	if err := s.proposeISR(l, l, other); err != nil {
+		t.Fatal(err)
+	}
+	s.tick(20)
+	if failed == 0 {
+		t.Fatal("no save of the Raft state met the full disk")
+	}
+	if c.unsaved || c.failed != nil || c.ballastHeld {
+		t.Fatalf("after a save met the full disk: unsaved %v, failed %v, ballast held %v", c.unsaved, c.failed, c.ballastHeld)
+	}
+	if sv := s.serving(); len(sv) != 1 || sv[0] != l {
+		t.Fatalf("serving %v, want %d to go on", sv, l)
+	}
+	if _, err := s.fss[l].Open("/data/" + BallastFileName); err == nil {
+		t.Fatal("the ballast file is still there")
+	}
+	s.tick(c.ballastRetry + 1)
+	if !c.ballastHeld {
+		t.Fatalf("ballast not taken again after %d ticks", c.ballastRetry+1)
+	}
+	f, err := s.fss[l].Open("/data/" + BallastFileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, _ := f.Size(); n != simBallast {
+		t.Fatalf("ballast of %d bytes, want %d", n, simBallast)
+	}
+}
+
 // TestMoveFences: a fence proposed in the current epoch is set on every
 // replica and survives a leader change (the next leader refuses appends
 // to the partition from its first moment); a fence of an older epoch is

@@ -108,9 +108,21 @@ type Config struct {
 	// replica stands for election only after catching up with a leader,
 	// so that its short log never becomes everybody's (chaos bug 2).
 	LogDamaged bool
+	// BallastBytes is the size of a file of zeros kept beside the Raft
+	// state and given back when the state cannot be saved for want of
+	// space (DefaultBallastBytes; negative: none).
+	BallastBytes int64
 	// Logger receives Raft's warnings and errors (slog.Default if nil).
 	Logger *slog.Logger
 }
+
+// DefaultBallastBytes is Config.BallastBytes's default: many times the
+// Raft state file, whose entries are compacted every DefaultCompactEvery.
+const DefaultBallastBytes = 1 << 20
+
+// ballastRetry is how often a replica without its ballast tries to take
+// it again.
+const ballastRetry = 30 * time.Second
 
 // DefaultUncleanWait is Config.UncleanWait's default.
 // A replica that restarted without a clean shutdown but found no damage
@@ -160,6 +172,9 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.UncleanWait <= 0 {
 		cfg.UncleanWait = DefaultUncleanWait
+	}
+	if cfg.BallastBytes == 0 {
+		cfg.BallastBytes = DefaultBallastBytes
 	}
 	return nil
 }

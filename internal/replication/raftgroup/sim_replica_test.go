@@ -301,7 +301,8 @@ func (r *sysReplica) start() {
 	r.unclean, r.caught = unclean, make([]bool, len(r.logs))
 	cfg := Config{ID: r.id, Members: w.ids, Role: r.role(), Roles: r.roles(), DataDir: "/data", FS: r.fs,
 		TickInterval: sysTick, ElectionTicks: sysElection, HeartbeatTicks: 1, CompactEvery: compact,
-		UncleanRestart: unclean, UncleanWait: sysUncleanWait, Logger: slog.New(slog.DiscardHandler)}
+		UncleanRestart: unclean, UncleanWait: sysUncleanWait, Logger: slog.New(slog.DiscardHandler),
+		BallastBytes: simBallast}
 	if err := cfg.setDefaults(); err != nil {
 		w.fail("r%d: config: %v", r.id, err)
 		return

@@ -65,11 +65,15 @@ func (s *sim) role(id int32) replication.Role {
 	return replication.RoleBoth
 }
 
+// simBallast keeps the simulated replicas' ballast files small.
+const simBallast = 4 << 10
+
 func (s *sim) start(id int32) {
 	s.t.Helper()
 	cfg := Config{ID: id, Members: s.ids, Role: s.role(id), Roles: s.roles, DataDir: "/data", FS: s.fss[id],
 		ElectionTicks: simElection, HeartbeatTicks: 1, CompactEvery: 4, Transport: nopTransport{},
-		Logger: slog.New(slog.DiscardHandler), UncleanRestart: s.unclean[id], LogDamaged: s.damaged[id]}
+		Logger: slog.New(slog.DiscardHandler), UncleanRestart: s.unclean[id], LogDamaged: s.damaged[id],
+		BallastBytes: simBallast}
 	if err := cfg.setDefaults(); err != nil {
 		s.t.Fatal(err)
 	}
