@@ -34,7 +34,7 @@ import (
 //  3. Caught up, T's leader asks S's leader to fence the partition
 //     (PathMoveFence). S's leader refuses new transactions on it and
 //     waits a while for the open ones to end (T asks again if they do
-//     not), commits the fence in its group's Raft log (every replica of S
+//     not, and the refusal lasts across its asks), commits the fence in its group's Raft log (every replica of S
 //     that applies it, and so every later leader of S, refuses appends),
 //     waits until its high watermark reaches its log end, and answers
 //     that end and the epoch it exposed.
@@ -66,6 +66,11 @@ const moveRetry = 200 * time.Millisecond
 // transactions to end (new ones are refused meanwhile); the target asks
 // again after that.
 const moveDrainWait = 5 * time.Second
+
+// moveDrainHold is how long after the target's last ask to fence the
+// source still refuses new transactions on the partition (placement's
+// drainUntil): long enough to span the gap to the next ask.
+const moveDrainHold = 3 * moveDrainWait
 
 type moveReadRequest struct {
 	TopicID   meta.UUID `json:"topicId"`
@@ -292,9 +297,7 @@ func (c *clusterMode) fence(ctx context.Context, req moveFenceRequest) moveFence
 	if m, fenced := r.node.State().Fences[key]; !fenced || m != mark {
 		// No transaction may begin on the partition from now on, and
 		// the fence waits (a while) for the open ones to end.
-		pl := placementOf(p)
-		pl.draining.Store(true)
-		defer pl.draining.Store(false)
+		placementOf(p).drainUntil.Store(time.Now().Add(moveDrainHold).UnixNano())
 		wctx, cancel := context.WithTimeout(ctx, moveDrainWait)
 		drained := waitFor(wctx, func() bool { return len(p.OpenTransactions()) == 0 })
 		cancel()

@@ -62,11 +62,20 @@ type brokerFence struct {
 type placement struct {
 	base  atomic.Int32
 	moved atomic.Bool
-	// draining is set on the source group's leader while a move waits
-	// for the partition's open transactions to end: no new one may
-	// begin on it.
-	draining atomic.Bool
+	// drainUntil (Unix nanoseconds) is set on the source group's leader
+	// while a move waits for the partition's open transactions to end:
+	// until then no new one may begin on it (draining). Each of the
+	// target's asks to fence pushes it moveDrainHold ahead, so the
+	// refusal spans the gaps between asks: otherwise back-to-back
+	// transactions longer than one ask's wait would keep the partition
+	// from ever draining. Open ones end by their own timeout at the
+	// latest; once the target stops asking, the refusal runs out.
+	drainUntil atomic.Int64
 }
+
+// draining reports whether a move refuses new transactions on the
+// partition.
+func (pl *placement) draining() bool { return time.Now().UnixNano() < pl.drainUntil.Load() }
 
 // Leading refuses a client's or the broker's own append on a failover
 // replica that is not running as leader, or on a partition fenced for a

@@ -388,6 +388,9 @@ func groupStatus(t *testing.T, seed string) (int32, []int32) {
 type txnWriter struct {
 	mu                 sync.Mutex
 	committed, aborted map[string]bool
+	// between is a pause after each record of a transaction: long
+	// transactions.
+	between time.Duration
 }
 
 // runTransactions starts a transactional producer's loop on wg until ctx
@@ -415,6 +418,7 @@ func (w *txnWriter) runTransactions(t *testing.T, ctx context.Context, wg *sync.
 				if failed != nil {
 					break
 				}
+				time.Sleep(w.between)
 			}
 			ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err := prod.EndTransaction(ectx, kgo.TransactionEndTry(failed == nil))
@@ -535,6 +539,59 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	wg.Wait()
 	w.checkReadCommitted(t, ns[6].addr(), topic)
 	t.Logf("%d records committed, %d aborted, across three moves", len(w.committed), len(w.aborted))
+}
+
+// TestClusterMoveWaitsForLongTransactions: two producers keep
+// transactions of about 12 s open on the moving partition back to back,
+// staggered by half of that, so that at any moment one of them has more
+// than a fence's 5 s wait left to run; each retries a refused produce
+// every 20 ms. The
+// source refuses new transactions from the target's first ask until the
+// fence, across the asks, so the open one ends and the move completes.
+// (When the refusal ended with each ask, the waiting producer began its
+// transaction in the gap before the next ask, every time, and the move
+// never completed.) Every committed transaction is read whole, once.
+func TestClusterMoveWaitsForLongTransactions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six brokers")
+	}
+	ns := twoGroups(t)
+	const topic = "moving-long-txn"
+	createTopic(t, ns[1].addr(), topic, 2)
+	owners := ownersOf(t, ns[1].addr(), topic, 2)
+	away := []int32{4, 5, 6}
+	if owners[0] >= 4 {
+		away = []int32{1, 2, 3}
+	}
+	w := txnWriter{between: 4 * time.Second}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		name := fmt.Sprintf("long%d", i)
+		prod := client(t, ns[2].addr(), kgo.DefaultProduceTopic(topic), kgo.TransactionalID(name),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(30*time.Second),
+			kgo.RetryBackoffFn(func(int) time.Duration { return 20 * time.Millisecond }),
+			kgo.MetadataMinAge(20*time.Millisecond)) // a refused produce refreshes metadata first
+		w.runTransactions(t, ctx, &wg, prod, name, 3) // on partitions 0, 1, 0
+		time.Sleep(6 * time.Second)
+	}
+	movePartition(t, ns[3].addr(), topic, 0, away)
+	began := time.Now()
+	for deadline := began.Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		l, _ := partitionLeader(t, ns[5].addr(), topic, 0)
+		if (l >= 4) == (away[0] >= 4) && l >= 0 && moves(t, ns[1].addr()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 under long transactions not moved to %v in 60 s: leader %d", away, l)
+		}
+	}
+	t.Logf("moved in %v", time.Since(began).Round(100*time.Millisecond))
+	w.waitCommits(t, 3, "after the move")
+	stop()
+	wg.Wait()
+	w.checkReadCommitted(t, ns[6].addr(), topic)
+	t.Logf("%d records committed, %d aborted", len(w.committed), len(w.aborted))
 }
 
 // TestClusterAutoBalance: with Cluster.AutoBalance, groups that own two
