@@ -524,15 +524,7 @@ func TestClusterMoveWaitsForTransactions(t *testing.T) {
 	w.waitCommits(t, 60, "before the moves")
 	for i, to := range [][]int32{away, home, away} {
 		movePartition(t, ns[3].addr(), topic, 0, to)
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			l, _ := partitionLeader(t, ns[5].addr(), topic, 0)
-			if (l >= 4) == (to[0] >= 4) && l >= 0 && moves(t, ns[1].addr()) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("move %d: partition 0 under transactions not moved to %v: leader %d", i+1, to, l)
-			}
-		}
+		waitMoved(t, ns, topic, 0, to)
 		w.waitCommits(t, 60, fmt.Sprintf("after move %d", i+1))
 	}
 	stop()
@@ -577,15 +569,7 @@ func TestClusterMoveWaitsForLongTransactions(t *testing.T) {
 	}
 	movePartition(t, ns[3].addr(), topic, 0, away)
 	began := time.Now()
-	for deadline := began.Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		l, _ := partitionLeader(t, ns[5].addr(), topic, 0)
-		if (l >= 4) == (away[0] >= 4) && l >= 0 && moves(t, ns[1].addr()) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("partition 0 under long transactions not moved to %v in 60 s: leader %d", away, l)
-		}
-	}
+	waitMoved(t, ns, topic, 0, away)
 	t.Logf("moved in %v", time.Since(began).Round(100*time.Millisecond))
 	w.waitCommits(t, 3, "after the move")
 	stop()
