@@ -297,7 +297,7 @@ func (c *clusterMode) fence(ctx context.Context, req moveFenceRequest) moveFence
 	if m, fenced := r.node.State().Fences[key]; !fenced || m != mark {
 		// No transaction may begin on the partition from now on, and
 		// the fence waits (a while) for the open ones to end.
-		placementOf(p).drainUntil.Store(time.Now().Add(moveDrainHold).UnixNano())
+		placementOf(p).drainUntil.Store(c.b.clock.Now().Add(moveDrainHold).UnixNano())
 		wctx, cancel := context.WithTimeout(ctx, moveDrainWait)
 		drained := waitFor(wctx, func() bool { return len(p.OpenTransactions()) == 0 })
 		cancel()

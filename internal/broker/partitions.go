@@ -62,7 +62,8 @@ type brokerFence struct {
 type placement struct {
 	base  atomic.Int32
 	moved atomic.Bool
-	// drainUntil (Unix nanoseconds) is set on the source group's leader
+	// drainUntil (Unix nanoseconds of broker time, which a step of the
+	// wall clock does not move) is set on the source group's leader
 	// while a move waits for the partition's open transactions to end:
 	// until then no new one may begin on it (draining). Each of the
 	// target's asks to fence pushes it moveDrainHold ahead, so the
@@ -74,8 +75,8 @@ type placement struct {
 }
 
 // draining reports whether a move refuses new transactions on the
-// partition.
-func (pl *placement) draining() bool { return time.Now().UnixNano() < pl.drainUntil.Load() }
+// partition at broker time now.
+func (pl *placement) draining(now time.Time) bool { return now.UnixNano() < pl.drainUntil.Load() }
 
 // Leading refuses a client's or the broker's own append on a failover
 // replica that is not running as leader, or on a partition fenced for a

@@ -296,7 +296,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			return res, errInvalidRecord, "clients may not write control batches"
 		}
 		if h.Transactional() {
-			if placementOf(p).draining() && !openTxn(p, h.ProducerID) {
+			if placementOf(p).draining(b.clock.Now()) && !openTxn(p, h.ProducerID) {
 				// A move waits for this partition's transactions to
 				// end before it fences it: none may begin meanwhile.
 				return res, errConcurrentTransactions, "the partition is moving to another replication group; retry"
