@@ -84,8 +84,7 @@ func saramaDriver() driver {
 		seeds, topic, group, n, rf := scenarioArgs(args)
 		g := newGoScenario(out)
 		cfg := saramaConfig(sarama.V3_6_0_0)
-		cfg.Producer.Idempotent = true
-		cfg.Net.MaxOpenRequests = 1
+		saramaIdempotent(cfg)
 		cfg.Producer.Retry.Max = 30
 		cfg.Producer.Retry.Backoff = 200 * time.Millisecond
 		cfg.Producer.Compression = sarama.CompressionSnappy

@@ -238,6 +238,7 @@ func TestSaramaSASLPlain(t *testing.T) {
 			cfg.ApiVersionsRequest = version != sarama.SASLHandshakeV0
 			cfg.Net.SASL.User, cfg.Net.SASL.Password = secUser, secPass
 			cfg.Producer.Partitioner = sarama.NewManualPartitioner
+			saramaIdempotent(cfg) // the records are read back by position
 			topic := "sarama-" + name
 			prod, err := sarama.NewSyncProducer([]string{in.Addr()}, cfg)
 			if err != nil {
