@@ -34,8 +34,9 @@ import (
 //  3. Caught up, T's leader asks S's leader to fence the partition
 //     (PathMoveFence). S's leader refuses new transactions on it and
 //     waits a while for the open ones to end (T asks again if they do
-//     not, and the refusal lasts across its asks), commits the fence in its group's Raft log (every replica of S
-//     that applies it, and so every later leader of S, refuses appends),
+//     not, and the refusal lasts across its asks), commits the fence in
+//     its group's Raft log (every replica of S that applies it, and so
+//     every later leader of S, refuses appends),
 //     waits until its high watermark reaches its log end, and answers
 //     that end and the epoch it exposed.
 //  4. T's leader copies up to that end, waits until T's own high

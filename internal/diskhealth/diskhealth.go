@@ -258,6 +258,7 @@ func (m *Monitor) resumeAt() int64 {
 func (m *Monitor) pollSpace() {
 	free, total, err := m.cfg.Statfs(m.cfg.Dir)
 	if err != nil {
+		m.written.Store(0) // writers ask again a budget later, not every write
 		m.mu.Lock()
 		due := m.due(&m.lastStatfsLog)
 		m.mu.Unlock()

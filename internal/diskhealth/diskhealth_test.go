@@ -204,3 +204,31 @@ func TestWritesReadFreeSpaceBeforeTheReserveIsGone(t *testing.T) {
 		t.Fatal("overwrites of reserved space made a disk with 40 MiB free look full")
 	}
 }
+
+// TestWritesDoNotReadAFailingStatfsEachTime: when statfs fails, a writer
+// that asked is not asking again at its next write, but a budget later.
+func TestWritesDoNotReadAFailingStatfsEachTime(t *testing.T) {
+	calls := 0
+	m := New(Config{Dir: "/data", ReserveBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler), LogEvery: time.Hour,
+		Statfs: func(string) (int64, int64, error) {
+			calls++
+			if calls == 1 {
+				return 1 << 20, 1 << 30, nil // at the reserve: budget minBudget
+			}
+			return 0, 0, errors.New("statfs: input/output error")
+		}})
+	m.Poll()
+	f, err := m.FS(vfs.NewMem()).Create("seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<10)
+	for range 4 * minBudget / len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls < 2 || calls > 5 {
+		t.Fatalf("statfs read %d times for 4 budgets of writes, want one per budget", calls)
+	}
+}

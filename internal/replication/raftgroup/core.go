@@ -76,7 +76,8 @@ type core struct {
 	// (a burst past the reserve, another process) can then still follow
 	// a leader and learn the log start whose retention frees its disk;
 	// silent, it would wait for space that only it could have freed. It
-	// is taken again every ballastRetry ticks until it fits.
+	// is taken again every ballastRetry ticks while the disk is healthy
+	// (degraded), until it fits.
 	ballastPath  string
 	ballastBytes int64
 	ballastHeld  bool
@@ -191,7 +192,9 @@ func (c *core) tick() {
 	if c.unsaved {
 		c.save()
 	}
-	if !c.ballastHeld && !c.unsaved && c.ballastBytes > 0 {
+	// Not on a full or stalling disk: writing the ballast there would take
+	// the room it is meant to keep, or wait behind the stall.
+	if !c.ballastHeld && !c.unsaved && c.degraded == "" && c.ballastBytes > 0 {
 		if c.ballastWait--; c.ballastWait <= 0 {
 			c.holdBallast()
 		}

@@ -683,7 +683,8 @@ func TestFullDiskSilencesReplica(t *testing.T) {
 
 // TestBallastLetsAFullDiskSave: a leader whose disk is too full to save
 // its Raft state gives back its ballast, saves, and goes on serving
-// without an election; it takes the ballast again once it fits.
+// without an election; it takes the ballast again once its disk is no
+// longer full.
 func TestBallastLetsAFullDiskSave(t *testing.T) {
 	s := newSim(t, 3, 11, nil)
 	l := s.waitServing(100)
@@ -726,6 +727,12 @@ func TestBallastLetsAFullDiskSave(t *testing.T) {
 	if _, err := s.fss[l].Open("/data/" + BallastFileName); err == nil {
 		t.Fatal("the ballast file is still there")
 	}
+	c.setDegraded("disk full")
+	s.tick(c.ballastRetry + 1)
+	if c.ballastHeld {
+		t.Fatal("ballast taken again while the disk is full")
+	}
+	c.setDegraded("")
 	s.tick(c.ballastRetry + 1)
 	if !c.ballastHeld {
 		t.Fatalf("ballast not taken again after %d ticks", c.ballastRetry+1)
