@@ -3,7 +3,11 @@
 # one after the other on this machine:
 #   footprint   resident memory idle and holding 1,000 and 10,000 partitions
 #   partitions  acks=all pipelined produce with 8 producers into 1, 100,
-#               1,000 and 10,000 partitions: records/s, broker memory, CPU
+#               1,000 and 10,000 partitions: records/s, broker memory, CPU;
+#               records spread round-robin (one record per batch once the
+#               partitions outnumber what a producer buffers), and again
+#               into 8, 1,000 and 10,000 with the sticky partitioner (a
+#               batch per partition, the next partition at random)
 #   record size acks=all pipelined produce of 100 B, 1 KiB and 100 KiB
 #               records into 8 partitions: records/s and MB/s
 # and draws each curve as an SVG in docs/ (PLOTS_DIR). See docs/BENCHMARKS.md.
@@ -14,6 +18,7 @@
 # Environment:
 #   DURATION=8s              produce time per case
 #   PARTITIONS=1,100,1000,10000
+#   STICKY_PARTITIONS=8,1000,10000   ("" skips the sticky curve)
 #   FOOTPRINT=1000,10000     partition counts held for the footprint
 #   SIZES=100,1024,102400    record sizes
 #   RESULTS_DIR=DIR          default bench/results/scale-<timestamp>
@@ -31,6 +36,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 DURATION=${DURATION:-8s}
 PARTITIONS=${PARTITIONS:-1,100,1000,10000}
+STICKY_PARTITIONS=${STICKY_PARTITIONS-8,1000,10000}
 FOOTPRINT=${FOOTPRINT:-1000,10000}
 SIZES=${SIZES:-100,1024,102400}
 RESULTS_DIR=${RESULTS_DIR:-$here/results/scale-$(date +%Y%m%d-%H%M%S)}
@@ -71,6 +77,12 @@ measure() {
 	"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions.json" \
 		--acks=-1 --modes pipelined --partitions "$PARTITIONS" --producers 8 --duration "$DURATION" --no-consume \
 		| tee "$RESULTS_DIR/$name-partitions.txt" || rc=$?
+	if [[ -n $STICKY_PARTITIONS ]]; then
+		log "$name: partitions $STICKY_PARTITIONS, 8 producers, sticky partitioner"
+		"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions-sticky.json" \
+			--acks=-1 --modes pipelined --partitions "$STICKY_PARTITIONS" --producers 8 --duration "$DURATION" --no-consume \
+			--partitioner sticky | tee "$RESULTS_DIR/$name-partitions-sticky.txt" || rc=$?
+	fi
 	for s in ${SIZES//,/ }; do
 		log "$name: $s-byte records"
 		"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-size-$s.json" \
@@ -107,6 +119,9 @@ series() {
 	local kind=$1 name=$2 s files=()
 	if [[ $kind == partitions ]]; then
 		files=("$RESULTS_DIR/$name-partitions.json")
+	elif [[ $kind == sticky ]]; then
+		files=("$RESULTS_DIR/$name-partitions-sticky.json")
+		name="$name sticky"
 	else
 		for s in ${SIZES//,/ }; do files+=("$RESULTS_DIR/$name-size-$s.json"); done
 	fi
@@ -114,16 +129,18 @@ series() {
 	for f in "${files[@]}"; do [[ -f $f ]] && have+=("$f"); done
 	((${#have[@]})) && echo "$name=$(IFS=,; echo "${have[*]}")"
 }
-plot() { # OUT TITLE X Y YLABEL KIND
-	local args=() n s
-	for n in moonmq kafka; do s=$(series "$6" "$n") && args+=("$s"); done
+plot() { # OUT TITLE X Y YLABEL KINDS
+	local args=() n s k
+	for n in moonmq kafka; do
+		for k in ${6//,/ }; do s=$(series "$k" "$n") && args+=("$s"); done
+	done
 	((${#args[@]})) || return 0
 	"$bin/plot" --out "$PLOTS_DIR/$1" --title "$2" --x "$3" --y "$4" --ylabel "$5" "${args[@]}"
 	log "wrote $PLOTS_DIR/$1"
 }
-plot scale-partitions-throughput.svg "acks=all produce, 8 producers, 1 KiB records" partitions records_per_sec "records/s" partitions
-plot scale-partitions-memory.svg "Broker resident memory while producing, 8 producers" partitions rss_peak_mb "peak RSS (MB)" partitions
-plot scale-partitions-cpu.svg "Broker CPU per million acknowledged records, 8 producers" partitions cpu_seconds_per_million "CPU s / M records" partitions
+plot scale-partitions-throughput.svg "acks=all produce, 8 producers, 1 KiB records" partitions records_per_sec "records/s" partitions,sticky
+plot scale-partitions-memory.svg "Broker resident memory while producing, 8 producers" partitions rss_peak_mb "peak RSS (MB)" partitions,sticky
+plot scale-partitions-cpu.svg "Broker CPU per million acknowledged records, 8 producers" partitions cpu_seconds_per_million "CPU s / M records" partitions,sticky
 plot scale-size-throughput.svg "acks=all produce into 8 partitions, by record size" record_size mb_per_sec "MB/s" size
 plot scale-size-records.svg "acks=all produce into 8 partitions, by record size" record_size records_per_sec "records/s" size
 log "results in $RESULTS_DIR"

@@ -55,7 +55,7 @@ type Config struct {
 	TxnSize          int           // records per transaction in transactional mode
 	Producers        int           // producer clients run at once in every case
 	MaxInflight      int           // produce requests in flight per broker when idempotency is off
-	Partitioner      string        // "roundrobin" or "sticky"
+	Partitioner      string        // "roundrobin", "sticky" or "uniform"
 	ConsumeTimeout   time.Duration // give up consuming after this long without progress
 	ProgressInterval time.Duration // how often the progress line is refreshed
 	NoConsume        bool          // skip the consume phase
@@ -116,7 +116,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&cfg.Linger, "linger", 0, "producer linger")
 	fs.IntVar(&cfg.MaxBuffered, "max-buffered", DefaultMaxBuffered, "max records buffered (in flight) in pipelined mode")
 	fs.IntVar(&cfg.MaxInflight, "max-inflight", 5, "produce requests in flight per broker when idempotency is off (acks != -1)")
-	fs.StringVar(&cfg.Partitioner, "partitioner", "roundrobin", "record partitioner: roundrobin or sticky (franz-go default)")
+	fs.StringVar(&cfg.Partitioner, "partitioner", "roundrobin", "record partitioner: roundrobin, sticky (one partition per batch, chosen at random: KIP-480, the Kafka clients' default for keyless records before 3.3) or uniform (franz-go's default, KIP-794)")
 	fs.DurationVar(&cfg.ConsumeTimeout, "consume-timeout", 15*time.Second, "stop consuming after this long without progress")
 	fs.DurationVar(&cfg.ProgressInterval, "progress-interval", 500*time.Millisecond, "how often to refresh the progress line on stderr")
 	fs.BoolVar(&cfg.NoConsume, "no-consume", false, "skip the consume phase")
@@ -175,8 +175,8 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("bench: --producers must be positive, got %d", cfg.Producers)
 	case cfg.TxnSize <= 0:
 		return nil, fmt.Errorf("bench: --txn-size must be positive, got %d", cfg.TxnSize)
-	case cfg.Partitioner != "roundrobin" && cfg.Partitioner != "sticky":
-		return nil, fmt.Errorf("bench: --partitioner must be roundrobin or sticky, got %q", cfg.Partitioner)
+	case cfg.Partitioner != "roundrobin" && cfg.Partitioner != "sticky" && cfg.Partitioner != "uniform":
+		return nil, fmt.Errorf("bench: --partitioner must be roundrobin, sticky or uniform, got %q", cfg.Partitioner)
 	case cfg.ProgressInterval <= 0 || cfg.ProgressInterval > time.Second:
 		return nil, fmt.Errorf("bench: --progress-interval must be in (0, 1s], got %s", cfg.ProgressInterval)
 	case cfg.ConsumeTimeout <= 0:

@@ -8,10 +8,16 @@ import (
 
 // Frame buffers are pooled in power-of-two classes from minPooled to
 // maxPooled bytes. Smaller ones cost little to allocate; larger ones are
-// rare enough that keeping them would only hold memory.
+// rare enough that keeping them would only hold memory. A franz-go
+// producer with its default buffering sends produce requests of 8 to 10
+// MiB once it writes to more partitions than one request has batches for
+// (each batch up to 1 MiB): at 8 MiB these missed the pool, and their
+// growth on the heap and its collection were a quarter of the broker's
+// CPU with 10,000 partitions (docs/BENCHMARKS.md). Off the heap a class's
+// pages are mapped only once touched, so a large class costs what is used.
 const (
 	minPooledShift = 16 // 64 KiB
-	maxPooledShift = 23 // 8 MiB
+	maxPooledShift = 25 // 32 MiB
 	classes        = maxPooledShift - minPooledShift + 1
 	// MaxPooled is the largest buffer the pool lends.
 	MaxPooled = 1 << maxPooledShift

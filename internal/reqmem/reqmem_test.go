@@ -112,7 +112,7 @@ func TestPoolBoundsIdleMemory(t *testing.T) {
 	}
 	// Not ours: a buffer of an odd capacity, one too large.
 	p.Put(make([]byte, 100<<10))
-	p.Put(make([]byte, 16<<20))
+	p.Put(make([]byte, 2*MaxPooled))
 	if idle := p.Idle(); idle != 2<<20 {
 		t.Fatalf("idle %d after foreign Puts, want 2 MiB", idle)
 	}
