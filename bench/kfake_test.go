@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/moonmq/moonmq/internal/bench"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // runAgainstKfake runs `moonmq bench` with args against a fresh one-broker
@@ -25,6 +27,12 @@ func runAgainstKfake(t *testing.T, args ...string) (bench.Report, string, string
 		t.Fatal(err)
 	}
 	defer c.Close()
+	return runAgainst(t, c, args...)
+}
+
+// runAgainst runs `moonmq bench` with args against the kfake cluster c.
+func runAgainst(t *testing.T, c *kfake.Cluster, args ...string) (bench.Report, string, string) {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "report.json")
 	var stdout, stderr bytes.Buffer
 	args = append([]string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--name", "kfake", "--json", out}, args...)
@@ -100,5 +108,48 @@ func TestEndToEndAgainstKfake(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "end-to-end p50") {
 		t.Errorf("table lacks the end-to-end latency:\n%s", stdout)
+	}
+}
+
+// TestStickyWarmUpReachesEveryPartition: with a sticky partitioner the
+// warm-up still writes to every partition (so that no partition's first
+// write falls in the measured time), and the consumer expects its records.
+func TestStickyWarmUpReachesEveryPartition(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const partitions, producers, records = 40, 2, 200
+	rep, _, _ := runAgainst(t, c, "--partitioner", "sticky", "--partitions", strconv.Itoa(partitions),
+		"--producers", strconv.Itoa(producers), "--records", strconv.Itoa(records),
+		"--acks", "-1", "--modes", "pipelined", "--keep-topics")
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results, want 1", len(rep.Results))
+	}
+	r := rep.Results[0]
+	// The run's records, each client's warm-up (one record per partition,
+	// wherever the partitioner puts it) and one more for every partition.
+	if want := int64(records + producers*partitions + partitions); r.Error != "" || !r.Consume.Complete || r.Consume.Records != want {
+		t.Fatalf("error %q, consumed %d (complete %v), want %d", r.Error, r.Consume.Records, r.Consume.Complete, want)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(t.Context(), r.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		seen++
+		if o.Err != nil || o.Offset < 1 {
+			t.Errorf("partition %d: end offset %d, err %v: the warm-up missed it", o.Partition, o.Offset, o.Err)
+		}
+	})
+	if seen != partitions {
+		t.Errorf("%d partitions listed, want %d", seen, partitions)
 	}
 }
