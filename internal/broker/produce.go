@@ -87,6 +87,11 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 		}
 		resp.Topics = append(resp.Topics, out)
 	}
+	// One group-commit pass for every partition the request wrote (the
+	// appends above only marked them): started by each append, the first
+	// partition's pass would leave the others to the next one, and an
+	// eight-partition produce would wait for two.
+	b.flush.Kick()
 	resp.Brokers = hints.produceBrokers(b, r.Version)
 	// Each result points into its topic's Partitions array, which copying
 	// the topic into resp.Topics shares rather than moves.
@@ -342,7 +347,7 @@ func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte,
 			return code
 		}
 	}
-	a, err := p.AppendClient(batches, headers, txnCheck)
+	a, err := p.AppendClient(batches, headers, txnCheck, partition.FlushWithRequest)
 	var refused *partition.Refusal
 	switch {
 	case errors.As(err, &refused) && refused.Transaction:

@@ -42,6 +42,12 @@ const (
 	// or the flusher's idle tick: nobody waits for it and recovery
 	// repairs its loss.
 	FlushLazily
+	// FlushWithRequest leaves the pass to the caller, who appends to
+	// other partitions for the same request and then starts one pass for
+	// all of them (Flusher.Kick). A pass started by the first partition's
+	// append would sync that partition alone, and the request would wait
+	// for a second pass for the rest.
+	FlushWithRequest
 )
 
 // writer is who appends, which decides the fence check, the offsets and
@@ -127,8 +133,9 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 // with a Kafka error code, and an idempotent producer's batch is checked
 // against its sequence: out of order or fenced is refused, a retry of a
 // batch already held is answered with its original offsets. Errors:
-// *Refusal, ErrDeleted, the fence's, or the log's.
-func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header, txnCheck func(recordbatch.Header) int16) (Appended, error) {
+// *Refusal, ErrDeleted, the fence's, or the log's. flush is FlushNow, or
+// FlushWithRequest when the caller starts the pass itself.
+func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header, txnCheck func(recordbatch.Header) int16, flush Flush) (Appended, error) {
 	h := headers[0]
 	admit := func() (*Appended, error) {
 		if h.Transactional() && txnCheck != nil {
@@ -155,7 +162,7 @@ func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header,
 		}
 		return nil, nil
 	}
-	res, stateErr, err := p.write(byClient, batches, headers, FlushNow, admit)
+	res, stateErr, err := p.write(byClient, batches, headers, flush, admit)
 	if stateErr != nil {
 		p.logger.Error("producer state update failed", "err", stateErr)
 	}

@@ -53,13 +53,20 @@ func (f *Flusher) markDirty(p *Partition, kick bool) {
 	f.dirty[p] = struct{}{}
 	f.mu.Unlock()
 	if kick {
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+		f.Kick()
 	}
 	if f.cfg.WakeOnAppend {
 		p.Wake()
+	}
+}
+
+// Kick starts a pass at once (or right after the one under way) for
+// whatever is marked: the end of a request whose appends were marked
+// FlushWithRequest.
+func (f *Flusher) Kick() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -136,7 +136,7 @@ func (f *fixture) open(t *testing.T, tail bool) {
 
 func (f *fixture) client(t *testing.T, batch []byte) (Appended, error) {
 	t.Helper()
-	return f.p.AppendClient([][]byte{batch}, header(t, batch), nil)
+	return f.p.AppendClient([][]byte{batch}, header(t, batch), nil, FlushNow)
 }
 
 // TestAppendPathsShareOffsetsAndState: the three append flavours write
@@ -249,7 +249,7 @@ func TestAppendRefusals(t *testing.T) {
 			t.Errorf("transaction check saw producer %d", h.ProducerID)
 		}
 		return 48
-	})
+	}, FlushNow)
 	var r *Refusal
 	if !errors.As(err, &r) || r.Code != 48 || !r.Transaction {
 		t.Fatalf("transactional batch outside a transaction: %v, want refusal 48", err)
@@ -274,7 +274,7 @@ func TestZombieCoordinatorMarkerRefused(t *testing.T) {
 	txnData := func(seq int32) {
 		t.Helper()
 		tb := encode(t, recordbatch.BatchOptions{ProducerID: 9, BaseSequence: seq, Transactional: true}, 1)
-		if _, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil); err != nil {
+		if _, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil, FlushNow); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -436,7 +436,7 @@ func TestStateSurvivesReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb := encode(t, recordbatch.BatchOptions{ProducerID: 5, BaseSequence: 0, Transactional: true}, 1)
-		if _, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil); err != nil {
+		if _, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil, FlushNow); err != nil {
 			t.Fatal(err)
 		}
 		if snapshot {
@@ -644,7 +644,7 @@ func TestManyDirtyPartitionsShareAVolumeSync(t *testing.T) {
 		return nil
 	})
 	for _, p := range parts {
-		if _, err := p.AppendClient([][]byte{plainBatch(t, 3)}, header(t, plainBatch(t, 3)), nil); err != nil {
+		if _, err := p.AppendClient([][]byte{plainBatch(t, 3)}, header(t, plainBatch(t, 3)), nil, FlushNow); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -664,7 +664,7 @@ func TestManyDirtyPartitionsShareAVolumeSync(t *testing.T) {
 		return nil
 	})
 	for _, p := range parts {
-		if _, err := p.AppendClient([][]byte{plainBatch(t, 1)}, header(t, plainBatch(t, 1)), nil); err != nil {
+		if _, err := p.AppendClient([][]byte{plainBatch(t, 1)}, header(t, plainBatch(t, 1)), nil, FlushNow); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -676,5 +676,48 @@ func TestManyDirtyPartitionsShareAVolumeSync(t *testing.T) {
 		if hw := p.HighWatermark(); hw != 3 {
 			t.Fatalf("partition %d: high watermark %d after a failed sync, want 3", p.Index, hw)
 		}
+	}
+}
+
+// TestRequestAppendsStartOnePass: appends marked FlushWithRequest start no
+// pass; the caller's Kick starts one, and that pass covers every
+// partition the request wrote. (FlushNow starts a pass at each append.)
+func TestRequestAppendsStartOnePass(t *testing.T) {
+	fatal := func(err error) { t.Errorf("fatal: %v", err) }
+	flush := NewFlusher(FlusherConfig{Fatal: fatal})
+	var parts []*Partition
+	for i := range 3 {
+		p, err := New(Config{Topic: "t", Index: int32(i), Log: mustLog(t, t.TempDir()), Fence: &testFence{},
+			Flusher: flush, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		parts = append(parts, p)
+	}
+	for _, p := range parts {
+		if _, err := p.AppendClient([][]byte{plainBatch(t, 2)}, header(t, plainBatch(t, 2)), nil, FlushWithRequest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(flush.kick); n != 0 {
+		t.Fatalf("appends of one request started a pass (%d kicks pending)", n)
+	}
+	flush.Kick()
+	if n := len(flush.kick); n != 1 {
+		t.Fatalf("Kick left %d kicks pending, want 1", n)
+	}
+	<-flush.kick // the pass Run would start:
+	flush.SyncAll()
+	for _, p := range parts {
+		if hw := p.HighWatermark(); hw != 2 {
+			t.Fatalf("partition %d: high watermark %d after the request's pass, want 2", p.Index, hw)
+		}
+	}
+	if _, err := parts[0].AppendClient([][]byte{plainBatch(t, 1)}, header(t, plainBatch(t, 1)), nil, FlushNow); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(flush.kick); n != 1 {
+		t.Fatalf("a FlushNow append left %d kicks pending, want 1", n)
 	}
 }

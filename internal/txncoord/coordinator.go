@@ -420,7 +420,8 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	}
 	waits := also
 	offsetsTouched := false
-	var remote []txn.TP
+	var remote, local []txn.TP
+	var parts []*partition.Partition
 	for _, tp := range m.SortedPartitions() {
 		p := c.host.Partition(tp.Topic, tp.Partition)
 		if p == nil {
@@ -429,12 +430,22 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 			}
 			continue // deleted since (or never valid): nothing to mark
 		}
+		local, parts = append(local, tp), append(parts, p)
+	}
+	for i, tp := range local {
+		// The last marker starts the group-commit pass and the others
+		// only mark their partitions, so that one pass syncs them all:
+		// started by the first, it would leave the rest to a second.
+		flush := partition.FlushWithRequest
+		if i == len(local)-1 {
+			flush = partition.FlushNow
+		}
 		batch := append([]byte(nil), batch0...)
-		end, err := c.w.Append(p, batch, partition.FlushNow)
+		end, err := c.w.Append(parts[i], batch, flush)
 		if err != nil {
 			return fmt.Errorf("marker for %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
-		waits = append(waits, partition.Wait{P: p, Offset: end})
+		waits = append(waits, partition.Wait{P: parts[i], Offset: end})
 		offsetsTouched = offsetsTouched || tp.Topic == c.cfg.OffsetsTopic
 	}
 	// The broker's context, not the request's: a client that disconnects
@@ -463,6 +474,17 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 		c.offsets.EndTxn(m.ProducerID, commit)
 	}
 	return nil
+}
+
+// marksHere says whether writeMarkers has a partition of m to write a
+// marker to on this broker.
+func (c *Coordinator) marksHere(m *txn.Metadata) bool {
+	for _, tp := range m.SortedPartitions() {
+		if c.host.Partition(tp.Topic, tp.Partition) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // coordinatorEpoch is the coordinator epoch m's markers carry: the
@@ -578,7 +600,14 @@ func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int
 			c.w.Wait(ctx, st, e.stateEnd) != nil {
 			return kerr.RequestTimedOut.Code
 		}
-		p, end, err := c.appendState(e, prepared, partition.FlushNow)
+		// The last marker starts the pass that syncs the decision too
+		// (writeMarkers); with no marker to write here, the decision
+		// starts its own.
+		flush := partition.FlushNow
+		if c.marksHere(prepared) {
+			flush = partition.FlushWithRequest
+		}
+		p, end, err := c.appendState(e, prepared, flush)
 		if err != nil {
 			c.log.Error("writing transaction state failed", "transactional_id", m.ID, "err", err)
 			return coordinator.Code(err)

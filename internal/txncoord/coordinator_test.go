@@ -39,7 +39,7 @@ func produceTxn(t *testing.T, c *Coordinator, p *partition.Partition, pid int64,
 	check := func(h recordbatch.Header) int16 {
 		return c.CheckProduce(h.ProducerID, h.ProducerEpoch, p.Topic, p.Index)
 	}
-	if _, err := p.AppendClient([][]byte{batch}, []recordbatch.Header{h}, check); err != nil {
+	if _, err := p.AppendClient([][]byte{batch}, []recordbatch.Header{h}, check, partition.FlushNow); err != nil {
 		t.Fatalf("transactional produce: %v", err)
 	}
 }
@@ -139,7 +139,7 @@ func TestLoadAbortsOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	hd, _ := recordbatch.ParseHeader(batch)
-	if _, err := p.AppendClient([][]byte{batch}, []recordbatch.Header{hd}, allow); err != nil {
+	if _, err := p.AppendClient([][]byte{batch}, []recordbatch.Header{hd}, allow, partition.FlushNow); err != nil {
 		t.Fatal(err)
 	}
 	if _, open := p.OpenTransactions()[42]; !open {
