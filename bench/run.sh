@@ -186,22 +186,28 @@ cat "$RESULTS_DIR/run-info.txt" >&2
 # stop it; every round starts from empty storage.
 run_moonmq() {
 	[[ ${SKIP_MOONMQ:-0} != 1 ]] || return 0
-	local port mport
-	port=$(free_port)
-	mport=$(free_port)
-	rm -rf "$work/moonmq-data"
-	mkdir -p "$work/moonmq-data"
-	printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d%s}}\n' \
-		"$port" "$work/moonmq-data" "$mport" "${MOONMQ_SERVER_EXTRA:+,$MOONMQ_SERVER_EXTRA}" >"$work/moonmq.json"
-	log "round $1: moonmq serve on 127.0.0.1:$port"
-	"${MOONMQ_SERVER:-$bin/moonmq}" serve --config "$work/moonmq.json" >>"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
-	pids+=($!)
-	if wait_port "$port" "$!"; then
-		phases moonmq "127.0.0.1:$port" "${pids[-1]}" "$1"
-	else
-		log "moonmq did not start; see $RESULTS_DIR/moonmq-serve.log"
-	fi
-	stop "${pids[-1]}"
+	local port mport try
+	# A port free when picked can be taken (a client's ephemeral port)
+	# before the broker binds it: try again on others.
+	for try in 1 2 3; do
+		port=$(free_port)
+		mport=$(free_port)
+		rm -rf "$work/moonmq-data"
+		mkdir -p "$work/moonmq-data"
+		printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d%s}}\n' \
+			"$port" "$work/moonmq-data" "$mport" "${MOONMQ_SERVER_EXTRA:+,$MOONMQ_SERVER_EXTRA}" >"$work/moonmq.json"
+		log "round $1: moonmq serve on 127.0.0.1:$port"
+		"${MOONMQ_SERVER:-$bin/moonmq}" serve --config "$work/moonmq.json" >>"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
+		pids+=($!)
+		if wait_port "$port" "$!"; then
+			phases moonmq "127.0.0.1:$port" "${pids[-1]}" "$1"
+			stop "${pids[-1]}"
+			rm -rf "$work/moonmq-data"
+			return 0
+		fi
+		log "moonmq did not start (attempt $try); see $RESULTS_DIR/moonmq-serve.log"
+		stop "${pids[-1]}"
+	done
 	rm -rf "$work/moonmq-data"
 }
 
