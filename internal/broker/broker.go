@@ -74,6 +74,9 @@ type Broker struct {
 	logDamaged atomic.Bool
 
 	flush *partition.Flusher
+	// flushIdle, when set, replaces the flusher's idle pass interval
+	// (partition.FlusherConfig.IdleEvery): tests.
+	flushIdle time.Duration
 	// volume is the data directory's filesystem, synced whole by the
 	// flusher's large passes; nil when it cannot be. Closed with the logs.
 	volume *storage.Volume

@@ -33,6 +33,7 @@ func newFlusher(b *Broker) *partition.Flusher {
 		ObserveFsync: func(d time.Duration) { b.stats.observeFsync(d) },
 		Volume:       vol,
 		WakeOnAppend: b.repl != nil,
+		IdleEvery:    b.flushIdle,
 	})
 }
 

@@ -38,6 +38,10 @@ type FlusherConfig struct {
 	// when its high watermark rises: replication followers long-poll for
 	// appends.
 	WakeOnAppend bool
+	// IdleEvery is how long a write marked for a later pass stays unsynced
+	// when nothing starts one; lazyFlushEvery when zero. Tests lengthen it
+	// to prove that a path starts its own pass.
+	IdleEvery time.Duration
 }
 
 // NewFlusher returns a flusher; Run starts its loop.
@@ -92,7 +96,11 @@ const volumeSyncAt = 2
 // Run syncs as soon as there is work, and every lazyFlushEvery, until ctx
 // ends.
 func (f *Flusher) Run(ctx context.Context) {
-	tick := time.NewTicker(lazyFlushEvery)
+	every := f.cfg.IdleEvery
+	if every <= 0 {
+		every = lazyFlushEvery
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {

@@ -339,12 +339,8 @@ func (c *Coordinator) joinable(tp txn.TP) bool {
 // hasRemote reports whether a transaction holds a partition of another
 // group.
 func (c *Coordinator) hasRemote(m *txn.Metadata) bool {
-	for tp := range m.Partitions {
-		if c.host.Partition(tp.Topic, tp.Partition) == nil && c.host.Remote(tp.Topic, tp.Partition) {
-			return true
-		}
-	}
-	return false
+	_, _, remote := c.markerTargets(m)
+	return len(remote) > 0
 }
 
 // MarkerBatch is the control batch that commits or aborts a producer's
@@ -420,18 +416,7 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	}
 	waits := also
 	offsetsTouched := false
-	var remote, local []txn.TP
-	var parts []*partition.Partition
-	for _, tp := range m.SortedPartitions() {
-		p := c.host.Partition(tp.Topic, tp.Partition)
-		if p == nil {
-			if c.host.Remote(tp.Topic, tp.Partition) {
-				remote = append(remote, tp)
-			}
-			continue // deleted since (or never valid): nothing to mark
-		}
-		local, parts = append(local, tp), append(parts, p)
-	}
+	local, parts, remote := c.markerTargets(m)
 	for i, tp := range local {
 		// The last marker starts the group-commit pass and the others
 		// only mark their partitions, so that one pass syncs them all:
@@ -476,15 +461,22 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	return nil
 }
 
-// marksHere says whether writeMarkers has a partition of m to write a
-// marker to on this broker.
-func (c *Coordinator) marksHere(m *txn.Metadata) bool {
+// markerTargets splits m's partitions into those this broker holds (local,
+// with their partitions) and those another group leads (remote); a
+// partition in neither was deleted since, or never valid, and gets no
+// marker.
+func (c *Coordinator) markerTargets(m *txn.Metadata) (local []txn.TP, parts []*partition.Partition, remote []txn.TP) {
 	for _, tp := range m.SortedPartitions() {
-		if c.host.Partition(tp.Topic, tp.Partition) != nil {
-			return true
+		p := c.host.Partition(tp.Topic, tp.Partition)
+		if p == nil {
+			if c.host.Remote(tp.Topic, tp.Partition) {
+				remote = append(remote, tp)
+			}
+			continue
 		}
+		local, parts = append(local, tp), append(parts, p)
 	}
-	return false
+	return local, parts, remote
 }
 
 // coordinatorEpoch is the coordinator epoch m's markers carry: the
@@ -588,7 +580,8 @@ func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int
 	// The one-round path needs every marker where recoverFromMarkers
 	// looks: a transaction over another group's partitions writes its
 	// decision durably before any marker.
-	if prepared.Epoch == m.Epoch+1 && !c.hasRemote(prepared) {
+	local, _, remote := c.markerTargets(prepared)
+	if prepared.Epoch == m.Epoch+1 && len(remote) == 0 {
 		// One durable round: the decision and its markers are written
 		// together. The markers carry the new epoch, which no other
 		// write of this producer can have before the decision is
@@ -604,7 +597,7 @@ func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int
 		// (writeMarkers); with no marker to write here, the decision
 		// starts its own.
 		flush := partition.FlushNow
-		if c.marksHere(prepared) {
+		if len(local) > 0 {
 			flush = partition.FlushWithRequest
 		}
 		p, end, err := c.appendState(e, prepared, flush)
