@@ -93,8 +93,8 @@ const maxParallelSyncs = 16
 // background writes (compaction) sync themselves as they go.
 const volumeSyncAt = 2
 
-// Run syncs as soon as there is work, and every lazyFlushEvery, until ctx
-// ends.
+// Run syncs as soon as there is work, and every IdleEvery (lazyFlushEvery
+// by default), until ctx ends.
 func (f *Flusher) Run(ctx context.Context) {
 	every := f.cfg.IdleEvery
 	if every <= 0 {
