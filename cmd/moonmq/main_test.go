@@ -303,6 +303,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	}
 	m := get("/metrics")
 	for _, want := range []string{"moonmq_produced_records_total 2", `moonmq_requests_total{api="Produce",error_code="0"}`, "moonmq_fsync_duration_seconds_count",
+		`moonmq_request_remote_seconds_count{api="Produce"} 2`,
 		`moonmq_partition_log_end_offset{partition="0",topic="m"} 2`, `moonmq_partition_high_watermark{partition="0",topic="m"} 2`,
 		`moonmq_consumer_group_lag{group="g",partition="0",topic="m"} 1`, "moonmq_fetched_records_total 1"} {
 		if !strings.Contains(m, want) {

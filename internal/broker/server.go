@@ -449,7 +449,10 @@ func (cn *conn) dispatch(req protocol.Request, p *pending) {
 	cn.waits.Add(1)
 	go func() {
 		defer cn.waits.Done()
-		finish(wait(cn.ctx))
+		waitStart := time.Now()
+		resp := wait(cn.ctx)
+		cn.s.b.stats.waited(req.Key, time.Since(waitStart))
+		finish(resp)
 	}()
 }
 

@@ -38,6 +38,7 @@ type Stats struct {
 
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	remote     *prometheus.HistogramVec
 	fsyncHist  prometheus.Histogram
 	fsyncCount atomic.Int64
 	fsyncNanos atomic.Int64
@@ -52,6 +53,15 @@ func newStats() *Stats {
 		Name: "moonmq_request_duration_seconds", Help: "Time from decoding a request to its answer being ready.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"api"})
+	// Kafka's RemoteTimeMs: the part of a request's time that is not the
+	// broker's own work but a wait for something else (a group-commit
+	// pass, followers, new data). Beside the fsync histogram it says
+	// whether a slow acks=all produce waited for the disk or for CPU.
+	s.remote = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "moonmq_request_remote_seconds",
+		Help:    "Of moonmq_request_duration_seconds, the time after the handler's own work spent waiting: an acks=all produce for its group-commit pass (and its followers), a fetch for data, a transaction's end for its markers' pass.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	}, []string{"api"})
 	s.fsyncHist = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "moonmq_fsync_duration_seconds", Help: "Latency of partition log fsyncs.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
@@ -62,7 +72,7 @@ func newStats() *Stats {
 	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
 	}
-	s.reg.MustRegister(s.requests, s.latency, s.fsyncHist,
+	s.reg.MustRegister(s.requests, s.latency, s.remote, s.fsyncHist,
 		gauge("moonmq_connections", "Open client connections.", func() float64 { return float64(s.connections.Load()) }),
 		counter("moonmq_bad_frames_total", "Connections closed for a frame that could not be accepted.", &s.badFrames),
 		counter("moonmq_produced_bytes_total", "Record batch bytes appended.", &s.producedBytes),
@@ -88,6 +98,11 @@ func (s *Stats) finished(key int16, resp kmsg.Response, d time.Duration) {
 	s.requestCount.Add(1)
 	s.latency.WithLabelValues(kmsg.NameForKey(key)).Observe(d.Seconds())
 	s.request(key, topLevelError(resp))
+}
+
+// waited records how long a request's deferred answer waited.
+func (s *Stats) waited(key int16, d time.Duration) {
+	s.remote.WithLabelValues(kmsg.NameForKey(key)).Observe(d.Seconds())
 }
 
 // topLevelError reports the first error code of a response, enough to see
