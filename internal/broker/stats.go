@@ -53,13 +53,14 @@ func newStats() *Stats {
 		Name: "moonmq_request_duration_seconds", Help: "Time from decoding a request to its answer being ready.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"api"})
-	// Kafka's RemoteTimeMs: the part of a request's time that is not the
-	// broker's own work but a wait for something else (a group-commit
+	// Kafka's RemoteTimeMs: the part of a request's time spent after its
+	// handler returned, mostly waiting for something else (a group-commit
 	// pass, followers, new data). Beside the fsync histogram it says
-	// whether a slow acks=all produce waited for the disk or for CPU.
+	// whether a slow acks=all produce waited for the disk or for CPU. An
+	// EndTxn does all its work there, so its share is the whole request.
 	s.remote = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "moonmq_request_remote_seconds",
-		Help:    "Of moonmq_request_duration_seconds, the time after the handler's own work spent waiting: an acks=all produce for its group-commit pass (and its followers), a fetch for data, a transaction's end for its markers' pass.",
+		Help:    "Of moonmq_request_duration_seconds, the time after the handler's own work spent waiting: an acks=all produce for its group-commit pass (and its followers), a fetch for data; all of an EndTxn (its decision, markers and their pass).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"api"})
 	s.fsyncHist = prometheus.NewHistogram(prometheus.HistogramOpts{
