@@ -25,7 +25,8 @@ const (
 
 // Pool lends frame buffers. It keeps at most its retain bound of idle
 // buffers across all classes; a buffer given back beyond that is left to
-// the garbage collector, or, off the heap, unmapped.
+// the garbage collector, or, off the heap, unmapped. Off the heap it also
+// keeps one buffer above the largest class (spare).
 type Pool struct {
 	retain  int64
 	offHeap bool
@@ -38,6 +39,14 @@ type Pool struct {
 	idle   int64              // bytes of the buffers in free
 	mapped map[*byte]struct{} // off the heap: every buffer lent or idle
 	closed bool               // off the heap: Close ran
+	// spare is the one buffer above the largest class kept idle, for
+	// the next such Get: a consumer reading many partitions asks for an
+	// answer of tens of megabytes every time, and mapping and faulting
+	// in a fresh one per answer was a fifth of the broker's CPU while it
+	// read (docs/BENCHMARKS.md). It is outside retain, which would
+	// otherwise trade it for the answer's own read buffers, and Trim
+	// releases it once it has been idle through a period.
+	spare idleBuffer
 
 	hits, misses atomic.Int64
 }
@@ -111,12 +120,21 @@ func (p *Pool) Get(n int) []byte {
 	return b[:n]
 }
 
-// getLarge maps a buffer above the largest class off the heap, for one
-// use: a fetch answer over many partitions can be tens of megabytes, and
-// on the heap the garbage collector would let as much again in garbage
-// build up before it ran. Put unmaps it.
+// getLarge lends a buffer above the largest class, off the heap: a fetch
+// answer over many partitions can be tens of megabytes, and on the heap
+// the garbage collector would let as much again in garbage build up
+// before it ran. It is the spare when that is large enough, else mapped
+// afresh; Put keeps the larger of it and the spare and unmaps the other.
 func (p *Pool) getLarge(n int) []byte {
 	size := (n + 1<<minPooledShift - 1) &^ (1<<minPooledShift - 1)
+	p.mu.Lock()
+	if s := p.spare.b; cap(s) >= size {
+		p.spare = idleBuffer{}
+		p.mu.Unlock()
+		p.hits.Add(1)
+		return s[:n]
+	}
+	p.mu.Unlock()
 	b, err := mapBuffer(size)
 	if err != nil {
 		return make([]byte, n)
@@ -164,11 +182,20 @@ func (p *Pool) Put(b []byte) {
 func (p *Pool) putLarge(b []byte) {
 	b = b[:cap(b)]
 	p.mu.Lock()
-	_, ok := p.mapped[&b[0]]
-	delete(p.mapped, &b[0])
+	if _, ok := p.mapped[&b[0]]; !ok {
+		p.mu.Unlock()
+		return
+	}
+	drop := b
+	if !p.closed && cap(p.spare.b) < cap(b) {
+		drop, p.spare = p.spare.b[:cap(p.spare.b)], idleBuffer{b[:0], p.gen}
+	}
+	if cap(drop) > 0 {
+		delete(p.mapped, &drop[0])
+	}
 	p.mu.Unlock()
-	if ok {
-		unmapBuffer(b)
+	if cap(drop) > 0 {
+		unmapBuffer(drop)
 	}
 }
 
@@ -195,6 +222,12 @@ func (p *Pool) Trim() {
 		clear(p.free[c][len(keep):])
 		p.free[c] = keep
 	}
+	if s := p.spare; cap(s.b) > 0 && s.gen != p.gen {
+		p.spare = idleBuffer{}
+		b := s.b[:cap(s.b)]
+		delete(p.mapped, &b[0])
+		unmapBuffer(b)
+	}
 	p.gen++
 }
 
@@ -216,6 +249,12 @@ func (p *Pool) Close() {
 		p.free[c] = nil
 	}
 	p.idle = 0
+	if b := p.spare.b; cap(b) > 0 {
+		p.spare = idleBuffer{}
+		b = b[:cap(b)]
+		delete(p.mapped, &b[0])
+		unmapBuffer(b)
+	}
 }
 
 // Mapped is the number of off-heap buffers lent or idle.
@@ -233,14 +272,17 @@ func (p *Pool) Lent() int {
 	for c := range p.free {
 		n -= len(p.free[c])
 	}
+	if cap(p.spare.b) > 0 {
+		n--
+	}
 	return n
 }
 
-// Idle is the number of bytes the pool keeps now.
+// Idle is the number of bytes the pool keeps now, the spare included.
 func (p *Pool) Idle() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.idle
+	return p.idle + int64(cap(p.spare.b))
 }
 
 // Hits and Misses count Gets served from the pool and allocated afresh.

@@ -223,7 +223,9 @@ func TestPoolTrim(t *testing.T) {
 }
 
 // TestOffHeapPoolLargeBuffers: a buffer above the largest class is mapped
-// for one use and unmapped when given back, never kept; a heap slice that
+// off the heap; given back, it is kept as the one spare, which the next
+// large Get that fits reuses and a larger buffer replaces; Trim releases
+// the spare once idle through a period, Close at once; a heap slice that
 // large is not the pool's.
 func TestOffHeapPoolLargeBuffers(t *testing.T) {
 	if !canMap {
@@ -236,8 +238,8 @@ func TestOffHeapPoolLargeBuffers(t *testing.T) {
 		t.Fatalf("Get(%d): len %d cap %d", n, len(b), cap(b))
 	}
 	b[0], b[n-1] = 1, 1 // writable to the end
-	if p.Mapped() != 1 {
-		t.Fatalf("mapped %d, want the large buffer", p.Mapped())
+	if p.Mapped() != 1 || p.Lent() != 1 {
+		t.Fatalf("mapped %d lent %d, want the large buffer", p.Mapped(), p.Lent())
 	}
 	foreign := make([]byte, n)
 	p.Put(foreign)
@@ -246,7 +248,52 @@ func TestOffHeapPoolLargeBuffers(t *testing.T) {
 		t.Fatalf("a foreign large Put changed the pool: mapped %d idle %d", p.Mapped(), p.Idle())
 	}
 	p.Put(b[:5])
+	if p.Mapped() != 1 || p.Lent() != 0 || p.Idle() != int64(cap(b)) {
+		t.Fatalf("a large buffer given back: mapped %d lent %d idle %d, want it kept as the spare", p.Mapped(), p.Lent(), p.Idle())
+	}
+
+	// A smaller large answer reuses the spare, a larger one cannot.
+	hits := p.Hits()
+	c := p.Get(MaxPooled + 1)
+	if p.Hits() != hits+1 || &c[:1][0] != &b[:1][0] || len(c) != MaxPooled+1 || p.Idle() != 0 {
+		t.Fatalf("Get below the spare's size: hits %d (was %d), same memory %v, len %d, idle %d", p.Hits(), hits, &c[:1][0] == &b[:1][0], len(c), p.Idle())
+	}
+	d := p.Get(n + 5<<20)
+	if &d[:1][0] == &c[:1][0] || p.Mapped() != 2 {
+		t.Fatalf("a larger Get while the spare is lent: mapped %d, want a second mapping", p.Mapped())
+	}
+	// Given back, the larger stays and the smaller is unmapped,
+	// whichever comes back first.
+	p.Put(c)
+	p.Put(d)
+	if p.Mapped() != 1 || p.Idle() != int64(cap(d)) {
+		t.Fatalf("after both came back: mapped %d idle %d, want only the larger kept (%d)", p.Mapped(), p.Idle(), cap(d))
+	}
+	e := p.Get(n)
+	if &e[:1][0] != &d[:1][0] {
+		t.Fatal("the larger spare was not reused")
+	}
+	p.Put(e)
+
+	p.Trim() // given back in this period: kept
+	if p.Mapped() != 1 {
+		t.Fatalf("mapped %d after the first trim, want the spare kept", p.Mapped())
+	}
+	p.Trim() // idle through a whole period: released
 	if p.Mapped() != 0 || p.Idle() != 0 {
-		t.Fatalf("a large buffer given back: mapped %d idle %d, want it unmapped and not kept", p.Mapped(), p.Idle())
+		t.Fatalf("after an idle period: mapped %d idle %d, want the spare released", p.Mapped(), p.Idle())
+	}
+
+	f := p.Get(n)
+	p.Put(f)
+	p.Close()
+	if p.Mapped() != 0 || p.Idle() != 0 {
+		t.Fatalf("after Close: mapped %d idle %d", p.Mapped(), p.Idle())
+	}
+	g := p.Get(n) // after Close: lent, and unmapped when given back
+	g[n-1] = 3
+	p.Put(g)
+	if p.Mapped() != 0 {
+		t.Fatalf("a large buffer given back after Close stayed mapped (%d)", p.Mapped())
 	}
 }
