@@ -222,13 +222,18 @@ func (p *Pool) Trim() {
 		clear(p.free[c][len(keep):])
 		p.free[c] = keep
 	}
-	if s := p.spare; cap(s.b) > 0 && s.gen != p.gen {
-		p.spare = idleBuffer{}
-		b := s.b[:cap(s.b)]
-		delete(p.mapped, &b[0])
-		unmapBuffer(b)
+	if cap(p.spare.b) > 0 && p.spare.gen != p.gen {
+		p.releaseSpareLocked()
 	}
 	p.gen++
+}
+
+// releaseSpareLocked unmaps the spare; the caller holds mu.
+func (p *Pool) releaseSpareLocked() {
+	b := p.spare.b[:cap(p.spare.b)]
+	p.spare = idleBuffer{}
+	delete(p.mapped, &b[0])
+	unmapBuffer(b)
 }
 
 // Close unmaps the idle buffers of an off-heap pool, and every buffer given
@@ -249,11 +254,8 @@ func (p *Pool) Close() {
 		p.free[c] = nil
 	}
 	p.idle = 0
-	if b := p.spare.b; cap(b) > 0 {
-		p.spare = idleBuffer{}
-		b = b[:cap(b)]
-		delete(p.mapped, &b[0])
-		unmapBuffer(b)
+	if cap(p.spare.b) > 0 {
+		p.releaseSpareLocked()
 	}
 }
 
