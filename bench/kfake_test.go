@@ -153,3 +153,35 @@ func TestStickyWarmUpReachesEveryPartition(t *testing.T) {
 		t.Errorf("%d partitions listed, want %d", seen, partitions)
 	}
 }
+
+// TestTransformAgainstKfake runs the consume-transform-produce mode with
+// two sessions in one group: every input record is copied exactly once
+// (the read-back of the output, read_committed, checks it), and the
+// broker's usage is reported.
+func TestTransformAgainstKfake(t *testing.T) {
+	rep, stdout, stderr := runAgainstKfake(t,
+		"--modes", "consume-transform-produce", "--records", "3000", "--record-size", "100",
+		"--acks", "-1", "--partitions", "4", "--producers", "2",
+		"--broker-pids", strconv.Itoa(os.Getpid()))
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results, want 1", len(rep.Results))
+	}
+	r := rep.Results[0]
+	// The fill's 3000 records and its warm-up record to each partition.
+	const want = 3000 + 4
+	if r.Error != "" || r.Produce.Records != want || r.Produce.Errors != 0 {
+		t.Fatalf("error %q, copied %d (%d errors), want %d\n%s", r.Error, r.Produce.Records, r.Produce.Errors, want, stderr)
+	}
+	if !r.Consume.Complete || r.Consume.Records != want {
+		t.Errorf("read back %d committed records (complete %v), want %d", r.Consume.Records, r.Consume.Complete, want)
+	}
+	if r.Produce.P50Ms <= 0 || r.Produce.P99Ms < r.Produce.P50Ms {
+		t.Errorf("poll-to-commit latency %+v", r.Produce)
+	}
+	if r.Broker == nil || r.Broker.Processes != 1 || r.Broker.RSSPeakMB <= 0 {
+		t.Errorf("broker usage %+v", r.Broker)
+	}
+	if !strings.Contains(stdout, "consume-transform-produce") {
+		t.Errorf("table lacks the case:\n%s", stdout)
+	}
+}

@@ -5,13 +5,16 @@
 # same `moonmq bench` workload (franz-go, random values), and prints the
 # ratios of MoonMQ to each. See docs/BENCHMARKS.md.
 #
-#   bash bench/run.sh            # full run, ~15 minutes
+#   bash bench/run.sh            # full run, ~22 minutes
 #   QUICK=1 bash bench/run.sh    # acks=-1 only, 2 s per case, produce only
 #
 # Phases, each on every target that has it:
 #   produce     acks × partitions × modes (all four targets)
 #   txn         100 records per transaction with 1, 8 and 64 producers, and
 #               plain pipelined produce with 64 producers (MoonMQ, Kafka)
+#   ctp         consume-transform-produce: 1 and 8 GroupTransactSessions copy
+#               a filled topic to another, each poll in one transaction with
+#               the group's offsets, exactly once (MoonMQ, Kafka)
 #   e2e         end-to-end latency at 50% of MoonMQ's pipelined acks=-1 p=1
 #               rate, produce to a long-polling consumer (MoonMQ, Kafka)
 # Every MoonMQ, Kafka and kfake case also reports the broker process's CPU
@@ -22,9 +25,10 @@
 #   ACKS=1,-1            acks levels (QUICK: -1)
 #   PARTITIONS=1,8,64    partition counts (streams for NATS)
 #   MODES=pipelined,one-at-a-time
-#   PHASES=produce,txn,e2e   (QUICK: produce)
+#   PHASES=produce,txn,ctp,e2e   (QUICK: produce)
 #   PRODUCERS=1,8,64     producer counts of the txn phase
-#   TXN_PARTITIONS=8     partitions of the txn phase's topic
+#   SESSIONS=1,8         session counts of the ctp phase
+#   TXN_PARTITIONS=8     partitions of the txn and ctp phases' topics
 #   RECORD_SIZE=1024
 #   ROUNDS=2             MoonMQ and Kafka run this many times, in alternating
 #                        order (MoonMQ, Kafka, Kafka, MoonMQ, ...), and each
@@ -57,12 +61,13 @@ if [[ $QUICK == 1 ]]; then
 else
 	DURATION=${DURATION:-8s}
 	ACKS=${ACKS:-1,-1}
-	PHASES=${PHASES:-produce,txn,e2e}
+	PHASES=${PHASES:-produce,txn,ctp,e2e}
 fi
 ROUNDS=${ROUNDS:-2}
 PARTITIONS=${PARTITIONS:-1,8,64}
 MODES=${MODES:-pipelined,one-at-a-time}
 PRODUCERS=${PRODUCERS:-1,8,64}
+SESSIONS=${SESSIONS:-1,8}
 TXN_PARTITIONS=${TXN_PARTITIONS:-8}
 RECORD_SIZE=${RECORD_SIZE:-1024}
 RESULTS_DIR=${RESULTS_DIR:-$here/results/$(date +%Y%m%d-%H%M%S)}
@@ -146,6 +151,12 @@ phases() {
 		done
 		bench "$name$sfx-plain-64" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
 			--modes pipelined --producers 64
+	fi
+	if phase ctp; then
+		for n in ${SESSIONS//,/ }; do
+			bench "$name$sfx-ctp-$n" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
+				--modes consume-transform-produce --producers "$n"
+		done
 	fi
 	if phase e2e && ((round == 1)); then
 		if [[ -z $E2E_RATE ]]; then
@@ -295,6 +306,12 @@ if phase txn; then
 	# Transactions cost at most a fifth of MoonMQ's own plain produce.
 	compare comparison-txn-vs-plain-64 moonmq-txn-64 moonmq-plain-64 -- --any-mode --min-ratio moonmq=0.8 \
 		--ratio-modes transactional --max-p50 0 --min-consume 0
+fi
+if phase ctp; then
+	for n in ${SESSIONS//,/ }; do
+		compare "comparison-ctp-$n" "moonmq-ctp-$n" "kafka-ctp-$n" -- --min-ratio kafka=1.5 --ratio-modes none \
+			--max-p50 0 --min-consume 0 --max-cpu-ratio kafka=0.5
+	done
 fi
 if phase e2e; then
 	compare comparison-e2e moonmq-e2e kafka-e2e -- --min-ratio kafka=1 --ratio-modes none --max-p50 0 --min-consume 0

@@ -119,6 +119,24 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
+// TestTransformCasesNeedAcksAll: consume-transform-produce runs only at
+// acks=-1, as transactions must, and its topics say so.
+func TestTransformCasesNeedAcksAll(t *testing.T) {
+	cfg, err := parseArgs([]string{"--acks", "1,-1", "--partitions", "8", "--modes", "ctp,pipelined"}, new(bytes.Buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RunID = "r1"
+	var got []string
+	for _, c := range cfg.cases() {
+		got = append(got, topicName(cfg, c))
+	}
+	want := []string{"moonmq-bench-r1-acks1-p8-pipe", "moonmq-bench-r1-acksall-p8-ctp", "moonmq-bench-r1-acksall-p8-pipe"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("cases' topics %q, want %q", got, want)
+	}
+}
+
 func TestParseArgsErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--acks", "2"},

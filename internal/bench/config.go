@@ -28,6 +28,11 @@ const (
 	// long-polls the topic, and measures each record's latency from the
 	// Produce call to the consumer.
 	ModeEndToEnd Mode = "end-to-end"
+	// ModeTransform fills the case's topic (pipelined, acks=-1) and then
+	// measures --producers GroupTransactSessions copying it to a second
+	// topic, each poll's records in one transaction that also commits the
+	// group's offsets (Kafka's exactly-once consume-transform-produce).
+	ModeTransform Mode = "consume-transform-produce"
 )
 
 // DefaultMaxBuffered is the default bound on records in flight in pipelined
@@ -81,7 +86,7 @@ func (cfg *Config) cases() []caseSpec {
 	for _, a := range cfg.Acks {
 		for _, p := range cfg.Partitions {
 			for _, m := range cfg.Modes {
-				if m == ModeTransactional && a != -1 {
+				if (m == ModeTransactional || m == ModeTransform) && a != -1 {
 					continue // transactions need acks=-1
 				}
 				out = append(out, caseSpec{Acks: a, Partitions: p, Mode: m})
@@ -107,9 +112,9 @@ func parseArgs(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.RecordSize, "record-size", 1024, "record value size in bytes (random, incompressible)")
 	fs.StringVar(&acks, "acks", "1,-1", "comma-separated acks values to run (-1/all, 0, 1)")
 	fs.StringVar(&partitions, "partitions", "1,8", "comma-separated partition counts to run")
-	fs.StringVar(&modes, "modes", "pipelined,one-at-a-time", "comma-separated produce modes: pipelined, one-at-a-time, transactional")
+	fs.StringVar(&modes, "modes", "pipelined,one-at-a-time", "comma-separated produce modes: pipelined, one-at-a-time, transactional, end-to-end, consume-transform-produce")
 	fs.IntVar(&cfg.TxnSize, "txn-size", 100, "records per transaction in transactional mode")
-	fs.IntVar(&cfg.Producers, "producers", 1, "producer clients per case, run at once (each transactional one with its own transactional id)")
+	fs.IntVar(&cfg.Producers, "producers", 1, "producer clients per case, run at once (each transactional one with its own transactional id; in consume-transform-produce, the sessions in the group)")
 	fs.StringVar(&cfg.JSONPath, "json", "", "write results as JSON to this file")
 	fs.BoolVar(&cfg.NoCreate, "no-create", false, "do not create or delete topics (they must exist or be auto-created)")
 	fs.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete each case's topic after it ran")
@@ -248,8 +253,10 @@ func parseModes(s string) ([]Mode, error) {
 			out = append(out, ModeTransactional)
 		case "end-to-end", "e2e":
 			out = append(out, ModeEndToEnd)
+		case "consume-transform-produce", "ctp":
+			out = append(out, ModeTransform)
 		default:
-			return nil, fmt.Errorf("bench: invalid mode %q (want pipelined, one-at-a-time, transactional or end-to-end)", f)
+			return nil, fmt.Errorf("bench: invalid mode %q (want pipelined, one-at-a-time, transactional, end-to-end or consume-transform-produce)", f)
 		}
 	}
 	if len(out) == 0 {

@@ -101,6 +101,8 @@ func topicName(cfg *Config, cs caseSpec) string {
 		mode = "sync"
 	case ModeTransactional:
 		mode = "txn"
+	case ModeTransform:
+		mode = "ctp"
 	}
 	parts := []string{cfg.TopicPrefix}
 	if cfg.RunID != "" {
@@ -185,16 +187,16 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 			return res
 		}
 		if !cfg.KeepTopics {
-			defer func() {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				defer cancel()
-				if resp, err := adm.DeleteTopic(dctx, res.Topic); err == nil && resp.Err != nil {
-					fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", res.Case, res.Topic, resp.Err)
-				} else if err != nil {
-					fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", res.Case, res.Topic, err)
-				}
-			}()
+			defer deleteTopic(ctx, adm, res.Case, res.Topic, stderr)
 		}
+	}
+
+	if cs.Mode == ModeTransform {
+		// It fills its input and meters only its measured loop.
+		if err := transformCase(ctx, cfg, adm, pool, cs, res.Topic, &res, stderr); err != nil {
+			res.Error = err.Error()
+		}
+		return res
 	}
 
 	meter, err := startUsage(cfg.BrokerPIDs)
