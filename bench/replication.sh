@@ -5,12 +5,12 @@
 # JetStream R3, one target and one case at a time, then the ratios of
 # MoonMQ R3 to each. See docs/BENCHMARKS.md, "Replication throughput".
 #
-#   bash bench/replication.sh            # 8 s per case, ~4 minutes
+#   bash bench/replication.sh            # 8 s per case, ~5 minutes
 #   QUICK=1 bash bench/replication.sh    # 2 s per case, ~2 minutes
 #
 # Environment:
 #   DURATION=8s          produce time per case (QUICK: 2s)
-#   PARTITIONS=1,8       partition counts (streams for NATS)
+#   PARTITIONS=1,8,64    partition counts (streams for NATS)
 #   MODES=pipelined,one-at-a-time
 #   RECORD_SIZE=1024
 #   REPLICAS=3           MoonMQ group size and NATS stream replicas (3 or 5)
@@ -38,7 +38,7 @@ if [[ $QUICK == 1 ]]; then
 else
 	DURATION=${DURATION:-8s}
 fi
-PARTITIONS=${PARTITIONS:-1,8}
+PARTITIONS=${PARTITIONS:-1,8,64}
 MODES=${MODES:-pipelined,one-at-a-time}
 RECORD_SIZE=${RECORD_SIZE:-1024}
 REPLICAS=${REPLICAS:-3}
