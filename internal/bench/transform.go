@@ -14,20 +14,22 @@ import (
 )
 
 // transformCase runs a consume-transform-produce case. It fills the case's
-// topic in (one pipelined acks=-1 producer, for cfg.Duration or
-// cfg.Records), then cfg.Producers franz-go GroupTransactSessions in one consumer group read
-// it read_committed and, for every poll, copy its records to the same
-// partition of an output topic inside a transaction that also commits the
-// group's offsets: Kafka's exactly-once loop, as a Kafka Streams task or a
-// StoatFlow processor runs it. The sessions join with fetching paused, so
-// that the group's first rebalances (Kafka delays a new group's first one
-// by 3 s) fall outside the clock. The clock runs from the moment every
-// session has partitions until the input is all copied, or cfg.Duration
+// topic (one pipelined acks=-1 producer, for cfg.Duration or cfg.Records),
+// then cfg.Producers franz-go GroupTransactSessions in one consumer group
+// read it read_committed and, for every poll, copy its records to the
+// same partition of an output topic inside a transaction that also
+// commits the group's offsets: Kafka's exactly-once loop, as a Kafka
+// Streams task or a StoatFlow processor runs it. The sessions first join
+// the group and nobody polls until the coordinator describes it as stable
+// with every partition assigned, so that the group's first rebalances
+// (Kafka delays a new group's first one by 3 s) fall outside the clock;
+// what a session's client fetched meanwhile is in its first poll. The
+// clock runs from then until the input is all copied, or cfg.Duration
 // passes, and the broker processes are metered over that time only.
-// Latency is per record, from the poll that returned it to the
-// commit of its transaction. Afterwards a read_committed consumer must
-// find exactly the committed records in the output topic: a duplicate or a
-// lost one fails the case.
+// Latency is per record, from the poll that returned it to the commit of
+// its transaction. Afterwards a read_committed consumer must find exactly
+// the committed records in the output topic: a duplicate or a lost one
+// fails the case.
 func transformCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool, cs caseSpec, in string, res *CaseResult, stderr io.Writer) error {
 	fcfg := *cfg
 	fcfg.Producers = 1
@@ -87,9 +89,6 @@ func transformCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *Val
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	lastCommit.Store(start.UnixNano())
-	for _, s := range sessions {
-		s.Client().ResumeFetchTopics(in)
-	}
 	finished := func() bool {
 		return copied.Load() >= have || time.Now().After(deadline) ||
 			time.Since(time.Unix(0, lastCommit.Load())) > cfg.ConsumeTimeout
@@ -169,9 +168,8 @@ func transformCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *Val
 }
 
 // transformOpts returns the options of the i-th session of a
-// consume-transform-produce case: a consumer of in in the case's group,
-// fetching nothing until in is resumed, and a transactional producer to
-// out.
+// consume-transform-produce case: a read_committed consumer of in in the
+// case's group, and a transactional producer to out.
 func transformOpts(cfg *Config, cs caseSpec, in, out string, i int) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
