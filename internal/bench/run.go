@@ -236,6 +236,17 @@ func runCase(ctx context.Context, cfg *Config, adm *kadm.Client, pool *ValuePool
 	return res
 }
 
+// deleteTopic deletes a case's topic, logging a failure.
+func deleteTopic(ctx context.Context, adm *kadm.Client, label, topic string, stderr io.Writer) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if resp, err := adm.DeleteTopic(dctx, topic); err == nil && resp.Err != nil {
+		fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", label, topic, resp.Err)
+	} else if err != nil {
+		fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", label, topic, err)
+	}
+}
+
 // producerOpts returns the kgo options for a case's producer.
 func producerOpts(cfg *Config, cs caseSpec, topic string, idx int) []kgo.Opt {
 	opts := []kgo.Opt{

@@ -292,14 +292,3 @@ func verifyCommitted(ctx context.Context, cfg *Config, cs caseSpec, topic string
 	}
 	return nil
 }
-
-// deleteTopic deletes a case's topic, logging a failure.
-func deleteTopic(ctx context.Context, adm *kadm.Client, label, topic string, stderr io.Writer) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if resp, err := adm.DeleteTopic(dctx, topic); err == nil && resp.Err != nil {
-		fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", label, topic, resp.Err)
-	} else if err != nil {
-		fmt.Fprintf(stderr, "[%s] deleting topic %s: %v\n", label, topic, err)
-	}
-}
