@@ -159,6 +159,9 @@ type Leader struct {
 
 	parts     map[TopicPartition]*partState
 	followers map[int32]*followerState
+	// ackSet is AckSet's answer, kept because every fetch reads it: it
+	// changes only with the ISR and the pending change (setISR).
+	ackSet []int32
 	// minISR holds per-partition overrides of cfg.minISR (the topic's
 	// min.insync.replicas). It is configuration, not epoch state: it
 	// survives Configure.
@@ -181,13 +184,19 @@ type partState struct {
 	epochStart int64
 	appeared   time.Time
 	hasAppear  bool
+	// pos holds each follower's position on this partition, one entry
+	// per follower from the moment the partition is reported.
+	pos map[int32]*replicaPos
 }
 
 type followerState struct {
 	seen  bool // fetched in this epoch
 	heard bool // reported alive by the consensus layer in this epoch
 	lost  bool // in the ISR, fetched below the high watermark it had reached
-	pos   map[TopicPartition]*replicaPos
+	// caughtUp orders this follower's positions by when it was last
+	// caught up on them, so the lag check reads the oldest one instead of
+	// walking every partition on every fetch.
+	caughtUp caughtUpHeap
 }
 
 type replicaPos struct {
@@ -196,6 +205,11 @@ type replicaPos struct {
 	hasCaughtUp        bool
 	lastFetch          time.Time
 	lastFetchLeaderEnd int64
+	// since is the latest of the partition's appearance and caughtUp (the
+	// zero time if neither is known): the follower has been in sync on
+	// this partition since max(epoch start, since). It is the heap key.
+	since   time.Time
+	heapIdx int
 }
 
 // NewLeader returns an unconfigured Leader. Call Configure before anything
@@ -224,14 +238,13 @@ func (l *Leader) Configure(replicas []int32, self int32, isr []int32, epoch int3
 	l.replicas = sortedSet(replicas)
 	l.self = self
 	l.epoch = epoch
-	l.isr = sortedSet(isr)
-	l.pending = nil
+	l.setISR(isr, nil)
 	l.handedOut = false
 	l.parts = map[TopicPartition]*partState{}
 	l.followers = map[int32]*followerState{}
 	for _, r := range l.replicas {
 		if r != self {
-			l.followers[r] = &followerState{pos: map[TopicPartition]*replicaPos{}}
+			l.followers[r] = &followerState{}
 		}
 	}
 	// The epoch's clock starts at the next input that carries a time.
@@ -280,9 +293,14 @@ func (l *Leader) AppendLocal(tp TopicPartition, logEnd, durableEnd int64) {
 	}
 	p := l.parts[tp]
 	if p == nil {
-		p = &partState{epochStart: logEnd}
+		p = &partState{epochStart: logEnd, pos: make(map[int32]*replicaPos, len(l.followers))}
 		if l.haveNow {
 			p.appeared, p.hasAppear = l.now, true
+		}
+		for r, f := range l.followers {
+			rp := &replicaPos{offset: -1, since: p.appeared}
+			p.pos[r] = rp
+			f.caughtUp.push(rp)
 		}
 		l.parts[tp] = p
 	}
@@ -315,11 +333,7 @@ func (l *Leader) FollowerFetch(replica int32, tp TopicPartition, fetchOffset int
 	l.observe(now)
 	now = l.now
 	f.seen = true
-	rp := f.pos[tp]
-	if rp == nil {
-		rp = &replicaPos{offset: -1}
-		f.pos[tp] = rp
-	}
+	rp := p.pos[replica]
 	// Caught-up time (as Kafka does it): at the log end now, or at least
 	// at the log end the previous fetch saw, which was at that fetch's time.
 	if fetchOffset >= p.logEnd {
@@ -347,6 +361,7 @@ func (l *Leader) FollowerFetch(replica int32, tp TopicPartition, fetchOffset int
 		}
 	}
 	rp.offset = max(rp.offset, at)
+	f.caughtUp.update(rp, p)
 	l.recompute(tp, p)
 	l.maybePropose()
 	return true
@@ -369,8 +384,7 @@ func (l *Leader) ISRCommitted(isr []int32, epoch int32) bool {
 	if !l.configured || epoch != l.epoch || l.cfg.static {
 		return false
 	}
-	l.isr = sortedSet(isr)
-	l.pending = nil
+	l.setISR(isr, nil)
 	l.handedOut = false
 	for r, f := range l.followers {
 		if !slices.Contains(l.isr, r) {
@@ -391,7 +405,7 @@ func (l *Leader) ProposalFailed(c ISRChange) {
 	if l.pending == nil || !l.pending.Equal(c) {
 		return
 	}
-	l.pending = nil
+	l.setISR(l.isr, nil)
 	l.handedOut = false
 	l.recomputeAll()
 	l.maybePropose()
@@ -436,14 +450,23 @@ func (l *Leader) AckSet() []int32 {
 	if !l.configured {
 		return nil
 	}
+	return slices.Clone(l.ackSet)
+}
+
+// setISR sets the committed ISR and the pending change, and with them the
+// acks=all set.
+func (l *Leader) setISR(isr []int32, pending *ISRChange) {
+	l.isr = sortedSet(isr)
+	l.pending = pending
 	if l.cfg.static {
-		return []int32{l.self}
+		l.ackSet = []int32{l.self}
+		return
 	}
 	s := append(slices.Clone(l.isr), l.self)
-	if l.pending != nil {
-		s = append(s, l.pending.ISR...)
+	if pending != nil {
+		s = append(s, pending.ISR...)
 	}
-	return sortedSet(s)
+	l.ackSet = sortedSet(s)
 }
 
 // UnderMinISR reports whether the ISR is, or is about to be, smaller than
@@ -460,11 +483,13 @@ func (l *Leader) UnderMinISR() bool {
 // (otherwise every follower would leave the ISR after a topic deletion and
 // never come back, as the partition never catches up again).
 func (l *Leader) RemovePartition(tp TopicPartition) {
+	if p := l.parts[tp]; p != nil {
+		for r, f := range l.followers {
+			f.caughtUp.remove(p.pos[r])
+		}
+	}
 	delete(l.parts, tp)
 	delete(l.minISR, tp)
-	for _, f := range l.followers {
-		delete(f.pos, tp)
-	}
 	l.maybePropose()
 }
 
@@ -557,8 +582,8 @@ func (l *Leader) recomputeAll() {
 func (l *Leader) recompute(tp TopicPartition, p *partState) {
 	cand := p.durableEnd
 	if l.cfg.static {
-		for _, f := range l.followers {
-			if rp := f.pos[tp]; rp != nil && rp.offset >= 0 && p.logEnd-rp.offset <= l.cfg.lagMax {
+		for _, rp := range p.pos {
+			if rp.offset >= 0 && p.logEnd-rp.offset <= l.cfg.lagMax {
 				cand = min(cand, rp.offset)
 			}
 		}
@@ -566,18 +591,15 @@ func (l *Leader) recompute(tp TopicPartition, p *partState) {
 		if l.PartitionUnderMinISR(tp) {
 			return
 		}
-		for _, r := range l.AckSet() {
+		for _, r := range l.ackSet {
 			if r == l.self {
 				continue
 			}
-			f := l.followers[r]
-			if f == nil {
-				// An ISR member outside the configured replicas can never
-				// report a position: hold the high watermark.
-				return
-			}
-			rp := f.pos[tp]
+			rp := p.pos[r]
 			if rp == nil || rp.offset < 0 {
+				// Not fetched yet, or an ISR member outside the configured
+				// replicas, which can never report a position: hold the
+				// high watermark.
 				return
 			}
 			cand = min(cand, rp.offset)
@@ -589,23 +611,19 @@ func (l *Leader) recompute(tp TopicPartition, p *partState) {
 }
 
 // caughtUpAt is when follower f was last at the leader's log end on every
-// partition (the earliest over partitions).
+// partition: the earliest over partitions of the latest of the epoch's
+// start, the partition's appearance and the follower's last catch-up on it.
 func (l *Leader) caughtUpAt(f *followerState) time.Time {
-	t := l.now
-	for tp, p := range l.parts {
-		base := l.epochStart
-		if p.hasAppear && p.appeared.After(base) {
-			base = p.appeared
-		}
-		if rp := f.pos[tp]; rp != nil && rp.hasCaughtUp && rp.caughtUp.After(base) {
-			base = rp.caughtUp
-		}
-		if base.Before(t) {
-			t = base
-		}
+	oldest, ok := f.caughtUp.oldest()
+	if !ok {
+		return l.epochStart
 	}
-	if len(l.parts) == 0 {
-		t = l.epochStart
+	t := l.epochStart
+	if oldest.After(t) {
+		t = oldest
+	}
+	if t.After(l.now) {
+		t = l.now
 	}
 	return t
 }
@@ -618,13 +636,12 @@ func (l *Leader) lagging(f *followerState) bool {
 // proposed in: it has fetched this epoch, reached the high watermark and
 // the leader's log end at the start of the epoch on every partition, and
 // is not lagging (so it is not shrunk at once).
-func (l *Leader) inSyncForExpand(f *followerState) bool {
+func (l *Leader) inSyncForExpand(r int32, f *followerState) bool {
 	if !f.seen || l.lagging(f) {
 		return false
 	}
-	for tp, p := range l.parts {
-		rp := f.pos[tp]
-		if rp == nil || rp.offset < max(p.hw, p.epochStart) {
+	for _, p := range l.parts {
+		if rp := p.pos[r]; rp == nil || rp.offset < max(p.hw, p.epochStart) {
 			return false
 		}
 	}
@@ -661,7 +678,7 @@ func (l *Leader) maybePropose() {
 		if r == l.self || slices.Contains(l.isr, r) {
 			continue
 		}
-		if f := l.followers[r]; f != nil && l.inSyncForExpand(f) {
+		if f := l.followers[r]; f != nil && l.inSyncForExpand(r, f) {
 			l.setPending(r, true)
 			return
 		}
@@ -679,7 +696,7 @@ func (l *Leader) setPending(r int32, expand bool) {
 			}
 		}
 	}
-	l.pending = &ISRChange{Epoch: l.epoch, ISR: isr, Replica: r, Expand: expand}
+	l.setISR(l.isr, &ISRChange{Epoch: l.epoch, ISR: isr, Replica: r, Expand: expand})
 	l.handedOut = false
 	l.recomputeAll()
 }
