@@ -46,11 +46,15 @@ kafka_classpath() {
 }
 
 # free_port prints a loopback TCP port nothing accepts on (the scripts that
-# source this file use it too).
+# source this file use it too). It picks below the kernel's ephemeral range,
+# which outgoing connections draw from: a JVM takes seconds to bind, and a
+# port from that range can be some connection's local end by then.
 free_port() {
-	local p
+	local p low=32768
+	read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	((low > 12000)) || low=32768
 	for _ in $(seq 100); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (low - 10000)))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return
