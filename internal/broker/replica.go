@@ -969,6 +969,32 @@ func (l replicaLog) TruncateFullyAndStartAt(offset int64) error {
 	return l.p.TruncateFullyAndStartAt(offset)
 }
 
+// SyncLogs makes the logs one fetch answer appended to durable with one
+// sync of the data directory's volume, as the flusher does for the
+// leader's own appends from two dirty partitions up; without a volume
+// each log syncs on its own.
+func (s sink) SyncLogs(logs []shipping.ReplicaLog) []error {
+	errs := make([]error, len(logs))
+	vol := s.r.b.volume
+	var on []*storage.Log
+	var at []int
+	for i, l := range logs {
+		rl, ok := l.(replicaLog)
+		if vol == nil || !ok {
+			_, errs[i] = l.Sync()
+			continue
+		}
+		on = append(on, rl.Log)
+		at = append(at, i)
+	}
+	if len(on) > 0 {
+		for j, r := range vol.Sync(on) {
+			errs[at[j]] = r.Err
+		}
+	}
+	return errs
+}
+
 // ReadLog returns every stored byte of a partition, from its log start to
 // its log end, and the log end; tests compare replicas with it.
 func (b *Broker) ReadLog(topic string, partition int32) ([]byte, int64, error) {

@@ -796,3 +796,60 @@ func TestPausedFollowerFetchesPositionsOnly(t *testing.T) {
 		t.Fatalf("status %+v after the pause", st)
 	}
 }
+
+// syncingSink is a Sink that syncs logs together (LogSyncer) and records
+// each call.
+type syncingSink struct {
+	Sink
+	calls [][]ReplicaLog
+	fail  error
+}
+
+func (s *syncingSink) SyncLogs(logs []ReplicaLog) []error {
+	s.calls = append(s.calls, logs)
+	errs := make([]error, len(logs))
+	for i, l := range logs {
+		if _, err := l.Sync(); err != nil {
+			errs[i] = err
+		}
+	}
+	if s.fail != nil {
+		errs[len(errs)-1] = s.fail
+	}
+	return errs
+}
+
+// TestSyncAllTogether: when the sink can sync logs together, an answer
+// that appended to several partitions is made durable with one SyncLogs
+// call covering all of them (one volume sync in the broker, not one fsync
+// each), and a log's failure there is the answer's error, named.
+func TestSyncAllTogether(t *testing.T) {
+	var mu sync.Mutex
+	var now, peak int
+	items := make([]syncItem, 5)
+	for i := range items {
+		items[i] = syncItem{tp: replication.TopicPartition{Topic: "t", Partition: int32(i)}, l: countingLog{mu: &mu, now: &now, peak: &peak}}
+	}
+	s := &syncingSink{}
+	f := &Follower{sink: s}
+	if err := f.syncAll(items); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.calls) != 1 || len(s.calls[0]) != len(items) {
+		t.Fatalf("SyncLogs calls %v, want one with %d logs", s.calls, len(items))
+	}
+	for i, l := range s.calls[0] {
+		if l != items[i].l {
+			t.Fatalf("log %d is not the answer's log %d", i, i)
+		}
+	}
+	// One partition alone syncs on its own.
+	if err := f.syncAll(items[:1]); err != nil || len(s.calls) != 1 {
+		t.Fatalf("one log: err %v, SyncLogs calls %d", err, len(s.calls))
+	}
+	s.fail = errors.New("disk gone")
+	err := f.syncAll(items)
+	if err == nil || !errors.Is(err, s.fail) || !strings.Contains(err.Error(), "t-4") {
+		t.Fatalf("error %v, want the failed log's, named", err)
+	}
+}
