@@ -792,18 +792,26 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	p.Wake()
 }
 
-func (s source) WaitForData(ctx context.Context, tp replication.TopicPartition, offset int64) {
-	p := s.r.b.replPartition(tp)
-	if p == nil {
-		<-ctx.Done()
-		return
+func (s source) WaitForData(ctx context.Context, parts []shipping.FetchPosition, wait time.Duration) {
+	if wait <= 0 {
+		return // WaitUntil reads 0 as no timeout
 	}
-	partition.WaitUntil(ctx, []*partition.Partition{p}, time.Hour, func() bool {
-		return p.Log().EndOffset() > offset || p.Deleted()
+	ps := make([]*partition.Partition, len(parts)) // nil: unknown here
+	watched := make([]*partition.Partition, 0, len(parts))
+	for i, fp := range parts {
+		if p := s.r.b.replPartition(replication.TopicPartition{Topic: fp.Topic, Partition: fp.Partition}); p != nil {
+			ps[i] = p
+			watched = append(watched, p)
+		}
+	}
+	partition.WaitUntil(ctx, watched, wait, func() bool {
+		for i, p := range ps {
+			if p != nil && !p.Deleted() && p.Log().EndOffset() > parts[i].Offset {
+				return true
+			}
+		}
+		return false
 	})
-	if p.Deleted() {
-		<-ctx.Done()
-	}
 }
 
 // sink is the follower's side of log shipping. The Follower calls it from

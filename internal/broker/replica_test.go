@@ -1,17 +1,21 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/protocol"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/replication/shipping"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -194,5 +198,143 @@ func TestFailoverReplicaOpensWithHWAtLogStart(t *testing.T) {
 	defer p.Close()
 	if p.Log().EndOffset() != 2 || p.HighWatermark() != 0 {
 		t.Fatalf("failover replica opened with log end %d and high watermark %d, want 2 and 0", p.Log().EndOffset(), p.HighWatermark())
+	}
+}
+
+// TestReplicaLongPollWatchesEveryPartition: a follower's long-poll ends
+// when any of its partitions gets data, not only the first, and a
+// partition deleted or unknown meanwhile does not end it (the others may
+// still get data; the next answer reports the deletion).
+func TestReplicaLongPollWatchesEveryPartition(t *testing.T) {
+	b := openTestBroker(t)
+	b.mu.Lock()
+	w, err := b.createTopicLocked("watched", 3, nil)
+	if err == nil {
+		_, err = b.createTopicLocked("doomed", 1, nil)
+	}
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := source{r: &replica{b: b}}
+	parts := []shipping.FetchPosition{
+		{Topic: "doomed", Partition: 0},
+		{Topic: "watched", Partition: 0},
+		{Topic: "never-created", Partition: 0},
+		{Topic: "watched", Partition: 1},
+		{Topic: "watched", Partition: 2},
+	}
+
+	// Nothing arrives: the wait ends when it should, not before.
+	start := time.Now()
+	src.WaitForData(context.Background(), parts, 20*time.Millisecond)
+	if waited := time.Since(start); waited < 20*time.Millisecond {
+		t.Fatalf("an empty long-poll ended after %v, before its wait", waited)
+	}
+
+	done := make(chan struct{})
+	go func() {
+		src.WaitForData(context.Background(), parts, time.Minute)
+		close(done)
+	}()
+	stillWaiting := func(what string) {
+		t.Helper()
+		select {
+		case <-done:
+			t.Fatalf("the long-poll ended %s", what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stillWaiting("with no data")
+	b.mu.Lock()
+	err = b.deleteTopicLocked(b.topics["doomed"])
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stillWaiting("when one of its partitions was deleted")
+
+	// Data on the last partition of the request ends it.
+	last := w.partitions[2]
+	batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+	if _, err := last.Log().Append(batch, 0); err != nil {
+		t.Fatal(err)
+	}
+	last.Wake()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll did not end when its last partition got data")
+	}
+}
+
+// ownSync is a follower log the broker's volume does not cover: it syncs
+// on its own.
+type ownSync struct{ replicaLog }
+
+// TestSinkSyncLogsMapsEachResult: a follower's logs on the data volume
+// share one volume sync; if it fails, each of them fails (the volume does
+// not say whose data was lost) and keeps its durable end, while a log
+// synced on its own reports its own result, each in its place.
+func TestSinkSyncLogsMapsEachResult(t *testing.T) {
+	m := vfs.NewMem()
+	cfg := config.Default()
+	cfg.DataDir = "data"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, WithFS(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.volume == nil {
+		t.Fatal("the broker opened no volume on a MemFS")
+	}
+	b.mu.Lock()
+	tp, err := b.createTopicLocked("synced", 3, nil)
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := []shipping.ReplicaLog{
+		replicaLog{tp.partitions[0].Log(), tp.partitions[0]},
+		ownSync{replicaLog{tp.partitions[1].Log(), tp.partitions[1]}},
+		replicaLog{tp.partitions[2].Log(), tp.partitions[2]},
+	}
+	appendOne := func() {
+		t.Helper()
+		for _, p := range tp.partitions {
+			batch, _ := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("x")}})
+			if _, err := p.Log().Append(batch, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := sink{r: &replica{b: b}}
+
+	appendOne()
+	for i, err := range s.SyncLogs(logs) {
+		if err != nil || logs[i].DurableEnd() != 1 {
+			t.Fatalf("log %d: %v, durable end %d; want nil and 1", i, err, logs[i].DurableEnd())
+		}
+	}
+
+	appendOne()
+	volDir := b.topicsDir()
+	m.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && name == volDir {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	errs := s.SyncLogs(logs)
+	for _, i := range []int{0, 2} {
+		if !errors.Is(errs[i], vfs.ErrInjected) || logs[i].DurableEnd() != 1 {
+			t.Errorf("log %d after a failed volume sync: %v, durable end %d; want the injected error and 1", i, errs[i], logs[i].DurableEnd())
+		}
+	}
+	if errs[1] != nil || logs[1].DurableEnd() != 2 {
+		t.Errorf("log 1 synced on its own: %v, durable end %d; want nil and 2", errs[1], logs[1].DurableEnd())
 	}
 }

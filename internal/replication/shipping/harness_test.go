@@ -200,14 +200,18 @@ func (l *testLeader) OnFollowerFetch(replica int32, tp replication.TopicPartitio
 	}
 }
 
-func (l *testLeader) WaitForData(ctx context.Context, tp replication.TopicPartition, offset int64) {
+func (l *testLeader) WaitForData(ctx context.Context, parts []FetchPosition, wait time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	for {
 		l.mu.Lock()
 		ch := l.changed
 		l.mu.Unlock()
-		lg, ok := l.Partition(tp)
-		if !ok || lg.EndOffset() > offset {
-			return
+		for _, p := range parts {
+			lg, ok := l.Partition(replication.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+			if ok && lg.EndOffset() > p.Offset {
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():

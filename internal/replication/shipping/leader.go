@@ -54,9 +54,13 @@ type Source interface {
 	// its durable log end: every offset below it is on its disk. The
 	// broker feeds replication.Leader.FollowerFetch with it.
 	OnFollowerFetch(replica int32, tp replication.TopicPartition, durableEnd int64)
-	// WaitForData returns when tp's log end passes offset (is > offset),
-	// or when ctx ends.
-	WaitForData(ctx context.Context, tp replication.TopicPartition, offset int64)
+	// WaitForData returns when the log end of one of parts passes its
+	// offset (is > Offset), when wait has passed or when ctx ends. A
+	// partition unknown or deleted meanwhile does not end the wait: the
+	// others may still get data, and the next answer reports it. One
+	// waiter over all of parts, not one per partition: a follower's
+	// long-poll covers every partition it follows.
+	WaitForData(ctx context.Context, parts []FetchPosition, wait time.Duration)
 }
 
 // HandlerOption configures Handler.
@@ -247,7 +251,7 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	defer func() { resp.release() }()
 	if !data && wait > 0 {
 		resp.release()
-		h.waitAny(r.Context(), req.Partitions, wait)
+		h.src.WaitForData(r.Context(), req.Partitions, wait)
 		if r.Context().Err() != nil {
 			return
 		}
@@ -351,22 +355,6 @@ func wholeBatchesWithin(recs []byte, n int) []byte {
 		end += h.Size()
 	}
 	return recs[:end]
-}
-
-// waitAny long-polls until one partition's log end passes the follower's
-// offset, ctx ends or wait elapses.
-func (h *handler) waitAny(ctx context.Context, parts []FetchPosition, wait time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		wg.Go(func() {
-			h.src.WaitForData(ctx, replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}, p.Offset)
-			cancel()
-		})
-	}
-	<-ctx.Done()
-	wg.Wait()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
