@@ -776,9 +776,11 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	}
 	// A follower's fetches are sequential: its latest report is its
 	// position (lower than before only if it lost its data).
+	prev, known := r.pos[p][replica]
 	r.pos[p][replica] = durableEnd
 	r.seen[replica] = now
 	k := replKey(p)
+	hw := r.ldr.HighWatermark(k)
 	// The Leader caps a follower's position at the leader's log end as it
 	// last heard it, which the flusher reports only after the leader's own
 	// fsync: a follower that copied and synced a record first would be
@@ -786,7 +788,17 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	// nothing new. Report the current ends first.
 	r.ldr.AppendLocal(k, p.Log().EndOffset(), p.Log().DurableEnd())
 	r.ldr.FollowerFetch(replica, k, durableEnd, now)
+	moved := !known || prev != durableEnd || r.ldr.HighWatermark(k) != hw
 	r.mu.Unlock()
+	if !moved {
+		// Neither this follower's position nor the high watermark moved,
+		// so no waiter's condition changed. A follower's fetch names
+		// every partition it follows and mostly reports positions it
+		// reported before: waking each one's waiters cost more than the
+		// rest of the report. (An ISR change raises and wakes every
+		// partition itself: isrChanged.)
+		return
+	}
 	p.Recommit()
 	// acks=all waits for follower positions, not only the high watermark.
 	p.Wake()

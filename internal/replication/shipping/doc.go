@@ -14,7 +14,11 @@
 //     Source.OnFollowerFetch) and receives the stored batches from there up to
 //     the leader's log end, byte for byte as storage returned them, with the
 //     leader's high watermark and log start, in a compact binary frame. The
-//     leader long-polls when there is nothing new.
+//     request is a binary frame too (Content-Type application/octet-stream;
+//     the leader also takes it as JSON, which followers of older builds
+//     send and a follower falls back to when a leader refuses the frame).
+//     The leader long-polls, with one waiter over all the request's
+//     partitions, when there is nothing new.
 //
 // Every request carries the bearer token (when one is configured; 401
 // otherwise) and the leader epoch the follower believes in; the leader answers

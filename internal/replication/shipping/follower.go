@@ -249,6 +249,10 @@ type Follower struct {
 	digest  string // of the latest manifest or fetch answer
 	// fetchBuf is reused for every fetch answer (callInto).
 	fetchBuf []byte
+	// jsonFetch: the leader refused a binary fetch request (a build
+	// before that framing), so fetches are sent as JSON until the leader
+	// changes.
+	jsonFetch bool
 }
 
 // NewFollower returns a stopped follower that applies what it copies to
@@ -366,6 +370,7 @@ func (f *Follower) takePending(act replication.Action) replication.Action {
 		act = f.fetcher.NewLeader(t.id, t.epoch)
 		if id, epoch := f.fetcher.Leader(); id == t.id && epoch == t.epoch {
 			f.addr = t.addr
+			f.jsonFetch = false
 		}
 		f.backoff = 0
 	}
@@ -531,7 +536,10 @@ func (f *Follower) call(ctx context.Context, epoch int32, method, path string, r
 // aliases *buf then. nil allocates.
 func (f *Follower) callInto(ctx context.Context, epoch int32, method, path string, req any, buf *[]byte) ([]byte, error) {
 	var body io.Reader
-	if req != nil {
+	contentType := "application/json"
+	if br, ok := req.(*FetchRequest); ok && !f.jsonFetch {
+		body, contentType = bytes.NewReader(br.appendBinary(nil)), ContentTypeBinary
+	} else if req != nil {
 		b, err := json.Marshal(req)
 		if err != nil {
 			return nil, err
@@ -545,7 +553,7 @@ func (f *Follower) callInto(ctx context.Context, epoch int32, method, path strin
 		return nil, err
 	}
 	if req != nil {
-		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Set("Content-Type", contentType)
 	}
 	if f.cfg.Token != "" {
 		hr.Header.Set("Authorization", "Bearer "+f.cfg.Token)
@@ -832,7 +840,13 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 	f.setStatus(func(s *Status) { s.Unsyncable = unsyncable })
 	// The answer's records are appended (copied to the log) before the
 	// next fetch, so one buffer serves every fetch of this goroutine.
-	b, err := f.callInto(ctx, epoch, http.MethodPost, PathFetch, req, &f.fetchBuf)
+	b, err := f.callInto(ctx, epoch, http.MethodPost, PathFetch, &req, &f.fetchBuf)
+	if he := (*httpError)(nil); errors.As(err, &he) && he.status == http.StatusBadRequest && !f.jsonFetch {
+		// Any leader takes JSON; one that refuses the binary framing is
+		// of an older build (or mis-parsed it): the retry is JSON.
+		f.jsonFetch = true
+		f.log.Warn("replication: the leader refused a binary fetch request; fetching with JSON requests from it", "leader", f.addr, "err", err)
+	}
 	if err != nil {
 		return replication.Action{}, err
 	}

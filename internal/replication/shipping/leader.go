@@ -171,6 +171,19 @@ func (h *handler) manifest(w http.ResponseWriter, _ *http.Request, epoch int32) 
 
 // decodeBody reads a bounded JSON request body.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, ok := readRequest(w, r)
+	if !ok {
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, errorBody{Error: "bad request: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+// readRequest reads a bounded request body.
+func readRequest(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -179,9 +192,28 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		} else {
 			writeError(w, http.StatusBadRequest, errorBody{Error: "reading request: " + err.Error()})
 		}
+		return nil, false
+	}
+	return body, true
+}
+
+// decodeFetch reads a fetch request in its binary framing or, without
+// that Content-Type, as JSON.
+func decodeFetch(w http.ResponseWriter, r *http.Request, req *FetchRequest) bool {
+	if r.Header.Get("Content-Type") != ContentTypeBinary {
+		return decodeBody(w, r, req)
+	}
+	body, ok := readRequest(w, r)
+	if !ok {
 		return false
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	var err error
+	*req, err = decodeFetchRequest(body)
+	switch {
+	case errors.Is(err, errTooManyPartitions):
+		writeError(w, http.StatusRequestEntityTooLarge, errorBody{Error: err.Error()})
+		return false
+	case err != nil:
 		writeError(w, http.StatusBadRequest, errorBody{Error: "bad request: " + err.Error()})
 		return false
 	}
@@ -213,7 +245,7 @@ func (h *handler) epochEnd(w http.ResponseWriter, r *http.Request, _ int32) {
 
 func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	var req FetchRequest
-	if !decodeBody(w, r, &req) {
+	if !decodeFetch(w, r, &req) {
 		return
 	}
 	if len(req.Partitions) > MaxRequestPartitions {
@@ -265,7 +297,7 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 		writeError(w, http.StatusInternalServerError, errorBody{Error: "digest too long"})
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Type", ContentTypeBinary)
 	w.Header().Set("Content-Length", strconv.Itoa(resp.size()))
 	w.WriteHeader(http.StatusOK)
 	_ = resp.writeTo(w) // a follower that went away retries

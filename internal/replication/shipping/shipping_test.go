@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -851,5 +852,80 @@ func TestSyncAllTogether(t *testing.T) {
 	err := f.syncAll(items)
 	if err == nil || !errors.Is(err, s.fail) || !strings.Contains(err.Error(), "t-4") {
 		t.Fatalf("error %v, want the failed log's, named", err)
+	}
+}
+
+// TestFetchRequestFraming: the binary fetch request carries what the JSON
+// one does, and the leader's decoder refuses every truncation, trailing
+// bytes, unknown flags and absurd counts.
+func TestFetchRequestFraming(t *testing.T) {
+	req := FetchRequest{Replica: 3, MaxBytes: 1 << 20, MaxWaitMs: 500, PositionsOnly: true, Partitions: []FetchPosition{
+		{Topic: "orders", Partition: 0, Offset: 17},
+		{Topic: "orders", Partition: 1, Offset: 1 << 40},
+		{Topic: "e", Partition: 7, Offset: 0},
+	}}
+	b := req.appendBinary(nil)
+	got, err := decodeFetchRequest(b)
+	if err != nil || !reflect.DeepEqual(got, req) {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, req)
+	}
+	req.PositionsOnly, req.Partitions = false, nil
+	if got, err := decodeFetchRequest(req.appendBinary(nil)); err != nil || got.PositionsOnly || len(got.Partitions) != 0 {
+		t.Fatalf("empty request: %+v, %v", got, err)
+	}
+	for i := range len(b) {
+		if _, err := decodeFetchRequest(b[:i]); !errors.Is(err, errFrame) {
+			t.Fatalf("prefix of %d bytes: %v", i, err)
+		}
+	}
+	if _, err := decodeFetchRequest(append(b, 0)); !errors.Is(err, errFrame) {
+		t.Fatalf("trailing byte: %v", err)
+	}
+	flags := append([]byte(nil), b...)
+	flags[16] |= 2
+	if _, err := decodeFetchRequest(flags); !errors.Is(err, errFrame) {
+		t.Fatalf("unknown flag: %v", err)
+	}
+	huge := append([]byte(nil), b...)
+	binary.BigEndian.PutUint32(huge[17:], 0xffffffff)
+	if _, err := decodeFetchRequest(huge); !errors.Is(err, errFrame) {
+		t.Fatalf("absurd partition count: %v", err)
+	}
+	many := FetchRequest{Partitions: make([]FetchPosition, MaxRequestPartitions+1)}
+	for i := range many.Partitions {
+		many.Partitions[i].Topic = "t"
+	}
+	if _, err := decodeFetchRequest(many.appendBinary(nil)); !errors.Is(err, errTooManyPartitions) {
+		t.Fatalf("%d partitions: %v", len(many.Partitions), err)
+	}
+}
+
+// TestFetchRequestsBinaryOrJSON: followers fetch with binary requests; a
+// leader of an older build, which reads every request as JSON, refuses
+// the first, and the follower copies with JSON requests from then on.
+func TestFetchRequestsBinaryOrJSON(t *testing.T) {
+	for _, older := range []bool{false, true} {
+		leader := newTestLeader(t, 1)
+		leader.createTopic("t", 2, nil)
+		leader.produce("t", 0, 10)
+		leader.produce("t", 1, 3)
+		sink := newTestSink(t)
+		var wrap *testHandlerWrap
+		c := newCluster(t, leader, sink, "", "", func(w *testHandlerWrap) {
+			w.asOlderBuild = older
+			wrap = w
+		})
+		c.follow(1)
+		c.waitInSync(t)
+		leader.produce("t", 1, 4)
+		c.waitInSync(t)
+		bin, js := wrap.binaryFetches.Load(), wrap.jsonFetches.Load()
+		switch {
+		case !older && (bin == 0 || js != 0):
+			t.Errorf("current leader: %d binary and %d JSON fetches; want only binary", bin, js)
+		case older && (bin != 1 || js == 0):
+			t.Errorf("older leader: %d binary and %d JSON fetches; want one binary, then JSON", bin, js)
+		}
+		c.follower.Stop()
 	}
 }

@@ -136,6 +136,89 @@ type FetchRequest struct {
 	PositionsOnly bool `json:"positionsOnly,omitempty"`
 }
 
+// Binary framing of a fetch request (big endian), which followers send
+// with Content-Type application/octet-stream: decoding the JSON form of a
+// request naming every followed partition was a fifth of the leader's
+// samples with 64 partitions, one record at a time. The leader still
+// takes the JSON form of FetchRequest (for curl, and for followers of
+// builds before this framing).
+//
+//	magic "MQF1"
+//	i32 replica, i32 max bytes, i32 max wait ms, u8 flags (1: positions only)
+//	u32 partition count, then per partition:
+//	  u16 topic length, topic, i32 partition, i64 offset
+const fetchRequestMagic = "MQF1"
+
+// ContentTypeBinary marks a binary fetch request or response.
+const ContentTypeBinary = "application/octet-stream"
+
+const flagPositionsOnly = 1
+
+const positionFixed = 2 + 4 + 8
+
+// appendBinary appends r's binary framing to b.
+func (r *FetchRequest) appendBinary(b []byte) []byte {
+	b = append(b, fetchRequestMagic...)
+	b = binary.BigEndian.AppendUint32(b, uint32(r.Replica))
+	b = binary.BigEndian.AppendUint32(b, uint32(r.MaxBytes))
+	b = binary.BigEndian.AppendUint32(b, uint32(r.MaxWaitMs))
+	var flags byte
+	if r.PositionsOnly {
+		flags |= flagPositionsOnly
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Partitions)))
+	for _, p := range r.Partitions {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(p.Topic)))
+		b = append(b, p.Topic...)
+		b = binary.BigEndian.AppendUint32(b, uint32(p.Partition))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.Offset))
+	}
+	return b
+}
+
+// decodeFetchRequest parses a binary fetch request. Partitions of one
+// topic share one topic string, as they share it in the follower's list.
+func decodeFetchRequest(b []byte) (FetchRequest, error) {
+	d := decoder{b: b}
+	if string(d.bytes(len(fetchRequestMagic))) != fetchRequestMagic {
+		return FetchRequest{}, fmt.Errorf("%w: bad magic", errFrame)
+	}
+	r := FetchRequest{Replica: int32(d.u32()), MaxBytes: int32(d.u32()), MaxWaitMs: int32(d.u32())}
+	if flags := d.bytes(1); flags != nil {
+		if flags[0]&^flagPositionsOnly != 0 {
+			return FetchRequest{}, fmt.Errorf("%w: unknown flags %#x", errFrame, flags[0])
+		}
+		r.PositionsOnly = flags[0]&flagPositionsOnly != 0
+	}
+	n := d.u32()
+	if d.err != nil || uint64(n)*positionFixed > uint64(len(d.b)) {
+		return FetchRequest{}, fmt.Errorf("%w: bad partition count", errFrame)
+	}
+	if n > MaxRequestPartitions {
+		return FetchRequest{}, errTooManyPartitions
+	}
+	r.Partitions = make([]FetchPosition, 0, n)
+	topic := ""
+	for range n {
+		name := d.bytes(int(d.u16()))
+		if string(name) != topic { // compared without allocating
+			topic = string(name)
+		}
+		p := FetchPosition{Topic: topic, Partition: int32(d.u32()), Offset: int64(d.u64())}
+		if d.err != nil {
+			return FetchRequest{}, d.err
+		}
+		r.Partitions = append(r.Partitions, p)
+	}
+	if len(d.b) != 0 {
+		return FetchRequest{}, fmt.Errorf("%w: %d trailing bytes", errFrame, len(d.b))
+	}
+	return r, nil
+}
+
+var errTooManyPartitions = errors.New("too many partitions")
+
 // FetchPosition is one partition of a fetch request: Offset is the
 // follower's durable log end, the offset to fetch from.
 type FetchPosition struct {
@@ -233,7 +316,7 @@ func (r *fetchResponse) writeTo(w io.Writer) error {
 	return nil
 }
 
-var errFrame = errors.New("shipping: malformed fetch response")
+var errFrame = errors.New("shipping: malformed fetch frame")
 
 // decodeFetchResponse parses b; records alias b.
 func decodeFetchResponse(b []byte) (*fetchResponse, error) {
