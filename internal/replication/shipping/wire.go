@@ -169,12 +169,18 @@ func (r *FetchRequest) appendBinary(b []byte) []byte {
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Partitions)))
 	for _, p := range r.Partitions {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(p.Topic)))
-		b = append(b, p.Topic...)
-		b = binary.BigEndian.AppendUint32(b, uint32(p.Partition))
+		b = appendTopicPartition(b, p.Topic, p.Partition)
 		b = binary.BigEndian.AppendUint64(b, uint64(p.Offset))
 	}
 	return b
+}
+
+// appendTopicPartition appends how both frames name a partition: u16
+// topic length, topic, i32 partition.
+func appendTopicPartition(b []byte, topic string, partition int32) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(topic)))
+	b = append(b, topic...)
+	return binary.BigEndian.AppendUint32(b, uint32(partition))
 }
 
 // decodeFetchRequest parses a binary fetch request. Partitions of one
@@ -290,9 +296,7 @@ func (r *fetchResponse) writeTo(w io.Writer) error {
 	hdr = append(hdr, r.digest...)
 	hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(r.parts)))
 	for _, p := range r.parts {
-		hdr = binary.BigEndian.AppendUint16(hdr, uint16(len(p.topic)))
-		hdr = append(hdr, p.topic...)
-		hdr = binary.BigEndian.AppendUint32(hdr, uint32(p.partition))
+		hdr = appendTopicPartition(hdr, p.topic, p.partition)
 		hdr = binary.BigEndian.AppendUint16(hdr, uint16(p.code))
 		hdr = binary.BigEndian.AppendUint64(hdr, uint64(p.hw))
 		hdr = binary.BigEndian.AppendUint64(hdr, uint64(p.logStart))
