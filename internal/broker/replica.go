@@ -770,7 +770,10 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 		r.mu.Unlock()
 		return
 	}
-	r.ldr.SetMinISR(replKey(p), m)
+	k := replKey(p)
+	// Before anything here can move it (SetMinISR included).
+	hw := r.ldr.HighWatermark(k)
+	r.ldr.SetMinISR(k, m)
 	if r.pos[p] == nil {
 		r.pos[p] = map[int32]int64{}
 	}
@@ -779,8 +782,6 @@ func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, du
 	prev, known := r.pos[p][replica]
 	r.pos[p][replica] = durableEnd
 	r.seen[replica] = now
-	k := replKey(p)
-	hw := r.ldr.HighWatermark(k)
 	// The Leader caps a follower's position at the leader's log end as it
 	// last heard it, which the flusher reports only after the leader's own
 	// fsync: a follower that copied and synced a record first would be

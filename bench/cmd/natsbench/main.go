@@ -283,6 +283,29 @@ func startServer(dir string, syncAlways bool) (*server.Server, error) {
 	return srv, nil
 }
 
+// errNoSuitablePeers is JetStream's answer to a replicated stream asked
+// for before its cluster has formed (its meta leader knows too few
+// peers).
+const errNoSuitablePeers jetstream.ErrorCode = 10005
+
+// createStream creates a stream, asking again while the cluster has not
+// formed: a three-server cluster just started answers "no suitable peers
+// for placement" for a few seconds.
+func createStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	for {
+		_, err := js.CreateStream(ctx, sc)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoSuitablePeers {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the cluster did not form in time)", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // runCase runs one case: create streams, publish, consume, delete streams.
 func runCase(ctx context.Context, cfg *config, js jetstream.JetStream, pool *bench.ValuePool, idx, acks, partitions int, mode bench.Mode, stderr io.Writer) bench.CaseResult {
 	label := fmt.Sprintf("acks=%d p=%d %s", acks, partitions, mode)
@@ -296,7 +319,7 @@ func runCase(ctx context.Context, cfg *config, js jetstream.JetStream, pool *ben
 	res.Topic = fmt.Sprintf("BENCH_%s_%d_*", cfg.runID, idx)
 	for i := range streams {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := js.CreateStream(cctx, jetstream.StreamConfig{
+		err := createStream(cctx, js, jetstream.StreamConfig{
 			Name:     streams[i],
 			Subjects: []string{subjects[i]},
 			Storage:  jetstream.FileStorage,
