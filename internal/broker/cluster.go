@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/cluster/meta"
@@ -749,7 +750,9 @@ func (c *clusterMode) keepSpare(ctx context.Context) {
 // allocateProducerIDs takes the next block of producer ids from the
 // metadata log: ids are unique across the cluster.
 func (c *clusterMode) allocateProducerIDs(ctx context.Context) (start, limit int64, err error) {
-	res, err := c.propose(ctx, metanode.Command{AllocateProducerIDs: &metanode.AllocateProducerIDs{BrokerID: c.self}})
+	res, err := proposeBlock(ctx, func() (metanode.Result, error) {
+		return c.propose(ctx, metanode.Command{AllocateProducerIDs: &metanode.AllocateProducerIDs{BrokerID: c.self}})
+	})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -759,6 +762,24 @@ func (c *clusterMode) allocateProducerIDs(ctx context.Context) (start, limit int
 		}
 	}
 	return 0, 0, errors.New("the metadata log answered a producer-id allocation without a block")
+}
+
+// blockAttempts bounds the proposals of one producer-id block.
+const blockAttempts = 8
+
+// proposeBlock proposes a producer-id block until one commits. A block
+// names the state it was proposed against, so of blocks proposed at once
+// (brokers taking spares, InitProducerId on several leaders) all but the
+// first to commit are refused (INVALID_REQUEST); by the time a proposer
+// hears so, its state holds the block that won, and it proposes again
+// against that. Other errors, and ctx's end, are the caller's.
+func proposeBlock(ctx context.Context, propose func() (metanode.Result, error)) (metanode.Result, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := propose()
+		if err == nil || !errors.Is(err, kerr.InvalidRequest) || attempt == blockAttempts || ctx.Err() != nil {
+			return res, err
+		}
+	}
 }
 
 // findCoordinator names, for each key, the leader of the group owning
