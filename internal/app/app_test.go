@@ -607,6 +607,66 @@ func TestCorruptBatchRefused(t *testing.T) {
 	}
 }
 
+// A large produce frame is summed as it arrives and its batches' CRCs
+// come from the sums: a byte flipped deep inside one large batch still
+// refuses that batch, and only it.
+func TestLargeCorruptBatchRefused(t *testing.T) {
+	in := startBroker(t, "")
+	createTopic(t, in.Addr(), "crc-large", 3, nil)
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "crc-large"
+	values := map[int32][]byte{}
+	for p := range int32(3) {
+		recs := make([]recordbatch.Record, 300)
+		for i := range recs {
+			recs[i].Value = randomBytes(1000)
+		}
+		values[p] = recs[len(recs)-1].Value
+		batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == 1 {
+			batch[len(batch)/2] ^= 0x10
+		}
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = p
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	cl := client(t, in.Addr())
+	resp, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rp := range resp.Topics[0].Partitions {
+		want := int16(0)
+		if rp.Partition == 1 {
+			want = kerr.CorruptMessage.Code
+		}
+		if rp.ErrorCode != want {
+			t.Fatalf("partition %d answered %d, want %d", rp.Partition, rp.ErrorCode, want)
+		}
+	}
+	got := consumeAll(t, in.Addr(), "crc-large", 600)
+	last := map[int32][]byte{}
+	for _, r := range got {
+		if r.Partition == 1 {
+			t.Fatalf("a record of the corrupt batch was stored at offset %d", r.Offset)
+		}
+		last[r.Partition] = r.Value
+	}
+	for _, p := range []int32{0, 2} {
+		if !bytes.Equal(last[p], values[p]) {
+			t.Fatalf("partition %d: last value differs from what was produced", p)
+		}
+	}
+}
+
 func TestPipelinedAnswersInOrder(t *testing.T) {
 	in := startBroker(t, "")
 	createTopic(t, in.Addr(), "pipe", 1, nil)

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/protocol"
+	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
 // Produce appends record batches to partitions this replica leads.
@@ -14,8 +15,12 @@ import (
 func init() {
 	register(apiDef[*kmsg.ProduceRequest]{
 		versions: protocol.VersionRange{Min: 0, Max: 12},
-		serve: func(b *Broker, _ *conn, r *kmsg.ProduceRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
-			return b.handleProduce(r)
+		serve: func(b *Broker, cn *conn, r *kmsg.ProduceRequest, _ protocol.Request) (kmsg.Response, waitFunc) {
+			var sums *recordbatch.Sums
+			if cn != nil {
+				sums = &cn.sums
+			}
+			return b.handleProduce(r, sums)
 		},
 		authorize:  (*authz).produce,
 		onFollower: produceOnFollower,

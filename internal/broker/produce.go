@@ -21,7 +21,10 @@ type produceWait struct {
 	result *kmsg.ProduceResponseTopicPartition
 }
 
-func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(context.Context) kmsg.Response) {
+// handleProduce appends a produce's batches. sums, when not nil, hold the
+// chunk CRCs of the frame r was decoded from: its batches' checksums come
+// from them.
+func (b *Broker) handleProduce(r *kmsg.ProduceRequest, sums *recordbatch.Sums) (kmsg.Response, func(context.Context) kmsg.Response) {
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	if r.Acks != 0 && r.Acks != 1 && r.Acks != -1 {
 		return b.refuseProduce(r, resp, errInvalidRequiredAcks), nil
@@ -72,7 +75,7 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest) (kmsg.Response, func(cont
 				res.ErrorMessage = &msg
 				continue
 			}
-			end, code, msg := b.appendBatches(t, p, rp.Records, r.Version, txnID(r))
+			end, code, msg := b.appendBatches(t, p, rp.Records, r.Version, txnID(r), sums)
 			res.ErrorCode = code
 			if msg != "" {
 				res.ErrorMessage = &msg
@@ -274,9 +277,9 @@ type appended struct {
 // appendBatches validates a partition's record batches and appends them.
 // Validation covers every batch before the first append, so a request is
 // stored whole or not at all per partition.
-func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte, version int16, tid string) (appended, int16, string) {
+func (b *Broker) appendBatches(t *topic, p *partition.Partition, records []byte, version int16, tid string, sums *recordbatch.Sums) (appended, int16, string) {
 	var res appended
-	batches, err := recordbatch.Split(records)
+	batches, err := recordbatch.SplitSummed(records, sums)
 	switch {
 	case errors.Is(err, recordbatch.ErrUnsupportedMagic):
 		return res, errUnsupportedForMsgFormat, "MoonMQ stores record batch format v2 only (produce v3+)"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/auth"
 	"github.com/moonmq/moonmq/internal/protocol"
+	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
 // maxInFlight bounds how many requests of one connection may be decoded
@@ -207,6 +208,11 @@ type conn struct {
 	viaForward bool
 	deniedLog
 
+	// sums are the chunk CRCs of the produce frame being read and
+	// served; the reader goroutine's, and a produce handler's while the
+	// reader waits for it.
+	sums recordbatch.Sums
+
 	// mutedUntil (broker time, Unix nanoseconds) pauses the reader of a connection
 	// over its byte-rate quota; throttled remembers which kinds were
 	// logged.
@@ -301,6 +307,7 @@ func (cn *conn) readLoop() error {
 			frame, pooled, err = cn.readBody(br, n)
 			if err == nil {
 				err = cn.serveFrame(frame)
+				cn.sums.Reset(nil)
 				if pooled {
 					b.mem.frames.Put(frame)
 				}
@@ -335,6 +342,15 @@ func (cn *conn) readLoop() error {
 // errConnDone ends a connection without a reason to log: it is closing.
 var errConnDone = errors.New("connection closing")
 
+// A produce frame of summedFrameBytes or more is read summedReadBytes at
+// a time, each read summed while the CPU's caches hold it: small enough
+// to stay in a core's 1 MiB L2 here, large enough that the extra reads
+// cost far less than reading the records again from memory.
+const (
+	summedFrameBytes = 4 * recordbatch.SumChunk
+	summedReadBytes  = 256 << 10
+)
+
 // readBody takes a frame's n bytes from the request budget, waiting while
 // it is spent (the connection is not read meanwhile), and reads the body.
 // On success the caller gives the n bytes back once the frame is handled,
@@ -362,8 +378,17 @@ func (cn *conn) readBody(br *bufio.Reader, n int) (frame []byte, pooled bool, er
 			buf = b.mem.frameBuffer(n)
 		}
 	}
-	frame, err = protocol.ReadFrameBody(br, n, buf)
+	if buf != nil && n >= summedFrameBytes {
+		// Summed as it arrives, so the produce's CRC checks need not
+		// read the records again (recordbatch.Sums).
+		frame = buf[:n]
+		cn.sums.Reset(frame)
+		err = protocol.ReadFrameBodyInSteps(br, frame, summedReadBytes, cn.sums.Fill)
+	} else {
+		frame, err = protocol.ReadFrameBody(br, n, buf)
+	}
 	if err != nil {
+		cn.sums.Reset(nil)
 		if buf != nil {
 			b.mem.frames.Put(buf)
 		}

@@ -125,6 +125,25 @@ func ReadFrameBody(r io.Reader, n int, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
+// ReadFrameBodyInSteps reads a frame body of len(buf) bytes into buf with
+// reads of at most step bytes, and after each calls arrived with how many
+// bytes of buf have arrived, so the caller can work on them while the
+// CPU's caches still hold them.
+func ReadFrameBodyInSteps(r io.Reader, buf []byte, step int, arrived func(n int)) error {
+	for got := 0; got < len(buf); {
+		m, err := io.ReadAtLeast(r, buf[got:min(got+step, len(buf))], 1)
+		got += m
+		if err != nil {
+			if err == io.EOF && got > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		arrived(got)
+	}
+	return nil
+}
+
 // eagerFrameBytes is the largest frame whose whole buffer is allocated
 // before its bytes arrive.
 const eagerFrameBytes = 1 << 20

@@ -145,7 +145,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Check validates that b is exactly one whole batch with a correct length,
 // magic and CRC, and returns its header. It makes no semantic checks, so it
 // suits batches already in a log (which may come from replication).
-func Check(b []byte) (Header, error) {
+func Check(b []byte) (Header, error) { return check(b, nil) }
+
+// check is Check, taking the CRC from sums when they cover b.
+func check(b []byte, sums *Sums) (Header, error) {
 	h, err := ParseHeader(b)
 	if err != nil {
 		return h, err
@@ -153,6 +156,11 @@ func Check(b []byte) (Header, error) {
 	if h.Size() != len(b) {
 		return h, fmt.Errorf("%w: batch length %d does not match %d bytes", ErrCorrupt, h.BatchLength, len(b)-LengthOverhead)
 	}
+	if got, ok := sums.Checksum(b[offAttributes:]); ok && got == h.CRC {
+		return h, nil
+	}
+	// Without sums, or when they disagree: a batch is refused only on
+	// the checksum of its own bytes.
 	if got := crc32.Checksum(b[offAttributes:], castagnoli); got != h.CRC {
 		return h, fmt.Errorf("%w: crc %08x, computed %08x", ErrCorrupt, h.CRC, got)
 	}
@@ -163,7 +171,11 @@ func Check(b []byte) (Header, error) {
 // (subslices of b) and validates each: framing, magic, CRC, and the
 // producer-side invariants that every batch holds at least one record and
 // that lastOffsetDelta == recordsCount-1.
-func Split(b []byte) ([][]byte, error) {
+func Split(b []byte) ([][]byte, error) { return SplitSummed(b, nil) }
+
+// SplitSummed is Split for a payload inside the buffer sums sums: a large
+// batch's CRC comes from the sums of the chunks it covers.
+func SplitSummed(b []byte, sums *Sums) ([][]byte, error) {
 	var out [][]byte
 	for len(b) > 0 {
 		if len(b) < LengthOverhead {
@@ -179,7 +191,7 @@ func Split(b []byte) ([][]byte, error) {
 			return nil, fmt.Errorf("%w: batch length %d exceeds the %d bytes left", ErrCorrupt, n, len(b)-LengthOverhead)
 		}
 		batch := b[:LengthOverhead+n]
-		h, err := Check(batch)
+		h, err := check(batch, sums)
 		if err != nil {
 			return nil, err
 		}
