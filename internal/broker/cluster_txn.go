@@ -74,8 +74,13 @@ type txnMarkersRequest struct {
 	// state partition at the coordinator (Kafka's WriteTxnMarkers
 	// field): a partition refuses markers from a coordinator epoch below
 	// that of the producer's last marker there.
-	CoordinatorEpoch int32    `json:"coordinatorEpoch"`
-	Partitions       []txn.TP `json:"partitions"`
+	CoordinatorEpoch int32 `json:"coordinatorEpoch"`
+	// Strict markers carry an epoch bumped above their data's
+	// (txn.Metadata.StrictMarkers): a partition leaves one out once the
+	// producer wrote at its epoch there. Absent from a coordinator of an
+	// older build, which the partition then treats as not strict.
+	Strict     bool     `json:"strict,omitempty"`
+	Partitions []txn.TP `json:"partitions"`
 }
 
 // txnOffsetsRequest asks a consumer group's coordinator to write a
@@ -129,8 +134,9 @@ func (c *clusterMode) writeRemoteMarkers(ctx context.Context, req txnMarkersRequ
 		for _, tp := range left {
 			h, foreign := c.foreign(tp.Topic, tp.Partition)
 			if !foreign {
-				// Deleted, or no longer another group's (a move is
-				// not built): nothing to mark here.
+				// Deleted, or moved into this group since (the
+				// coordinator's own markers cover what it holds):
+				// nothing to mark here.
 				continue
 			}
 			byLeader[h.leader] = append(byLeader[h.leader], tp)
@@ -300,7 +306,7 @@ func (c *clusterMode) serveTxnMarkers(w http.ResponseWriter, hr *http.Request) {
 			continue
 		}
 		p := t.partitions[tp.Partition]
-		end, err := b.appendInternal(p, slices.Clone(batch0), partition.FlushNow)
+		end, err := b.appendMarker(p, slices.Clone(batch0), req.Strict, partition.FlushNow)
 		var refused *partition.Refusal
 		if errors.As(err, &refused) {
 			codes[i] = refused.Code // a zombie coordinator's marker

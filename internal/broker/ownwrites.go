@@ -102,16 +102,27 @@ func (b *Broker) internalPartition(name string, configs map[string]string) (*par
 // appendOwn appends a batch the broker wrote itself (producer-id blocks,
 // users and ACLs; the coordinators append through ownWriter), keeps the partition's producer and transaction state
 // in step with it, and schedules it for the next group commit. It returns
-// the offset after the batch: what waitOwn must reach.
+// the offset after the batch: what waitOwn must reach. Internal writes are
+// acks=all writes: refused before the append while p's ISR is below
+// min.insync.replicas, as Kafka's coordinators are.
 func (b *Broker) appendOwn(p *partition.Partition, batch []byte) (int64, error) {
 	return b.appendInternal(p, batch, partition.FlushNow)
 }
 
 func (b *Broker) appendInternal(p *partition.Partition, batch []byte, flush partition.Flush) (int64, error) {
-	// Internal writes are acks=all writes: refused before the append while
-	// p's ISR is below min.insync.replicas, as Kafka's coordinators are.
 	if b.notEnoughReplicas(p, b.minISROf(p)) {
 		return 0, errBelowMinISR
 	}
 	return p.AppendOwn(batch, flush)
+}
+
+// appendMarker appends a transaction marker the coordinator wrote
+// (partition.AppendMarker says which it leaves out). Like every internal
+// write it is an acks=all write: refused before the append while p's ISR
+// is below min.insync.replicas, as Kafka's coordinators are.
+func (b *Broker) appendMarker(p *partition.Partition, batch []byte, strict bool, flush partition.Flush) (int64, error) {
+	if b.notEnoughReplicas(p, b.minISROf(p)) {
+		return 0, errBelowMinISR
+	}
+	return p.AppendMarker(batch, strict, flush)
 }

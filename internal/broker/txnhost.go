@@ -70,11 +70,15 @@ func (h txnHost) Remote(topic string, index int32) bool {
 	return foreign
 }
 
-func (h txnHost) WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32, tps []txn.TP) error {
+func (h txnHost) AppendMarker(p *partition.Partition, batch []byte, strict bool, flush partition.Flush) (int64, error) {
+	return h.b.appendMarker(p, batch, strict, flush)
+}
+
+func (h txnHost) WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit, strict bool, coordinatorEpoch int32, tps []txn.TP) error {
 	if h.b.cl == nil {
 		return errors.New("no other group outside cluster mode")
 	}
-	return h.b.cl.writeRemoteMarkers(ctx, txnMarkersRequest{ProducerID: pid, ProducerEpoch: epoch, Commit: commit, CoordinatorEpoch: coordinatorEpoch}, tps)
+	return h.b.cl.writeRemoteMarkers(ctx, txnMarkersRequest{ProducerID: pid, ProducerEpoch: epoch, Commit: commit, Strict: strict, CoordinatorEpoch: coordinatorEpoch}, tps)
 }
 
 // Epoch is p's exposed epoch: the group's term plus p's base. The

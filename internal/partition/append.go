@@ -174,8 +174,26 @@ func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header,
 // WaitCommitted must reach. It returns the fence's error when this replica
 // may not append, and a *Refusal with TRANSACTION_COORDINATOR_FENCED for a
 // marker whose coordinator epoch is below that of the producer's last
-// marker here (a zombie coordinator's).
+// marker here (a zombie coordinator's). A marker is AppendMarker's,
+// not strict.
 func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
+	return p.appendOwn(batch, false, flush)
+}
+
+// AppendMarker appends a transaction marker as AppendOwn does, but leaves
+// out a marker that cannot belong to this producer's transaction here:
+// one whose epoch is below the producer's epoch on this partition, or,
+// strict (markers whose epoch was bumped above their data's:
+// txn.Metadata.StrictMarkers), not above it. Such a marker repeats a
+// decision already marked here, and the producer has since written at
+// that epoch, so written again it would end the producer's next
+// transaction with the old decision. For a marker left out it returns
+// the log end, which is what WaitCommitted must then reach.
+func (p *Partition) AppendMarker(batch []byte, strict bool, flush Flush) (int64, error) {
+	return p.appendOwn(batch, strict, flush)
+}
+
+func (p *Partition) appendOwn(batch []byte, strict bool, flush Flush) (int64, error) {
 	h, err := recordbatch.ParseHeader(batch)
 	if err != nil {
 		return 0, err
@@ -197,6 +215,10 @@ func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
 			if fenced {
 				return nil, &Refusal{Code: errTransactionCoordinatorFenced, Transaction: true}
 			}
+			if e, ok := p.producers.EpochOf(h.ProducerID); ok && (h.ProducerEpoch < e || strict && h.ProducerEpoch == e) {
+				end := p.log.EndOffset()
+				return &Appended{Base: end, Last: end - 1, Duplicate: true}, nil
+			}
 			return nil, nil
 		}
 	}
@@ -206,6 +228,11 @@ func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	if res.Duplicate && flush == FlushNow {
+		// A marker left out still starts the pass its caller's other
+		// appends (FlushWithRequest) wait for.
+		p.flush.Kick()
 	}
 	return res.Last + 1, nil
 }

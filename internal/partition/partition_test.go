@@ -309,6 +309,73 @@ func TestZombieCoordinatorMarkerRefused(t *testing.T) {
 	}
 }
 
+// TestRepeatedMarkerLeftOut: under transactions v2 a transaction's
+// markers carry the epoch its EndTxn bumped to, and the producer's next
+// transaction writes at that epoch. A repeat of the earlier decision's
+// marker (a coordinator completing it again after a restart) must not
+// close the next transaction: it is left out, as is any marker older
+// than the producer's epoch here, also after the state is rebuilt from
+// the log; the next transaction's own marker still closes it.
+func TestRepeatedMarkerLeftOut(t *testing.T) {
+	f := newFixture(t, nil, false)
+	marker := func(epoch int16, typ int16) []byte {
+		t.Helper()
+		b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: 9, ProducerEpoch: epoch, BaseSequence: -1, Transactional: true, Control: true},
+			[]recordbatch.Record{{Key: txn.ControlKey(typ), Value: txn.ControlValue(0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	data := func(epoch int16) int64 {
+		t.Helper()
+		tb := encode(t, recordbatch.BatchOptions{ProducerID: 9, ProducerEpoch: epoch, BaseSequence: 0, Transactional: true}, 2)
+		a, err := f.p.AppendClient([][]byte{tb}, header(t, tb), nil, FlushNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Base
+	}
+	data(0)
+	if _, err := f.p.AppendMarker(marker(1, txn.ControlCommit), true, FlushNow); err != nil {
+		t.Fatal(err)
+	}
+	next := data(1)
+	for _, rebuilt := range []bool{false, true} {
+		if rebuilt {
+			if err := f.p.Truncate(f.p.Log().EndOffset()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range []struct {
+			name   string
+			batch  []byte
+			strict bool
+		}{
+			{"the decision's marker again", marker(1, txn.ControlCommit), true},
+			{"an older epoch's marker", marker(0, txn.ControlAbort), false},
+		} {
+			end := f.p.Log().EndOffset()
+			got, err := f.p.AppendMarker(m.batch, m.strict, FlushNow)
+			if err != nil || got != end || f.p.Log().EndOffset() != end {
+				t.Fatalf("rebuilt=%v: %s: end %d, %v; log end %d -> %d: want it left out", rebuilt, m.name, got, err, end, f.p.Log().EndOffset())
+			}
+			if first, open := f.p.OpenTransactions()[9]; !open || first != next {
+				t.Fatalf("rebuilt=%v: %s closed the next transaction: open %v", rebuilt, m.name, f.p.OpenTransactions())
+			}
+		}
+	}
+	if _, err := f.p.AppendMarker(marker(2, txn.ControlAbort), true, FlushNow); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.p.OpenTransactions()) != 0 {
+		t.Fatalf("open after its own marker: %v", f.p.OpenTransactions())
+	}
+	if ab := f.p.AbortedIn(0, f.p.Log().EndOffset()); len(ab) != 1 || ab[0].FirstOffset != next {
+		t.Fatalf("aborted %+v, want the transaction from offset %d", ab, next)
+	}
+}
+
 // TestHighWatermarkFollowsDurableEnd: single node, the high watermark is
 // the durable end: an append is invisible until the flusher synced it, a
 // lazily flushed one rides with the next pass, and a failover partition

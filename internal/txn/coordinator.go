@@ -2,6 +2,7 @@ package txn
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -40,6 +41,12 @@ type Metadata struct {
 	Partitions map[TP]struct{}
 	StartMs    int64
 	UpdateMs   int64
+	// ClientTransactionVersion is 2 once the producer uses transactions
+	// v2 (KIP-890: partitions added by its produce, the epoch bumped by
+	// every EndTxn), else 0. Stored as Kafka stores it (a tagged field of
+	// the value's version 1), because a decision read back after a
+	// restart must say how its markers relate to its data (StrictMarkers).
+	ClientTransactionVersion int16
 	// NextProducerID is transient coordinator bookkeeping (-2: move to a
 	// fresh producer id when completing); it is not persisted.
 	NextProducerID int64
@@ -162,6 +169,22 @@ func (m *Metadata) Complete(nowMs int64) *Metadata {
 	return next
 }
 
+// StrictMarkers reports whether a Prepare* state's markers carry an epoch
+// above that of its transaction's data, so that a partition must refuse
+// them once the producer wrote at their epoch there: under transactions
+// v2 each EndTxn bumps the epoch and the producer's next transaction
+// writes its data at the epoch of the previous one's markers, and a
+// marker repeated after that (a coordinator that restarted before its
+// Complete* record was durable completes the decision again) would close
+// the next transaction with the old decision. Kafka refuses such markers
+// the same way. Near the end of the epoch space the producer id changes
+// instead and the markers keep the data's epoch; at MaxInt16-2, which a
+// bump can reach too, the two cannot be told apart, and the markers are
+// taken as unbumped.
+func (m *Metadata) StrictMarkers() bool {
+	return m.ClientTransactionVersion >= 2 && m.Epoch < math.MaxInt16-2
+}
+
 // Committing reports whether a Prepare* state commits.
 func (m *Metadata) Committing() bool { return m.State == kmsg.TransactionStatePrepareCommit }
 
@@ -189,7 +212,8 @@ func (m *Metadata) Idle(nowMs, expirationMs int64) bool {
 }
 
 // EncodeKey and EncodeValue give the __transaction_state record of m in
-// Kafka's own format (kmsg's TxnMetadataKey v0 and TxnMetadataValue v0).
+// Kafka's own format (kmsg's TxnMetadataKey v0 and TxnMetadataValue v0,
+// or v1 for a transactions-v2 producer).
 func EncodeKey(id string) []byte {
 	k := kmsg.TxnMetadataKey{Version: 0, TransactionalID: id}
 	return k.AppendTo(nil)
@@ -199,6 +223,10 @@ func EncodeKey(id string) []byte {
 func EncodeValue(m *Metadata) []byte {
 	v := kmsg.NewTxnMetadataValue()
 	v.Version = 0
+	if m.ClientTransactionVersion >= 2 {
+		v.Version = 1 // the first to carry the client's version
+		v.ClientTransactionVersion = m.ClientTransactionVersion
+	}
 	v.ProducerID, v.ProducerEpoch, v.TimeoutMillis = m.ProducerID, m.Epoch, m.TimeoutMs
 	v.State = m.State
 	v.LastUpdateTimestamp, v.StartTimestamp = m.UpdateMs, m.StartMs
@@ -232,7 +260,8 @@ func Decode(key, value []byte) (string, *Metadata, error) {
 		return "", nil, fmt.Errorf("txn state value of %q: %w", k.TransactionalID, err)
 	}
 	m := &Metadata{ID: k.TransactionalID, ProducerID: v.ProducerID, Epoch: v.ProducerEpoch, TimeoutMs: v.TimeoutMillis,
-		State: v.State, StartMs: v.StartTimestamp, UpdateMs: v.LastUpdateTimestamp, Partitions: map[TP]struct{}{}}
+		State: v.State, StartMs: v.StartTimestamp, UpdateMs: v.LastUpdateTimestamp, Partitions: map[TP]struct{}{},
+		ClientTransactionVersion: v.ClientTransactionVersion}
 	for _, t := range v.Topics {
 		for _, p := range t.Partitions {
 			m.Partitions[TP{t.Topic, p}] = struct{}{}

@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 
@@ -121,6 +122,17 @@ func TestCoordinatorTransitions(t *testing.T) {
 	id, back, err := Decode(EncodeKey("a"), EncodeValue(prepared))
 	if err != nil || id != "a" || back.State != prepared.State || back.Epoch != 2 || len(back.Partitions) != 1 {
 		t.Fatalf("encode/decode: %v %+v", err, back)
+	}
+	if back.ClientTransactionVersion != 0 || back.StrictMarkers() {
+		t.Fatalf("a transactions-v1 state decoded as version %d", back.ClientTransactionVersion)
+	}
+	prepared.ClientTransactionVersion = 2
+	if _, back, err = Decode(EncodeKey("a"), EncodeValue(prepared)); err != nil || back.ClientTransactionVersion != 2 || !back.StrictMarkers() {
+		t.Fatalf("a transactions-v2 state: %v %+v", err, back)
+	}
+	back.Epoch = math.MaxInt16 - 2
+	if back.StrictMarkers() {
+		t.Fatal("markers at the last epochs (the producer id changes instead of the epoch) taken as bumped")
 	}
 }
 

@@ -69,12 +69,18 @@ type Host interface {
 	// group of a cluster (docs/CLUSTER.md): it may join a transaction,
 	// and its markers go through WriteRemoteMarkers.
 	Remote(topic string, index int32) bool
+	// AppendMarker appends a marker to a partition this broker holds, as
+	// the Writer appends the coordinator's own records, leaving out one
+	// that repeats a decision (partition.AppendMarker; strict:
+	// txn.Metadata.StrictMarkers).
+	AppendMarker(p *partition.Partition, batch []byte, strict bool, flush partition.Flush) (int64, error)
 	// WriteRemoteMarkers writes the producer's commit or abort marker,
-	// stamped with coordinatorEpoch, to partitions of other groups, and
-	// returns once each is durable there, or with an error when ctx ends
-	// first (the caller retries) or a partition refused the marker as a
-	// zombie coordinator's (the caller is one).
-	WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32, tps []txn.TP) error
+	// stamped with coordinatorEpoch, to partitions of other groups (each
+	// appended there as AppendMarker does), and returns once each is
+	// durable there, or with an error when ctx ends first (the caller
+	// retries) or a partition refused the marker as a zombie
+	// coordinator's (the caller is one).
+	WriteRemoteMarkers(ctx context.Context, pid int64, epoch int16, commit, strict bool, coordinatorEpoch int32, tps []txn.TP) error
 	// Epoch is the leader epoch clients see for p. A marker carries that
 	// of its transactional id's state partition as its coordinator
 	// epoch, which only grows across failovers and moves; a partition
@@ -319,6 +325,7 @@ func (c *Coordinator) AddImplicitAll(pid int64, epoch int16, tps []txn.TP) (*par
 	if code != 0 {
 		return nil, 0, code
 	}
+	next.ClientTransactionVersion = 2 // only transactions v2 adds by producing
 	p, end, err := c.appendState(e, next, partition.FlushNow)
 	if errors.Is(err, coordinator.ErrBelowMinISR) {
 		return nil, 0, kerr.NotEnoughReplicas.Code
@@ -416,6 +423,7 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	}
 	waits := also
 	offsetsTouched := false
+	strict := m.StrictMarkers()
 	local, parts, remote := c.markerTargets(m)
 	for i, tp := range local {
 		// The last marker starts the group-commit pass and the others
@@ -426,7 +434,7 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 			flush = partition.FlushNow
 		}
 		batch := append([]byte(nil), batch0...)
-		end, err := c.w.Append(parts[i], batch, flush)
+		end, err := c.host.AppendMarker(parts[i], batch, strict, flush)
 		if err != nil {
 			return fmt.Errorf("marker for %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
@@ -441,7 +449,7 @@ func (c *Coordinator) writeMarkers(m *txn.Metadata, commit bool, also ...partiti
 	remoteDone := make(chan error, 1)
 	if len(remote) > 0 {
 		go func() {
-			remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, coordEpoch, remote)
+			remoteDone <- c.host.WriteRemoteMarkers(wctx, m.ProducerID, m.Epoch, commit, strict, coordEpoch, remote)
 		}()
 	} else {
 		remoteDone <- nil
@@ -544,15 +552,30 @@ func (c *Coordinator) bump(m *txn.Metadata) error {
 
 // end decides and completes a transaction (commit or abort). fence bumps
 // the epoch first, as a timeout abort and every transactions-v2 EndTxn do,
-// so the old epoch's later requests are refused.
-func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence bool) int16 {
+// so the old epoch's later requests are refused. v2 is a transactions-v2
+// EndTxn's.
+func (c *Coordinator) end(ctx context.Context, e *entry, commit, fence, v2 bool) int16 {
 	m := e.meta.Load()
 	action, prepared, code := m.End(commit, c.cfg.Clock.Now().UnixMilli())
+	if prepared != nil {
+		// The decision says whether its markers are bumped above its
+		// data (txn.Metadata.StrictMarkers): an EndTxn of transactions
+		// v1 leaves them at the data's epoch, whatever came before.
+		switch {
+		case v2:
+			prepared.ClientTransactionVersion = 2
+		case !fence:
+			prepared.ClientTransactionVersion = 0
+		}
+	}
 	if fence && action == txn.EndFail && code == txn.ErrInvalidTxnState && m.State != kmsg.TransactionStateOngoing && !commit {
 		// Transactions v2: aborting with nothing open is legal and
 		// still bumps the epoch.
 		next := m.Clone()
 		next.State = kmsg.TransactionStateCompleteAbort
+		if v2 {
+			next.ClientTransactionVersion = 2
+		}
 		if err := c.bump(next); err != nil {
 			return kerr.KafkaStorageError.Code
 		}

@@ -125,6 +125,73 @@ func TestCommitWritesMarkersAndReloads(t *testing.T) {
 	}
 }
 
+// TestReloadLeavesTheNextTransactionAlone: under transactions v2 a
+// producer's next transaction writes its data at the epoch the previous
+// commit's markers carry, and that data can be durable while the state
+// topic's records after the commit decision (its Complete record, the next
+// transaction's Ongoing record) are not. A coordinator reloaded from such
+// a state topic completes the commit again: its marker, repeated on a
+// partition that already has it, must not commit the next transaction's
+// records there. That transaction, unknown to the reloaded coordinator,
+// is aborted as an orphan instead.
+func TestReloadLeavesTheNextTransactionAlone(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHost(t)
+	data := h.topic("orders", 1)[0]
+	tp := txn.TP{Topic: "orders", Partition: 0}
+	c := h.coordinator(ctx)
+	pid, epoch := initTxn(t, c, "tx")
+
+	if code := c.AddImplicit(ctx, pid, epoch, tp); code != 0 {
+		t.Fatalf("implicit add: code %d", code)
+	}
+	produceTxn(t, c, data, pid, epoch)
+	end := kmsg.NewPtrEndTxnRequest()
+	end.Version, end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = 5, "tx", pid, epoch, true
+	resp := c.EndTxn(ctx, end)
+	if resp.ErrorCode != 0 || resp.ProducerEpoch != epoch+1 {
+		t.Fatalf("EndTxn v5: code %d epoch %d, want epoch %d", resp.ErrorCode, resp.ProducerEpoch, epoch+1)
+	}
+	decided, err := c.statePartition("tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The decision as end wrote it: the completed state with its
+	// partitions back.
+	prepare := c.byProducer(pid).meta.Load().Clone()
+	prepare.State = kmsg.TransactionStatePrepareCommit
+	prepare.Partitions = map[txn.TP]struct{}{tp: {}}
+
+	if code := c.AddImplicit(ctx, pid, epoch+1, tp); code != 0 {
+		t.Fatalf("implicit add of the next transaction: code %d", code)
+	}
+	next := data.Log().EndOffset()
+	produceTxn(t, c, data, pid, epoch+1)
+
+	// The state topic as that crash leaves it: the commit decision is the
+	// last record of "tx" (appended again here, after the records a
+	// failover would have lost).
+	batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{
+		Key: txn.EncodeKey("tx"), Value: txn.EncodeValue(prepare)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end, err := c.w.Append(decided, batch, partition.FlushNow); err != nil || c.w.Wait(ctx, decided, end) != nil {
+		t.Fatalf("rewinding the state topic: %v", err)
+	}
+	reloaded := h.coordinator(ctx)
+	if err := reloaded.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	aborted := data.AbortedIn(next, data.Log().EndOffset())
+	if len(aborted) != 1 || aborted[0].ProducerID != pid || aborted[0].FirstOffset != next {
+		t.Fatalf("aborted ranges %+v, want the next transaction's from offset %d: the repeated commit marker committed it", aborted, next)
+	}
+	if open := data.OpenTransactions(); len(open) != 0 {
+		t.Fatalf("still open after the reload: %v", open)
+	}
+}
+
 // TestLoadAbortsOrphans: a transaction a partition holds open but the
 // state topic does not know (its record was lost) is aborted on load, with
 // the producer's own epoch, so the partition's LSO moves again.

@@ -51,7 +51,7 @@ func (c *Coordinator) abortExpired(ctx context.Context, now time.Time) {
 			}
 		case m.Expired(now.UnixMilli()):
 			c.log.Warn("aborting a transaction past its timeout", "transactional_id", m.ID, "producer_id", m.ProducerID, "timeout_ms", m.TimeoutMs)
-			c.end(ctx, e, false, true)
+			c.end(ctx, e, false, true, false)
 		}
 		e.mu.Unlock()
 	}

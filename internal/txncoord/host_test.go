@@ -157,7 +157,11 @@ func (testWriter) Wait(ctx context.Context, p *partition.Partition, end int64) e
 // The test host is one broker: no partition is in another group.
 func (*testHost) Remote(string, int32) bool { return false }
 
-func (*testHost) WriteRemoteMarkers(context.Context, int64, int16, bool, int32, []txn.TP) error {
+func (*testHost) AppendMarker(p *partition.Partition, batch []byte, strict bool, flush partition.Flush) (int64, error) {
+	return p.AppendMarker(batch, strict, flush)
+}
+
+func (*testHost) WriteRemoteMarkers(context.Context, int64, int16, bool, bool, int32, []txn.TP) error {
 	return errors.New("the test host has no other group")
 }
 

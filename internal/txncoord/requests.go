@@ -68,7 +68,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, r *kmsg.InitProducerID
 		// open, at once. The abort markers carry a bumped epoch, so a
 		// delayed write of the old incarnation is refused by the
 		// partition's producer state even if it raced the coordinator.
-		if code := c.end(ctx, e, false, true); code != 0 {
+		if code := c.end(ctx, e, false, true, false); code != 0 {
 			resp.ErrorCode = code
 			return resp
 		}
@@ -207,7 +207,7 @@ func (c *Coordinator) EndTxn(ctx context.Context, r *kmsg.EndTxnRequest) *kmsg.E
 		return resp
 	}
 	defer e.mu.Unlock()
-	resp.ErrorCode = c.end(ctx, e, r.Commit, v2)
+	resp.ErrorCode = c.end(ctx, e, r.Commit, v2, v2)
 	if m := e.meta.Load(); v2 && resp.ErrorCode == 0 {
 		resp.ProducerID, resp.ProducerEpoch = m.ProducerID, m.Epoch
 	}
