@@ -757,52 +757,65 @@ func (s source) HighWatermark(tp replication.TopicPartition) int64 {
 	return 0
 }
 
-func (s source) OnFollowerFetch(replica int32, tp replication.TopicPartition, durableEnd int64) {
-	p := s.r.b.replPartition(tp)
-	if p == nil {
-		return
-	}
+func (s source) OnFollowerFetch(replica int32, reports []shipping.FetchPosition) {
 	r := s.r
+	type report struct {
+		p      *partition.Partition
+		minISR int
+		end    int64
+	}
+	rs := make([]report, 0, len(reports))
+	for _, fp := range reports {
+		if p := r.b.replPartition(replication.TopicPartition{Topic: fp.Topic, Partition: fp.Partition}); p != nil {
+			rs = append(rs, report{p, r.b.minISROf(p), fp.Offset})
+		}
+	}
 	now := time.Now()
-	m := r.b.minISROf(p)
+	moved := make([]*partition.Partition, 0, len(rs))
 	r.mu.Lock()
 	if r.ldr == nil {
 		r.mu.Unlock()
 		return
 	}
-	k := replKey(p)
-	// Before anything here can move it (SetMinISR included).
-	hw := r.ldr.HighWatermark(k)
-	r.ldr.SetMinISR(k, m)
-	if r.pos[p] == nil {
-		r.pos[p] = map[int32]int64{}
-	}
-	// A follower's fetches are sequential: its latest report is its
-	// position (lower than before only if it lost its data).
-	prev, known := r.pos[p][replica]
-	r.pos[p][replica] = durableEnd
 	r.seen[replica] = now
-	// The Leader caps a follower's position at the leader's log end as it
-	// last heard it, which the flusher reports only after the leader's own
-	// fsync: a follower that copied and synced a record first would be
-	// counted one fetch short, and its next fetch long-polls (500 ms) with
-	// nothing new. Report the current ends first.
-	r.ldr.AppendLocal(k, p.Log().EndOffset(), p.Log().DurableEnd())
-	r.ldr.FollowerFetch(replica, k, durableEnd, now)
-	moved := !known || prev != durableEnd || r.ldr.HighWatermark(k) != hw
-	r.mu.Unlock()
-	if !moved {
-		// Neither this follower's position nor the high watermark moved,
-		// so no waiter's condition changed. A follower's fetch names
-		// every partition it follows and mostly reports positions it
-		// reported before: waking each one's waiters cost more than the
-		// rest of the report. (An ISR change raises and wakes every
-		// partition itself: isrChanged.)
-		return
+	for _, rp := range rs {
+		p := rp.p
+		k := replKey(p)
+		// Before anything here can move it (SetMinISR included).
+		hw := r.ldr.HighWatermark(k)
+		r.ldr.SetMinISR(k, rp.minISR)
+		if r.pos[p] == nil {
+			r.pos[p] = map[int32]int64{}
+		}
+		// A follower's fetches are sequential: its latest report is its
+		// position (lower than before only if it lost its data).
+		prev, known := r.pos[p][replica]
+		r.pos[p][replica] = rp.end
+		// The Leader caps a follower's position at the leader's log end
+		// as it last heard it, which the flusher reports only after the
+		// leader's own fsync: a follower that copied and synced a record
+		// first would be counted one fetch short, and its next fetch
+		// long-polls (500 ms) with nothing new. Report the current ends
+		// first.
+		r.ldr.AppendLocal(k, p.Log().EndOffset(), p.Log().DurableEnd())
+		r.ldr.FollowerFetch(replica, k, rp.end, now)
+		// Neither this follower's position nor the high watermark
+		// moved: no waiter's condition changed. A follower's fetch
+		// names every partition it follows and mostly reports
+		// positions it reported before, and waking each one's waiters
+		// cost more than the rest of the report. (An ISR change raises
+		// and wakes every partition itself: isrChanged.)
+		if !known || prev != rp.end || r.ldr.HighWatermark(k) != hw {
+			moved = append(moved, p)
+		}
 	}
-	p.Recommit()
-	// acks=all waits for follower positions, not only the high watermark.
-	p.Wake()
+	r.mu.Unlock()
+	for _, p := range moved {
+		p.Recommit()
+		// acks=all waits for follower positions, not only the high
+		// watermark.
+		p.Wake()
+	}
 }
 
 func (s source) WaitForData(ctx context.Context, parts []shipping.FetchPosition, wait time.Duration) {

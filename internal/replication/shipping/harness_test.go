@@ -63,7 +63,7 @@ type testLeader struct {
 	topics  map[string]*leaderTopic
 	changed chan struct{}
 
-	// onFetch observes OnFollowerFetch.
+	// onFetch observes each partition OnFollowerFetch reports.
 	onFetch func(replica int32, tp replication.TopicPartition, end int64)
 	fetches atomic.Int64
 }
@@ -193,10 +193,12 @@ func (l *testLeader) HighWatermark(tp replication.TopicPartition) int64 {
 	return 0
 }
 
-func (l *testLeader) OnFollowerFetch(replica int32, tp replication.TopicPartition, end int64) {
-	l.fetches.Add(1)
-	if l.onFetch != nil {
-		l.onFetch(replica, tp, end)
+func (l *testLeader) OnFollowerFetch(replica int32, reports []FetchPosition) {
+	for _, r := range reports {
+		l.fetches.Add(1)
+		if l.onFetch != nil {
+			l.onFetch(replica, replication.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+		}
 	}
 }
 

@@ -50,10 +50,12 @@ type Source interface {
 	Partition(tp replication.TopicPartition) (PartitionLog, bool)
 	// HighWatermark returns tp's high watermark.
 	HighWatermark(tp replication.TopicPartition) int64
-	// OnFollowerFetch reports that replica fetched tp from durableEnd,
-	// its durable log end: every offset below it is on its disk. The
-	// broker feeds replication.Leader.FollowerFetch with it.
-	OnFollowerFetch(replica int32, tp replication.TopicPartition, durableEnd int64)
+	// OnFollowerFetch reports that replica fetched each of reports from
+	// its Offset, its durable log end there: every offset below it is on
+	// its disk. One call carries a fetch's partitions (all of those the
+	// follower follows), so the broker feeds replication.Leader.
+	// FollowerFetch with them under one lock and one clock reading.
+	OnFollowerFetch(replica int32, reports []FetchPosition)
 	// WaitForData returns when the log end of one of parts passes its
 	// offset (is > Offset), when wait has passed or when ctx ends. A
 	// partition unknown or deleted meanwhile does not end the wait: the
@@ -272,10 +274,16 @@ func (h *handler) fetch(w http.ResponseWriter, r *http.Request, epoch int32) {
 	// its position does not count, so the lag rule takes it out of the
 	// ISR and it is not taken back while it stays so (at a high
 	// watermark held at its position it would look caught up).
-	for _, p := range req.Partitions {
-		tp := replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}
-		if l, ok := h.src.Partition(tp); ok && !req.PositionsOnly && p.Offset >= l.StartOffset() && p.Offset <= l.EndOffset() {
-			h.src.OnFollowerFetch(req.Replica, tp, p.Offset)
+	if !req.PositionsOnly {
+		reports := make([]FetchPosition, 0, len(req.Partitions))
+		for _, p := range req.Partitions {
+			tp := replication.TopicPartition{Topic: p.Topic, Partition: p.Partition}
+			if l, ok := h.src.Partition(tp); ok && p.Offset >= l.StartOffset() && p.Offset <= l.EndOffset() {
+				reports = append(reports, p)
+			}
+		}
+		if len(reports) > 0 {
+			h.src.OnFollowerFetch(req.Replica, reports)
 		}
 	}
 
