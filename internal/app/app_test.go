@@ -613,12 +613,8 @@ func TestCorruptBatchRefused(t *testing.T) {
 func TestLargeCorruptBatchRefused(t *testing.T) {
 	in := startBroker(t, "")
 	createTopic(t, in.Addr(), "crc-large", 3, nil)
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 5000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "crc-large"
 	values := map[int32][]byte{}
+	var batches [][]byte
 	for p := range int32(3) {
 		recs := make([]recordbatch.Record, 300)
 		for i := range recs {
@@ -632,18 +628,9 @@ func TestLargeCorruptBatchRefused(t *testing.T) {
 		if p == 1 {
 			batch[len(batch)/2] ^= 0x10
 		}
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition = p
-		rp.Records = batch
-		rt.Partitions = append(rt.Partitions, rp)
+		batches = append(batches, batch)
 	}
-	req.Topics = append(req.Topics, rt)
-	cl := client(t, in.Addr())
-	resp, err := req.RequestWith(ctxT(t), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rp := range resp.Topics[0].Partitions {
+	for _, rp := range produceRawEach(t, client(t, in.Addr()), "crc-large", batches) {
 		want := int16(0)
 		if rp.Partition == 1 {
 			want = kerr.CorruptMessage.Code
@@ -705,20 +692,30 @@ func TestMain(m *testing.M) {
 // produceRaw sends one batch built by hand, for the idempotence tests.
 func produceRaw(t *testing.T, cl *kgo.Client, topic string, batch []byte) kmsg.ProduceResponseTopicPartition {
 	t.Helper()
+	return produceRawEach(t, cl, topic, [][]byte{batch})[0]
+}
+
+// produceRawEach produces batches[i] to partition i of topic in one
+// request, acks=all, and returns the partitions' answers.
+func produceRawEach(t *testing.T, cl *kgo.Client, topic string, batches [][]byte) []kmsg.ProduceResponseTopicPartition {
+	t.Helper()
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
 	req.TimeoutMillis = 5000
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = batch
-	rt.Partitions = append(rt.Partitions, rp)
+	for i, batch := range batches {
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = int32(i)
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+	}
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctxT(t), cl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Topics[0].Partitions[0]
+	return resp.Topics[0].Partitions
 }
 
 func TestIdempotentProducer(t *testing.T) {
