@@ -378,7 +378,7 @@ func (cn *conn) readBody(br *bufio.Reader, n int) (frame []byte, pooled bool, er
 			buf = b.mem.frameBuffer(n)
 		}
 	}
-	if buf != nil && n >= summedFrameBytes {
+	if buf != nil && n >= summedFrameBytes && n <= cap(buf) {
 		// Summed as it arrives, so the produce's CRC checks need not
 		// read the records again (recordbatch.Sums).
 		frame = buf[:n]

@@ -174,8 +174,8 @@ func (p *Partition) AppendClient(batches [][]byte, headers []recordbatch.Header,
 // WaitCommitted must reach. It returns the fence's error when this replica
 // may not append, and a *Refusal with TRANSACTION_COORDINATOR_FENCED for a
 // marker whose coordinator epoch is below that of the producer's last
-// marker here (a zombie coordinator's). A marker is AppendMarker's,
-// not strict.
+// marker here (a zombie coordinator's). A marker is otherwise treated
+// as AppendMarker treats one that is not strict.
 func (p *Partition) AppendOwn(batch []byte, flush Flush) (int64, error) {
 	return p.appendOwn(batch, false, flush)
 }
