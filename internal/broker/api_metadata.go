@@ -54,7 +54,9 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 	id := b.clusterID
 	resp.ClusterID = &id
 	resp.ControllerID = b.nodeID
+	leader := int32(-1)
 	if b.repl != nil {
+		leader = b.repl.namedLeader()
 		resp.Brokers = resp.Brokers[:0]
 		for _, e := range b.repl.endpoints() {
 			resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: e.id, Host: e.host, Port: e.port})
@@ -109,7 +111,7 @@ func (b *Broker) handleMetadata(r *kmsg.MetadataRequest) kmsg.Response {
 				ISR:         []int32{b.nodeID},
 			}
 			if b.repl != nil {
-				mp.Leader, mp.Replicas, mp.ISR = b.repl.leaderID(), b.repl.ids, b.repl.counted(p)
+				mp.Leader, mp.Replicas, mp.ISR = leader, b.repl.ids, b.repl.counted(p)
 			}
 			mt.Partitions = append(mt.Partitions, mp)
 		}

@@ -160,6 +160,12 @@ type replica struct {
 
 	started time.Time // static leader: when it started leading; failover: when it last started leading
 
+	// leaderLost is when leaderID first found no Raft leader (zero while
+	// one is known): the last claim's leader is named for
+	// deadLeaderGrace after it. Its own lock: every Metadata asks.
+	lostMu     sync.Mutex
+	leaderLost time.Time
+
 	// epochs maintains EpochsFile; its writer runs from start to stop.
 	epochs       *epochsFile
 	epochsCancel context.CancelFunc
@@ -411,6 +417,7 @@ func (r *replica) leaderID() int32 {
 			// No Raft leader known (it died, or this replica is cut
 			// off): the last claim's replica is likely gone, and
 			// "no leader" makes clients retry rather than dial it.
+			// (Metadata names it a while longer: namedLeader.)
 			return raftgroup.NoLeader
 		}
 		if l == r.self && !r.role.serving() {
@@ -425,6 +432,39 @@ func (r *replica) leaderID() int32 {
 	defer r.mu.Unlock()
 	return r.leader
 }
+
+// namedLeader is the leader Metadata names to clients: leaderID, except
+// that for deadLeaderGrace after a failover replica's leaderID finds none
+// it goes on naming the last claim's leader (one that died, or this
+// replica while it rebuilds its state to serve, whose refusals clients
+// retry). While an
+// election runs, Kafka's own metadata names the broker that led until a
+// new one is chosen, and clients dial it, fail and retry. "No leader"
+// instead is not retried by every client: sarama fails the record at
+// once, and three such failures open its producer's circuit breaker for
+// ten seconds, failing every record meanwhile. Past the grace (a
+// majority gone, or this replica cut off) it names no leader.
+func (r *replica) namedLeader() int32 {
+	id := r.leaderID()
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	if id >= 0 || !r.failover {
+		r.leaderLost = time.Time{}
+		return id
+	}
+	now := time.Now()
+	if r.leaderLost.IsZero() {
+		r.leaderLost = now
+	}
+	if l := r.node.Status().State.Leader; l >= 0 && now.Sub(r.leaderLost) < deadLeaderGrace {
+		return l
+	}
+	return id
+}
+
+// deadLeaderGrace is how long namedLeader names a leader Raft no longer
+// knows: a few election timeouts.
+const deadLeaderGrace = 2 * time.Second
 
 // endpoint returns the client host:port of replica id.
 func (r *replica) endpoint(id int32) (string, int32, bool) {

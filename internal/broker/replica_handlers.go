@@ -33,7 +33,7 @@ func (r *replica) endpoints() []replicaEndpoint {
 			isr = r.groupISR()
 		}
 	}
-	leader := r.leaderID()
+	leader := r.namedLeader()
 	out := make([]replicaEndpoint, 0, len(r.ids))
 	for _, id := range r.ids {
 		if !r.live(id, leading, isr, heard, leader) {

@@ -207,6 +207,56 @@ func TestTwoOfThreeDeadNoReplicaServes(t *testing.T) {
 	checkAcked(t, readPartition(t, c, topic, 0, endOffset(after)), before, mid, after)
 }
 
+// TestMetadataNamesALeaderThroughAnElection kills the serving leader and
+// asks the other two replicas for metadata, back to back, until one of
+// them serves: while the election runs each answer names a leader (the
+// dead one, or the one taking over), never none, as Kafka's metadata
+// goes on naming the old leader until a new one is chosen. sarama fails
+// a record at once on "no leader", and three such failures open its
+// producer's circuit breaker for ten seconds.
+func TestMetadataNamesALeaderThroughAnElection(t *testing.T) {
+	skipShort(t)
+	c := testcluster.Start(t)
+	const topic = "named"
+	l := c.WaitISR(isrWithin, 1, 2, 3)
+	createTopic(t, c, topic, 1, nil)
+	others := c.Others(l)
+	c.WaitFor(readWithin, "the followers to name the leader", func() (bool, string) {
+		for _, r := range others {
+			if got := namedLeader(t, r, topic); got != int32(l.ID) {
+				return false, fmt.Sprintf("%v names %d", r, got)
+			}
+		}
+		return true, ""
+	})
+	l.Kill()
+	killed := time.Now()
+	var answers, none int
+	var newLeader *testcluster.Replica
+	for newLeader == nil {
+		if time.Since(killed) > electWithin {
+			t.Fatalf("no replica serves %v after the leader was killed", electWithin)
+		}
+		for _, r := range others {
+			answers++
+			if namedLeader(t, r, topic) < 0 {
+				none++
+			}
+		}
+		if r, _ := c.ServingLeader(); r != nil && r != l {
+			newLeader = r
+		}
+	}
+	took := time.Since(killed)
+	t.Logf("%v serves %v after the kill; %d metadata answers meanwhile, %d naming no leader", newLeader, took.Round(time.Millisecond), answers, none)
+	// Past the grace (2 s after a replica finds no leader) naming none is
+	// right: a majority may be gone. An election within 2 s of the kill
+	// ended inside every replica's grace.
+	if none > 0 && took < 2*time.Second {
+		t.Fatalf("%d of %d metadata answers named no leader during an election of %v", none, answers, took.Round(time.Millisecond))
+	}
+}
+
 // noneServes waits until no running replica serves, then checks that a
 // burst of acks=all records is refused (none acknowledged) and that still
 // none serves.
