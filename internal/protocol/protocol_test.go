@@ -210,3 +210,31 @@ func TestReadFrameInto(t *testing.T) {
 		t.Fatalf("over the limit with a large buffer: %v", err)
 	}
 }
+
+// ReadFrameBodyInSteps fills the whole buffer however the bytes arrive,
+// never reads more than a step at once, reports every step's progress,
+// and calls a stream that ends mid-frame ErrUnexpectedEOF.
+func TestReadFrameBodyInSteps(t *testing.T) {
+	body := make([]byte, 1000)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	buf := make([]byte, len(body))
+	var progress []int
+	err := ReadFrameBodyInSteps(io.MultiReader(bytes.NewReader(body[:10]), bytes.NewReader(body[10:])), buf, 300, func(n int) {
+		if k := len(progress); k > 0 && n-progress[k-1] > 300 || k == 0 && n > 300 {
+			t.Errorf("a read past the step: %d after %v", n, progress)
+		}
+		progress = append(progress, n)
+	})
+	if err != nil || !bytes.Equal(buf, body) || progress[len(progress)-1] != len(body) {
+		t.Fatalf("err %v, progress %v, body equal %v", err, progress, bytes.Equal(buf, body))
+	}
+	err = ReadFrameBodyInSteps(bytes.NewReader(body[:500]), make([]byte, len(body)), 300, func(int) {})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated frame: %v, want ErrUnexpectedEOF", err)
+	}
+	if err := ReadFrameBodyInSteps(bytes.NewReader(nil), make([]byte, 10), 300, func(int) {}); err != io.EOF {
+		t.Fatalf("nothing sent: %v, want EOF", err)
+	}
+}
