@@ -25,6 +25,8 @@
 #   PLOTS_DIR=DIR            where the SVGs go (default docs/)
 #   SKIP_KAFKA=1             MoonMQ only
 #   NOFILE=100000            the open-files limit the brokers run with
+#   CASE_TIMEOUT=15m         a measurement still running after this is killed
+#   WARMUP=10s               unmeasured produce on each fresh broker of the sticky curve
 set -euo pipefail
 
 # 10,000 partitions hold tens of thousands of open segment and index files
@@ -39,6 +41,8 @@ PARTITIONS=${PARTITIONS:-1,100,1000,10000}
 STICKY_PARTITIONS=${STICKY_PARTITIONS-8,1000,10000}
 FOOTPRINT=${FOOTPRINT:-1000,10000}
 SIZES=${SIZES:-100,1024,102400}
+CASE_TIMEOUT=${CASE_TIMEOUT:-15m}
+WARMUP=${WARMUP:-10s}
 RESULTS_DIR=${RESULTS_DIR:-$here/results/scale-$(date +%Y%m%d-%H%M%S)}
 PLOTS_DIR=${PLOTS_DIR:-$root/docs}
 mkdir -p "$RESULTS_DIR" "$PLOTS_DIR"
@@ -67,53 +71,109 @@ log "building into $bin"
 	echo "duration=$DURATION partitions=$PARTITIONS footprint=$FOOTPRINT sizes=$SIZES open-files limit=$(ulimit -n)"
 } | tee "$RESULTS_DIR/run-info.txt" >&2
 
-# measure NAME ADDR PIDS: every measurement of one target.
+# capped CMD...: runs one measurement, killed after CASE_TIMEOUT: a bench
+# client whose broker died keeps retrying, and one such client held a whole
+# run for 18 minutes.
+capped() {
+	timeout -k 10s "$CASE_TIMEOUT" "$@" || {
+		local rc=$?
+		((rc == 124 || rc == 137)) && log "gave up after $CASE_TIMEOUT: $*"
+		return $rc
+	}
+}
+
+# measure NAME ADDR PIDS: the footprint, partitions and size curves of one
+# target, on one broker.
 measure() {
 	local name=$1 addr=$2 pids=$3 s rc=0
 	log "$name: footprint"
-	"$bin/footprint" --brokers "$addr" --pids "$pids" --partitions "$FOOTPRINT" --name "$name" \
+	capped "$bin/footprint" --brokers "$addr" --pids "$pids" --partitions "$FOOTPRINT" --name "$name" \
 		--json "$RESULTS_DIR/$name-footprint.json" | tee "$RESULTS_DIR/$name-footprint.txt" || rc=$?
 	log "$name: partitions $PARTITIONS, 8 producers"
-	"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions.json" \
+	capped "$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions.json" \
 		--acks=-1 --modes pipelined --partitions "$PARTITIONS" --producers 8 --duration "$DURATION" --no-consume \
 		| tee "$RESULTS_DIR/$name-partitions.txt" || rc=$?
 	for s in ${SIZES//,/ }; do
 		log "$name: $s-byte records"
-		"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-size-$s.json" \
+		capped "$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-size-$s.json" \
 			--acks=-1 --modes pipelined --partitions 8 --record-size "$s" --duration "$DURATION" --no-consume \
 			| tee "$RESULTS_DIR/$name-size-$s.txt" || rc=$?
 	done
-	# Last: Kafka has run out of open files here with 10,000 sticky
-	# partitions (the machine's hard limit is 20,000) and stopped.
-	if [[ -n $STICKY_PARTITIONS ]]; then
-		log "$name: partitions $STICKY_PARTITIONS, 8 producers, sticky partitioner"
-		"$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions-sticky.json" \
-			--acks=-1 --modes pipelined --partitions "$STICKY_PARTITIONS" --producers 8 --duration "$DURATION" --no-consume \
-			--partitioner sticky | tee "$RESULTS_DIR/$name-partitions-sticky.txt" || rc=$?
-	fi
 	return $rc
 }
 
-port=$(free_port)
-mport=$(free_port)
-mkdir -p "$work/moonmq-data"
-printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d}}\n' "$port" "$work/moonmq-data" "$mport" >"$work/moonmq.json"
-log "moonmq serve on 127.0.0.1:$port"
-"$bin/moonmq" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
-server=$!
-for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-measure moonmq "127.0.0.1:$port" "$server" || log "moonmq: a measurement failed"
-kill -TERM "$server" && wait "$server" 2>/dev/null || true
-server=""
+# measure_sticky NAME ADDR PIDS N: one point of the sticky curve. Each point
+# gets a broker of its own: a deleted topic's files stay open for a while
+# (Kafka removes them a minute later), and Kafka, holding a deleted
+# 10,000-partition topic's files while it created the next one's, ran out
+# of open files (this machine's hard limit is 20,000) and stopped.
+measure_sticky() {
+	local name=$1 addr=$2 pids=$3 n=$4
+	# A fresh JVM compiles as it goes: Kafka needed about two seconds to
+	# reach its rate. Both brokers get the same unmeasured produce first.
+	log "$name: warming up (8 partitions, ${WARMUP}, not measured)"
+	capped "$bin/moonmq" bench --brokers "$addr" --acks=-1 --modes pipelined --partitions 8 --producers 8 \
+		--duration "$WARMUP" --no-consume --topic-prefix warmup >/dev/null 2>&1 || true
+	log "$name: $n partitions, 8 producers, sticky partitioner"
+	capped "$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions-sticky-$n.json" \
+		--acks=-1 --modes pipelined --partitions "$n" --producers 8 --duration "$DURATION" --no-consume \
+		--partitioner sticky | tee "$RESULTS_DIR/$name-partitions-sticky-$n.txt"
+}
 
-if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
+# moonmq_start TAG: a fresh single node on its own data directory; sets
+# server and addr.
+moonmq_start() {
+	local d=$work/moonmq-$1 port mport
+	port=$(free_port)
+	mport=$(free_port)
+	mkdir -p "$d"
+	printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d}}\n' "$port" "$d/data" "$mport" >"$d/moonmq.json"
+	log "moonmq serve on 127.0.0.1:$port"
+	"$bin/moonmq" serve --config "$d/moonmq.json" >>"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
+	server=$!
+	addr=127.0.0.1:$port
+	for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+}
+moonmq_stop() {
+	kill -TERM "$server" && wait "$server" 2>/dev/null || true
+	server=""
+	rm -rf "$work"/moonmq-*
+}
+
+# run_target NAME: every measurement of one target, each on the brokers
+# described above.
+run_target() {
+	local name=$1 n
+	if [[ $name == moonmq ]]; then
+		moonmq_start main
+		measure moonmq "$addr" "$server" || log "moonmq: a measurement failed"
+		moonmq_stop
+		for n in ${STICKY_PARTITIONS//,/ }; do
+			moonmq_start "sticky-$n"
+			measure_sticky moonmq "$addr" "$server" "$n" || log "moonmq: the sticky case with $n partitions failed"
+			moonmq_stop
+		done
+		return
+	fi
 	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
 	if kafka_start 1 "$work/kafka"; then
 		measure kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" || log "kafka: a measurement failed"
 	fi
 	kafka_stop
 	cp "$work"/kafka/kafka-1/server.log "$RESULTS_DIR/kafka-serve.log" 2>/dev/null || true
-fi
+	rm -rf "$work/kafka"
+	for n in ${STICKY_PARTITIONS//,/ }; do
+		if kafka_start 1 "$work/kafka"; then
+			measure_sticky kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" "$n" || log "kafka: the sticky case with $n partitions failed"
+		fi
+		kafka_stop
+		cat "$work"/kafka/kafka-1/server.log >>"$RESULTS_DIR/kafka-serve.log" 2>/dev/null || true
+		rm -rf "$work/kafka"
+	done
+}
+
+run_target moonmq
+[[ ${SKIP_KAFKA:-0} == 1 ]] || run_target kafka
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
 
 # series KIND NAME: the report files of NAME for a curve.
@@ -122,7 +182,7 @@ series() {
 	if [[ $kind == partitions ]]; then
 		files=("$RESULTS_DIR/$name-partitions.json")
 	elif [[ $kind == sticky ]]; then
-		files=("$RESULTS_DIR/$name-partitions-sticky.json")
+		for s in ${STICKY_PARTITIONS//,/ }; do files+=("$RESULTS_DIR/$name-partitions-sticky-$s.json"); done
 		name="$name sticky"
 	else
 		for s in ${SIZES//,/ }; do files+=("$RESULTS_DIR/$name-size-$s.json"); done
