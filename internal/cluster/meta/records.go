@@ -88,7 +88,8 @@ type RegisterBrokerRecord struct {
 	// LeaseExpiryMs is when, in Unix milliseconds, the broker stops being
 	// listed in Metadata unless it renews. The metadata leader sets it,
 	// on its own clock, when it proposes the record (metanode: its now
-	// plus the lease the broker asks for).
+	// plus the lease the broker asks for). 0 means the broker ended its
+	// lease when it stopped: the same incarnation cannot renew it.
 	LeaseExpiryMs int64 `json:"leaseExpiryMs"`
 }
 

@@ -223,6 +223,14 @@ func (s *State) registerBroker(r RegisterBrokerRecord, commit bool) error {
 	if b, ok := s.brokers[r.BrokerID]; ok && b.Incarnation == r.IncarnationID && b.Group != r.GroupID {
 		return refuse(kerr.DuplicateBrokerRegistration, "broker %d incarnation %s is in group %s, not %s", r.BrokerID, r.IncarnationID, b.Group, r.GroupID)
 	}
+	// An ended lease (expiry 0, a clean stop) stays ended for its
+	// incarnation: a renewal the broker sent just before it stopped can
+	// reach the log after the end, and would list a stopped broker for a
+	// whole lease. The check is here, not only in RegisterBroker, because
+	// that renewal may have been checked before the end applied.
+	if b, ok := s.brokers[r.BrokerID]; ok && b.Incarnation == r.IncarnationID && b.LeaseExpiryMs == 0 && r.LeaseExpiryMs != 0 {
+		return refuse(kerr.StaleBrokerEpoch, "broker %d incarnation %s ended its lease when it stopped", r.BrokerID, r.IncarnationID)
+	}
 	if !commit {
 		return nil
 	}

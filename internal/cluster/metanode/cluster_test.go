@@ -527,6 +527,28 @@ func TestLeases(t *testing.T) {
 	eventually(t, "broker 5's lease ended by its clean stop", func() bool {
 		return !slices.Contains(liveIDs(c.node(l), c.clock.ms()), 5)
 	})
+	// A renewal that broker 5 sent before it stopped and that reaches
+	// the log after the end is refused: it would list a stopped broker
+	// for a whole lease.
+	var b5 meta.Broker
+	c.node(l).Read(func(s *meta.State, _ uint64) { b5, _ = s.Broker(5) })
+	if b5.LeaseExpiryMs != 0 {
+		t.Fatalf("broker 5's ended lease has expiry %d, want 0", b5.LeaseExpiryMs)
+	}
+	late := Command{RegisterBroker: &RegisterBroker{LeaseMs: 10_000, Record: meta.RegisterBrokerRecord{
+		BrokerID: 5, GroupID: b5.Group, IncarnationID: b5.Incarnation,
+		ClientAddress: b5.ClientAddress, ReplicationAddress: b5.ReplicationAddress, Machine: b5.Machine,
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := c.node(l).Propose(ctx, late)
+	cancel()
+	var me *meta.Error
+	if !errors.As(err, &me) || me.Code != kerr.StaleBrokerEpoch {
+		t.Fatalf("a renewal after the clean stop: %v, want STALE_BROKER_EPOCH", err)
+	}
+	if slices.Contains(liveIDs(c.node(l), c.clock.ms()), 5) {
+		t.Fatal("a late renewal listed the stopped broker 5 again")
+	}
 
 	// A killed broker keeps its lease until it runs out, and a new
 	// incarnation of it is refused until then.

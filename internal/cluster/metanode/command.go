@@ -89,8 +89,9 @@ type AllocateProducerIDs struct {
 
 // RegisterBroker registers a broker or renews its lease. The leader sets
 // the record's LeaseExpiryMs to its own now plus LeaseMs, so that every
-// expiry in the log is on one clock, the one the lease checks read
-// (LeaseMs 0: the lease ends now, as a clean shutdown asks).
+// expiry in the log is on one clock, the one the lease checks read.
+// LeaseMs 0 ends the lease for good, as a clean shutdown asks: the record
+// says so with an expiry of 0, and the incarnation cannot renew after it.
 type RegisterBroker struct {
 	Record  meta.RegisterBrokerRecord `json:"record"`
 	LeaseMs int64                     `json:"leaseMs"`
@@ -154,6 +155,11 @@ func (c Command) records(s *meta.State, nowMs int64) ([]meta.Record, error) {
 		}
 		r := rb.Record
 		r.LeaseExpiryMs = nowMs + rb.LeaseMs
+		if rb.LeaseMs == 0 {
+			// Ended, not expired: the state keeps this incarnation
+			// from renewing again (meta.RegisterBrokerRecord).
+			r.LeaseExpiryMs = 0
+		}
 		return one(s.RegisterBroker(r, nowMs))
 	case c.PublishGroupState != nil:
 		r := *c.PublishGroupState
