@@ -26,7 +26,6 @@
 #   SKIP_KAFKA=1             MoonMQ only
 #   NOFILE=100000            the open-files limit the brokers run with
 #   CASE_TIMEOUT=15m         a measurement still running after this is killed
-#   WARMUP=10s               unmeasured produce on each fresh broker of the sticky curve
 set -euo pipefail
 
 # 10,000 partitions hold tens of thousands of open segment and index files
@@ -42,7 +41,6 @@ STICKY_PARTITIONS=${STICKY_PARTITIONS-8,1000,10000}
 FOOTPRINT=${FOOTPRINT:-1000,10000}
 SIZES=${SIZES:-100,1024,102400}
 CASE_TIMEOUT=${CASE_TIMEOUT:-15m}
-WARMUP=${WARMUP:-10s}
 RESULTS_DIR=${RESULTS_DIR:-$here/results/scale-$(date +%Y%m%d-%H%M%S)}
 PLOTS_DIR=${PLOTS_DIR:-$root/docs}
 mkdir -p "$RESULTS_DIR" "$PLOTS_DIR"
@@ -83,7 +81,7 @@ capped() {
 }
 
 # measure NAME ADDR PIDS: the footprint, partitions and size curves of one
-# target, on one broker.
+# target.
 measure() {
 	local name=$1 addr=$2 pids=$3 s rc=0
 	log "$name: footprint"
@@ -102,78 +100,54 @@ measure() {
 	return $rc
 }
 
-# measure_sticky NAME ADDR PIDS N: one point of the sticky curve. Each point
-# gets a broker of its own: a deleted topic's files stay open for a while
-# (Kafka removes them a minute later), and Kafka, holding a deleted
-# 10,000-partition topic's files while it created the next one's, ran out
-# of open files (this machine's hard limit is 20,000) and stopped.
+# measure_sticky NAME ADDR PIDS DATA: the sticky curve. Kafka deletes a
+# topic's files a minute after the topic (file.delete.delay.ms), and holding
+# a deleted 10,000-partition topic's files while it created the next one's,
+# it ran out of open files here (this machine's hard limit is 20,000) and
+# stopped. So each point first waits until no deleted partition is left
+# under the broker's DATA directory (Kafka names them *-delete), which also
+# keeps the deletions' disk and CPU work out of the measurement.
 measure_sticky() {
-	local name=$1 addr=$2 pids=$3 n=$4
-	# A fresh JVM compiles as it goes: Kafka needed about two seconds to
-	# reach its rate. Both brokers get the same unmeasured produce first.
-	log "$name: warming up (8 partitions, ${WARMUP}, not measured)"
-	capped "$bin/moonmq" bench --brokers "$addr" --acks=-1 --modes pipelined --partitions 8 --producers 8 \
-		--duration "$WARMUP" --no-consume --topic-prefix warmup >/dev/null 2>&1 || true
-	log "$name: $n partitions, 8 producers, sticky partitioner"
-	capped "$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions-sticky-$n.json" \
-		--acks=-1 --modes pipelined --partitions "$n" --producers 8 --duration "$DURATION" --no-consume \
-		--partitioner sticky | tee "$RESULTS_DIR/$name-partitions-sticky-$n.txt"
-}
-
-# moonmq_start TAG: a fresh single node on its own data directory; sets
-# server and addr.
-moonmq_start() {
-	local d=$work/moonmq-$1 port mport
-	port=$(free_port)
-	mport=$(free_port)
-	mkdir -p "$d"
-	printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d}}\n' "$port" "$d/data" "$mport" >"$d/moonmq.json"
-	log "moonmq serve on 127.0.0.1:$port"
-	"$bin/moonmq" serve --config "$d/moonmq.json" >>"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
-	server=$!
-	addr=127.0.0.1:$port
-	for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-}
-moonmq_stop() {
-	kill -TERM "$server" && wait "$server" 2>/dev/null || true
-	server=""
-	rm -rf "$work"/moonmq-*
-}
-
-# run_target NAME: every measurement of one target, each on the brokers
-# described above.
-run_target() {
-	local name=$1 n
-	if [[ $name == moonmq ]]; then
-		moonmq_start main
-		measure moonmq "$addr" "$server" || log "moonmq: a measurement failed"
-		moonmq_stop
-		for n in ${STICKY_PARTITIONS//,/ }; do
-			moonmq_start "sticky-$n"
-			measure_sticky moonmq "$addr" "$server" "$n" || log "moonmq: the sticky case with $n partitions failed"
-			moonmq_stop
+	local name=$1 addr=$2 pids=$3 data=$4 n rc=0
+	for n in ${STICKY_PARTITIONS//,/ }; do
+		local waited=0
+		while [[ -n $(find "$data" -maxdepth 2 -type d -name '*-delete' -print -quit 2>/dev/null) ]] && ((waited < 300)); do
+			sleep 1
+			waited=$((waited + 1))
 		done
-		return
-	fi
+		((waited)) && log "$name: waited ${waited}s for deleted topics' files to go"
+		log "$name: $n partitions, 8 producers, sticky partitioner"
+		capped "$bin/moonmq" bench --brokers "$addr" --name "$name" --broker-pids "$pids" --json "$RESULTS_DIR/$name-partitions-sticky-$n.json" \
+			--acks=-1 --modes pipelined --partitions "$n" --producers 8 --duration "$DURATION" --no-consume \
+			--partitioner sticky | tee "$RESULTS_DIR/$name-partitions-sticky-$n.txt" || rc=$?
+	done
+	return $rc
+}
+
+port=$(free_port)
+mport=$(free_port)
+mkdir -p "$work/moonmq-data"
+printf '{"Server":{"Host":"127.0.0.1","Port":%d,"DataDir":"%s","MetricsPort":%d}}\n' "$port" "$work/moonmq-data" "$mport" >"$work/moonmq.json"
+log "moonmq serve on 127.0.0.1:$port"
+"$bin/moonmq" serve --config "$work/moonmq.json" >"$RESULTS_DIR/moonmq-serve.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+measure moonmq "127.0.0.1:$port" "$server" || log "moonmq: a measurement failed"
+[[ -z $STICKY_PARTITIONS ]] || measure_sticky moonmq "127.0.0.1:$port" "$server" "$work/moonmq-data" ||
+	log "moonmq: a sticky measurement failed"
+kill -TERM "$server" && wait "$server" 2>/dev/null || true
+server=""
+
+if [[ ${SKIP_KAFKA:-0} != 1 ]]; then
 	log "apache kafka, one KRaft node (its defaults: no fsync per message)"
 	if kafka_start 1 "$work/kafka"; then
 		measure kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" || log "kafka: a measurement failed"
+		[[ -z $STICKY_PARTITIONS ]] || measure_sticky kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" "$work/kafka/kafka-1/logs" ||
+			log "kafka: a sticky measurement failed"
 	fi
 	kafka_stop
 	cp "$work"/kafka/kafka-1/server.log "$RESULTS_DIR/kafka-serve.log" 2>/dev/null || true
-	rm -rf "$work/kafka"
-	for n in ${STICKY_PARTITIONS//,/ }; do
-		if kafka_start 1 "$work/kafka"; then
-			measure_sticky kafka "$KAFKA_BOOTSTRAP" "${kafka_pids[0]}" "$n" || log "kafka: the sticky case with $n partitions failed"
-		fi
-		kafka_stop
-		cat "$work"/kafka/kafka-1/server.log >>"$RESULTS_DIR/kafka-serve.log" 2>/dev/null || true
-		rm -rf "$work/kafka"
-	done
-}
-
-run_target moonmq
-[[ ${SKIP_KAFKA:-0} == 1 ]] || run_target kafka
+fi
 echo "after: $(uptime)" >>"$RESULTS_DIR/run-info.txt"
 
 # series KIND NAME: the report files of NAME for a curve.
