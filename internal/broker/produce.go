@@ -244,7 +244,7 @@ func (b *Broker) addTxnPartitions(r *kmsg.ProduceRequest) []produceWait {
 			b.cl.remoteTxnCheck(b.ctx, tid, k.pid, k.epoch, tps, true)
 			continue
 		}
-		if p, end, code := b.txns.AddImplicitAll(k.pid, k.epoch, tps); code == 0 && p != nil {
+		if p, end, code := b.txns.AddImplicitAll(k.pid, k.epoch, tps, partition.FlushWithRequest); code == 0 && p != nil {
 			waits = append(waits, produceWait{p: p, end: end, result: &kmsg.ProduceResponseTopicPartition{}})
 		}
 	}

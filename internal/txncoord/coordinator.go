@@ -276,7 +276,7 @@ func (c *Coordinator) CheckProduce(pid int64, epoch int16, topic string, partiti
 // v12+ does under transactions v2. Adding a partition that is already in
 // the transaction costs no write.
 func (c *Coordinator) AddImplicit(ctx context.Context, pid int64, epoch int16, tp txn.TP) int16 {
-	p, end, code := c.AddImplicitAll(pid, epoch, []txn.TP{tp})
+	p, end, code := c.AddImplicitAll(pid, epoch, []txn.TP{tp}, partition.FlushNow)
 	if code == 0 && p != nil && c.w.Wait(ctx, p, end) != nil {
 		return kerr.RequestTimedOut.Code
 	}
@@ -288,8 +288,11 @@ func (c *Coordinator) AddImplicit(ctx context.Context, pid int64, epoch int16, t
 // write is not waited for here: the produce's acknowledgement waits for it
 // together with the data (returned as p and end; p is nil when nothing was
 // written). Should a crash keep the data but lose this record, the start-up
-// sweep aborts the orphaned transaction, so no partition hangs.
-func (c *Coordinator) AddImplicitAll(pid int64, epoch int16, tps []txn.TP) (*partition.Partition, int64, int16) {
+// sweep aborts the orphaned transaction, so no partition hangs. flush is
+// the state record's: a produce passes partition.FlushWithRequest, so that
+// the one pass it starts after its data syncs the record too, instead of a
+// pass of the record's own that the data would miss and wait behind.
+func (c *Coordinator) AddImplicitAll(pid int64, epoch int16, tps []txn.TP, flush partition.Flush) (*partition.Partition, int64, int16) {
 	e := c.byProducer(pid)
 	if e == nil {
 		return nil, 0, txn.ErrInvalidProducerIDMapping
@@ -326,7 +329,7 @@ func (c *Coordinator) AddImplicitAll(pid int64, epoch int16, tps []txn.TP) (*par
 		return nil, 0, code
 	}
 	next.ClientTransactionVersion = 2 // only transactions v2 adds by producing
-	p, end, err := c.appendState(e, next, partition.FlushNow)
+	p, end, err := c.appendState(e, next, flush)
 	if errors.Is(err, coordinator.ErrBelowMinISR) {
 		return nil, 0, kerr.NotEnoughReplicas.Code
 	}
