@@ -66,7 +66,7 @@ type CompactStats struct {
 // concurrently by retention or truncation.
 type snapSeg struct {
 	s     *segment
-	f     vfs.File
+	f     io.ReaderAt
 	size  int64
 	next  int64
 	maxTs int64
@@ -130,7 +130,7 @@ func (l *Log) Compact(now time.Time, opts CompactOptions) (CompactStats, error) 
 	l.mu.RLock()
 	snap := make([]snapSeg, len(l.segs))
 	for i, s := range l.segs {
-		snap[i] = snapSeg{s: s, f: s.log, size: s.size, next: s.next, maxTs: s.maxTs}
+		snap[i] = snapSeg{s: s, f: tailReader{&s.tail, s.log}, size: s.size, next: s.next, maxTs: s.maxTs}
 	}
 	end := l.end.Load()
 	l.mu.RUnlock()
@@ -235,7 +235,7 @@ func (l *Log) compactErr(err error, gen int64, s *segment) (skip bool, _ error) 
 // order, until fn returns false or an error. body is only valid during the
 // call. A batch that is torn or fails its CRC is an error wrapping
 // ErrCorrupt.
-func forEachBatch(f vfs.File, size int64, fn func(pos int64, h recordbatch.Header, body []byte) (bool, error)) error {
+func forEachBatch(f io.ReaderAt, size int64, fn func(pos int64, h recordbatch.Header, body []byte) (bool, error)) error {
 	sc := newScanner(f, size, scanBufSize)
 	defer sc.release()
 	var big []byte

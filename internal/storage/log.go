@@ -349,8 +349,14 @@ func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
 		l.reserve(s, end)
 	}
 	ie, te := s.plan(pos, h, l.index)
-	if _, err := s.log.Write(batch); err != nil {
-		return l.undoWrite(s, pos, err)
+	if pos+int64(len(batch)) > s.alloc || !s.tail.add(batch, pos) {
+		if err := s.flushTail(); err != nil {
+			l.fail(err)
+			return err
+		}
+		if _, err := s.log.Write(batch); err != nil {
+			return l.undoWrite(s, pos, err)
+		}
 	}
 	l.mu.Lock()
 	s.apply(pos, h, ie, te)
@@ -394,6 +400,9 @@ func (l *Log) reserve(s *segment, end int64) {
 
 // trimReserved cuts s's file back to its data, before it rolls or closes.
 func (s *segment) trimReserved() error {
+	if err := s.flushTail(); err != nil {
+		return err
+	}
 	if s.alloc <= s.size {
 		return nil
 	}
@@ -475,6 +484,10 @@ func (l *Log) Sync() (int64, error) {
 	defer l.smu.Unlock()
 	sp, err := l.syncPointLocked()
 	if err != nil || sp.seg == nil {
+		return l.durable.Load(), err
+	}
+	if err := sp.seg.flushTail(); err != nil {
+		l.fail(err)
 		return l.durable.Load(), err
 	}
 	if err := sp.seg.log.Sync(); err != nil {
@@ -633,7 +646,7 @@ func (l *Log) ReadAlloc(alloc func(n int) []byte, offset int64, maxBytes int, li
 		if s.size == 0 || offset >= s.next {
 			continue
 		}
-		sc := newScanner(s.log, s.size, l.index+recordbatch.HeaderSize)
+		sc := newScanner(s, s.size, l.index+recordbatch.HeaderSize)
 		defer sc.release()
 		pos, h, ok, err := sc.find(s.lookup(offset), offset)
 		if err != nil {
@@ -665,7 +678,7 @@ func (l *Log) ReadAlloc(alloc func(n int) []byte, offset int64, maxBytes int, li
 		if sc.bufPos >= 0 && pos >= sc.bufPos && pos+want <= sc.bufPos+int64(sc.n) {
 			// The scan already read these bytes; skip a second read.
 			copy(buf, sc.buf[pos-sc.bufPos:])
-		} else if n, err := s.log.ReadAt(buf, pos); n < len(buf) {
+		} else if n, err := s.ReadAt(buf, pos); n < len(buf) {
 			return nil, shortRead(err, pos+int64(n))
 		}
 		return trimBatches(buf, limit)
@@ -764,7 +777,7 @@ func (l *Log) MaxTimestamp() (offset, timestamp int64, ok bool, err error) {
 // decoding the batch picks the record.
 func (l *Log) searchSegment(s *segment, ts int64) (int64, int64, bool, error) {
 	start := l.start.Load()
-	sc := newScanner(s.log, s.size, scanBufSize)
+	sc := newScanner(s, s.size, scanBufSize)
 	defer sc.release()
 	var body []byte
 	for pos := s.timeLookup(ts); pos < s.size; {
@@ -777,7 +790,7 @@ func (l *Log) searchSegment(s *segment, ts int64) (int64, int64, bool, error) {
 				body = make([]byte, h.Size())
 			}
 			body = body[:h.Size()]
-			if n, err := s.log.ReadAt(body, pos); n < len(body) {
+			if n, err := s.ReadAt(body, pos); n < len(body) {
 				return 0, 0, false, shortRead(err, pos+int64(n))
 			}
 			if _, err := recordbatch.Check(body); err != nil {

@@ -40,7 +40,9 @@ type timeEntry struct {
 
 // segment is one log file and its two sparse indexes. Fields other than the
 // file are published under Log.mu; the appender (holding Log.amu) writes the
-// file beyond size without Log.mu, and readers never look past size.
+// file beyond size without Log.mu, and readers never look past size. Bytes
+// below size may still wait in the tail, so everything reads the file
+// through the segment (ReadAt), which writes them first.
 //
 // The indexes live in memory. Only a rolled segment has index files: they
 // are written once, when it rolls (or is rewritten or its indexes rebuilt),
@@ -65,6 +67,9 @@ type segment struct {
 	noReserve bool
 
 	sinceIdx int // bytes appended since the last index entry (appender only)
+	// tail holds small appends not yet written to the file (tail.go);
+	// everything that reads or changes the file writes it first.
+	tail tail
 	// uncached: the page cache of the log file below this position has
 	// been dropped (Log.DropCache; guarded by Log.smu).
 	uncached int64
@@ -245,7 +250,7 @@ func (s *segment) timeLookup(ts int64) int64 {
 // scanner reads batch headers through a small buffer so that walking many
 // small batches costs few reads.
 type scanner struct {
-	f      vfs.File
+	f      io.ReaderAt
 	end    int64 // scan never reads at or past end
 	buf    []byte
 	bufPos int64
@@ -260,7 +265,7 @@ const scanBufSize = 16 << 10
 
 var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanBufSize); return &b }}
 
-func newScanner(f vfs.File, end int64, first int) *scanner {
+func newScanner(f io.ReaderAt, end int64, first int) *scanner {
 	return &scanner{f: f, end: end, buf: *scanBufs.Get().(*[]byte), bufPos: -1, first: min(max(first, 2*recordbatch.HeaderSize), scanBufSize)}
 }
 
@@ -372,7 +377,7 @@ type scanResult struct {
 func (s *segment) scan(size int64, r scanRules, visit func(pos int64, h recordbatch.Header)) (scanResult, error) {
 	res := scanResult{next: s.base, lastEpoch: r.prevEpoch, maxTs: -1}
 	// Index positions are uint32, and segments never grow past that.
-	sc := newScanner(s.log, min(size, math.MaxUint32), scanBufSize)
+	sc := newScanner(s, min(size, math.MaxUint32), scanBufSize)
 	defer sc.release()
 	var body []byte
 	pos := int64(0)
@@ -394,7 +399,7 @@ func (s *segment) scan(size int64, r scanRules, visit func(pos int64, h recordba
 				body = make([]byte, h.Size())
 			}
 			body = body[:h.Size()]
-			if n, err := s.log.ReadAt(body, pos); n < len(body) {
+			if n, err := s.ReadAt(body, pos); n < len(body) {
 				if err = shortRead(err, pos+int64(n)); errors.Is(err, ErrCorrupt) {
 					res.bad = err.Error()
 					break
@@ -510,7 +515,7 @@ func (s *segment) endAt(pos int64, interval int) (int64, error) {
 	if i > 0 {
 		from = int64(s.index[i-1].pos)
 	}
-	sc := newScanner(s.log, pos, interval+recordbatch.HeaderSize)
+	sc := newScanner(s, pos, interval+recordbatch.HeaderSize)
 	defer sc.release()
 	next := s.base
 	for from < pos {
@@ -555,6 +560,15 @@ func validBatchFollows(f vfs.File, pos, fileSize int64) bool {
 	return err == nil
 }
 
+// ReadAt reads the segment's log file, writing its tail first when the
+// read covers any of it.
+func (s *segment) ReadAt(p []byte, off int64) (int, error) {
+	return tailReader{&s.tail, s.log}.ReadAt(p, off)
+}
+
+// flushTail writes the segment's tail to its file.
+func (s *segment) flushTail() error { return s.tail.flush(s.log) }
+
 // finish adds the completeness marker to a segment's time index: the entry
 // whose rel is the whole span.
 func (s *segment) finishEntry() timeEntry {
@@ -566,6 +580,7 @@ func (s *segment) finishEntry() timeEntry {
 }
 
 func (s *segment) closeFiles() error {
+	s.tail.discard()
 	if s.log == nil {
 		return nil
 	}

@@ -33,7 +33,7 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	i := l.segIndex(offset)
 	s := l.segs[i]
-	sc := newScanner(s.log, s.size, l.index+recordbatch.HeaderSize)
+	sc := newScanner(s, s.size, l.index+recordbatch.HeaderSize)
 	pos, _, ok, err := sc.find(s.lookup(offset), offset)
 	sc.release()
 	if err != nil {
@@ -114,6 +114,9 @@ func (l *Log) Truncate(offset int64) error {
 // cutSegment truncates s (now the last segment) at pos and rebuilds its
 // indexes in memory. The caller holds rpmu and mu.
 func (l *Log) cutSegment(s *segment, pos int64) error {
+	if err := s.flushTail(); err != nil {
+		return err
+	}
 	s.alloc = 0
 	if err := s.log.Truncate(pos); err != nil {
 		return err

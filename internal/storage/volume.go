@@ -96,6 +96,11 @@ func (v *Volume) Sync(logs []*Log) []SyncResult {
 			res[i] = SyncResult{l.durable.Load(), err}
 			continue
 		}
+		if err := sp.seg.flushTail(); err != nil {
+			l.fail(err)
+			res[i] = SyncResult{l.durable.Load(), err}
+			continue
+		}
 		sp.mark = vfs.SyncMark(sp.seg.log)
 		todo = append(todo, due{i, sp})
 	}
