@@ -11,11 +11,13 @@ import (
 // An active segment's small appends wait in memory until something needs
 // them in the file: the next sync, a read of them, a larger append, a
 // truncation or the segment's end. One write then carries them all. Each
-// write into the page cache pays for a system call and per-call page work
-// (finding, locking and dirtying the page, ext4's block bookkeeping) that
-// does not depend on its length, and with many producers, transactions'
-// markers or many partitions most batches are small: a partition with
-// eight appends between two syncs makes one write instead of eight.
+// write into the page cache pays for a system call and for finding,
+// locking and dirtying every page it touches (ext4's buffer heads too),
+// and small appends to one partition share pages: with many producers,
+// transactions' markers or many partitions most batches are small, and a
+// partition with eight appends between two syncs makes one write that
+// touches each page once instead of eight that touch the last page
+// again and again (docs/DURABILITY.md has the measurements).
 //
 // Only appends into space reserved ahead (Log.reserve) wait: their blocks
 // are allocated, so writing them later cannot fail for want of space, and
