@@ -363,3 +363,46 @@ func TestTailWriteFailureFailsTheLog(t *testing.T) {
 		t.Fatalf("a later sync: durable %d, %v; want %d and an error", d, err, durable)
 	}
 }
+
+// A tail takes batches up to tailBatchMax until it holds tailMax bytes,
+// and no more than tailsMax tails hold bytes at once.
+func TestTailBounds(t *testing.T) {
+	start := tailsHeld.Load()
+	var tl tail
+	if tl.add(make([]byte, tailBatchMax+1), 0) {
+		t.Fatal("a batch larger than tailBatchMax waited")
+	}
+	pos := int64(0)
+	for range tailMax / tailBatchMax {
+		if !tl.add(make([]byte, tailBatchMax), pos) {
+			t.Fatalf("a tail holding %d bytes refused %d more", pos, tailBatchMax)
+		}
+		pos += tailBatchMax
+	}
+	if tl.add([]byte{1}, pos) {
+		t.Fatal("a full tail took one more byte")
+	}
+	tl.discard()
+
+	tails := make([]tail, tailsMax-start)
+	for i := range tails {
+		if !tails[i].add([]byte{1}, 0) {
+			t.Fatalf("tail %d of %d refused its first batch", i, tailsMax)
+		}
+	}
+	var extra tail
+	if extra.add([]byte{1}, 0) {
+		t.Fatalf("%d tails held bytes at once", tailsMax+1)
+	}
+	tails[0].discard()
+	if !extra.add([]byte{1}, 0) {
+		t.Fatal("a tail was refused after another let go")
+	}
+	extra.discard()
+	for i := range tails {
+		tails[i].discard()
+	}
+	if n := tailsHeld.Load(); n != start {
+		t.Fatalf("%d tails held after all let go, want %d", n, start)
+	}
+}
