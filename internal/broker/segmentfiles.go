@@ -5,6 +5,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/status"
+	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
 
@@ -38,10 +39,16 @@ func (b *Broker) newSegmentPool() {
 			func() float64 { return float64(p.Stats().Opens) }),
 		counter("moonmq_segment_file_evictions_total", "Rolled segments' files closed to make room for others.",
 			func() float64 { return float64(p.Stats().Evictions) }),
+		gauge("moonmq_segment_tails", "Active segments whose small appends wait in memory for one write (the next sync writes them; at most 512).",
+			func() float64 { return float64(storage.Tails().Tails) }),
+		gauge("moonmq_segment_tail_bytes", "Bytes of small appends waiting in memory for their write (at most 64 KiB a segment).",
+			func() float64 { return float64(storage.Tails().Bytes) }),
 	)
 }
 
 func (b *Broker) segmentFileStats() status.SegmentFiles {
 	st := b.segFiles.Stats()
-	return status.SegmentFiles{Open: st.Open, Limit: st.Limit, Opens: st.Opens, Evictions: st.Evictions}
+	tails := storage.Tails()
+	return status.SegmentFiles{Open: st.Open, Limit: st.Limit, Opens: st.Opens, Evictions: st.Evictions,
+		Tails: tails.Tails, TailBytes: tails.Bytes}
 }

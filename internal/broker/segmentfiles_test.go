@@ -72,6 +72,9 @@ func TestLogSegmentFilesPooled(t *testing.T) {
 		seen["moonmq_segment_file_opens_total"] < float64(st.Opens) || seen["moonmq_segment_file_evictions_total"] < float64(st.Evictions) {
 		t.Fatalf("metrics %v, stats %+v", seen, st)
 	}
+	if _, ok := seen["moonmq_segment_tail_bytes"]; !ok || seen["moonmq_segment_tails"] != float64(st.Tails) {
+		t.Fatalf("tail metrics %v, stats %+v", seen, st)
+	}
 }
 
 func TestLogSegmentFilesDefaultLimit(t *testing.T) {

@@ -19,7 +19,8 @@ import (
 // production. The file holds one fault per line, re-read at most every
 // 100 ms; an empty or missing file is a healthy disk:
 //
-//	full             writes fail with ENOSPC and statfs reports no space
+//	full             statfs reports no space, and writes fail with ENOSPC
+//	                 unless they land in blocks the file reserved
 //	stall DURATION   every fsync first sleeps DURATION
 //	fsync-eio        every fsync fails with EIO
 //	read-eio SUBSTR  reads of files whose path holds SUBSTR fail with EIO
@@ -138,7 +139,7 @@ func (w faultyFS) wrap(name string, file vfs.File, err error) (vfs.File, error) 
 	if err != nil {
 		return nil, err
 	}
-	return faultyFile{File: file, f: w.f, name: name}, nil
+	return &faultyFile{File: file, f: w.f, name: name}, nil
 }
 
 func (w faultyFS) Create(name string) (vfs.File, error) {
@@ -166,27 +167,78 @@ func (w faultyFS) SyncDir(dir string) error {
 	return w.FS.SyncDir(dir)
 }
 
+// faultyFile is a file on the faulty disk. While the disk is "full" it
+// refuses what a full ext4 volume refuses: writes that need new blocks
+// and reservations of them. Writes into blocks the file has already
+// reserved (Preallocate) succeed, as they do on a real full disk, so it
+// keeps the file's write position and reserved end to tell them apart.
 type faultyFile struct {
 	vfs.File
 	f    *Faults
 	name string
+
+	mu         sync.Mutex // the file's writer and its readers' flushes write
+	positional bool       // reserved once: pos and reserved are kept
+	pos        int64      // where the next write lands
+	reserved   int64      // the end of the blocks reserved
 }
 
-func (f faultyFile) Write(p []byte) (int, error) {
-	if full, _, _, _ := f.f.current(); full {
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: syscall.ENOSPC}
+func (f *faultyFile) full(op string) error {
+	return &fs.PathError{Op: op, Path: f.name, Err: syscall.ENOSPC}
+}
+
+func (f *faultyFile) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if full, _, _, _ := f.f.current(); full && (!f.positional || f.pos+int64(len(p)) > f.reserved) {
+		return 0, f.full("write")
 	}
-	return f.File.Write(p)
+	n, err := f.File.Write(p)
+	f.pos += int64(n)
+	return n, err
 }
 
-func (f faultyFile) Sync() error {
+// Preallocate passes vfs.Preallocator through; a "full" disk refuses to
+// reserve blocks beyond those the file has.
+func (f *faultyFile) Preallocate(size int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pos := f.pos
+	if !f.positional {
+		n, err := f.File.Size() // the written end until the first reservation
+		if err != nil {
+			return err
+		}
+		pos = n
+	}
+	if full, _, _, _ := f.f.current(); full && size > max(f.reserved, pos) {
+		return f.full("fallocate")
+	}
+	if err := vfs.Preallocate(f.File, size); err != nil {
+		return err
+	}
+	f.positional, f.pos, f.reserved = true, pos, max(f.reserved, size)
+	return nil
+}
+
+func (f *faultyFile) Truncate(size int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.File.Truncate(size)
+	if err == nil && f.positional {
+		f.pos, f.reserved = size, min(f.reserved, size)
+	}
+	return err
+}
+
+func (f *faultyFile) Sync() error {
 	if err := syncFault(f.f, f.name); err != nil {
 		return err
 	}
 	return f.File.Sync()
 }
 
-func (f faultyFile) ReadAt(p []byte, off int64) (int, error) {
+func (f *faultyFile) ReadAt(p []byte, off int64) (int, error) {
 	if _, _, _, readEIO := f.f.current(); len(readEIO) > 0 {
 		for _, s := range readEIO {
 			if strings.Contains(f.name, s) {
@@ -197,7 +249,7 @@ func (f faultyFile) ReadAt(p []byte, off int64) (int, error) {
 	return f.File.ReadAt(p, off)
 }
 
-func (f faultyFile) DropCache(off, n int64) error { return vfs.DropCache(f.File, off, n) }
+func (f *faultyFile) DropCache(off, n int64) error { return vfs.DropCache(f.File, off, n) }
 
 func syncFault(f *Faults, name string) error {
 	_, stall, syncEIO, _ := f.current()

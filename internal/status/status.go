@@ -72,11 +72,17 @@ type Expired struct {
 // SegmentFiles counts the segment log files the broker holds open: one per
 // partition's active segment, plus rolled segments' files, of which at most
 // Limit are open at once (Server.MaxOpenSegmentFiles).
+//
+// Tails and TailBytes are the active segments whose small appends wait in
+// memory for one write with their neighbours (the next sync writes them),
+// and the bytes they hold: at most 512 segments of 64 KiB each.
 type SegmentFiles struct {
 	Open      int64 `json:"open"`
 	Limit     int   `json:"limit"`
 	Opens     int64 `json:"opens"`
 	Evictions int64 `json:"evictions"`
+	Tails     int64 `json:"tails"`
+	TailBytes int64 `json:"tail_bytes"`
 }
 
 // Disk is the health of the data directory's disk. While Full, appends

@@ -41,7 +41,19 @@ const (
 var (
 	tailBufs  = sync.Pool{New: func() any { b := make([]byte, 0, tailMax); return &b }}
 	tailsHeld atomic.Int64
+	tailBytes atomic.Int64 // appended to tails and not yet written or dropped
 )
+
+// TailStats are the process's appends waiting in memory for their write.
+type TailStats struct {
+	Tails int64 // segments whose tail holds appends (at most 512)
+	Bytes int64 // bytes those appends hold (at most 64 KiB a tail)
+}
+
+// Tails reports the appends waiting in memory across every log.
+func Tails() TailStats {
+	return TailStats{Tails: tailsHeld.Load(), Bytes: tailBytes.Load()}
+}
 
 // tail is a segment's unwritten appends. Only the appender (holding
 // Log.amu) adds to it; whoever needs the bytes in the file writes them
@@ -77,6 +89,7 @@ func (t *tail) add(batch []byte, pos int64) bool {
 		return false
 	}
 	*t.buf = append(*t.buf, batch...)
+	tailBytes.Add(int64(len(batch)))
 	return true
 }
 
@@ -114,6 +127,7 @@ func (t *tail) release() {
 	if t.buf == nil {
 		return
 	}
+	tailBytes.Add(-int64(len(*t.buf)))
 	*t.buf = (*t.buf)[:0]
 	tailBufs.Put(t.buf)
 	t.buf = nil

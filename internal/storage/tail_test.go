@@ -367,7 +367,7 @@ func TestTailWriteFailureFailsTheLog(t *testing.T) {
 // A tail takes batches up to tailBatchMax until it holds tailMax bytes,
 // and no more than tailsMax tails hold bytes at once.
 func TestTailBounds(t *testing.T) {
-	start := tailsHeld.Load()
+	start, startBytes := tailsHeld.Load(), tailBytes.Load()
 	var tl tail
 	if tl.add(make([]byte, tailBatchMax+1), 0) {
 		t.Fatal("a batch larger than tailBatchMax waited")
@@ -382,7 +382,13 @@ func TestTailBounds(t *testing.T) {
 	if tl.add([]byte{1}, pos) {
 		t.Fatal("a full tail took one more byte")
 	}
+	if got := Tails(); got.Tails != start+1 || got.Bytes != startBytes+tailMax {
+		t.Fatalf("Tails() %+v holding one full tail, want %d tails, %d bytes", got, start+1, startBytes+tailMax)
+	}
 	tl.discard()
+	if got := Tails(); got.Tails != start || got.Bytes != startBytes {
+		t.Fatalf("Tails() %+v after the tail let go, want %d tails, %d bytes", got, start, startBytes)
+	}
 
 	tails := make([]tail, tailsMax-start)
 	for i := range tails {
