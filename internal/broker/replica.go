@@ -985,7 +985,7 @@ func (s sink) Partition(tp replication.TopicPartition) (shipping.ReplicaLog, boo
 	if p == nil {
 		return nil, false
 	}
-	return replicaLog{Log: p.Log(), p: p}, true
+	return replicaLog{Log: p.Log(), p: p, stats: s.r.b.stats}, true
 }
 
 // EpochCeiling: outside cluster mode a batch carries at most the group's
@@ -1032,7 +1032,15 @@ func (s sink) LeaderPosition(tp replication.TopicPartition, highWatermark, logSt
 // step (a truncation rebuilds it) and checks that this replica follows.
 type replicaLog struct {
 	*storage.Log
-	p *partition.Partition
+	p     *partition.Partition
+	stats *Stats // a follower's syncs are timed as the leader's passes are
+}
+
+func (l replicaLog) Sync() (int64, error) {
+	start := time.Now()
+	durable, err := l.Log.Sync()
+	l.stats.observeFsync(time.Since(start))
+	return durable, err
 }
 
 func (l replicaLog) AppendReplica(batch []byte) error { return l.p.AppendReplica(batch) }
@@ -1062,7 +1070,10 @@ func (s sink) SyncLogs(logs []shipping.ReplicaLog) []error {
 		at = append(at, i)
 	}
 	if len(on) > 0 {
-		for j, r := range vol.Sync(on) {
+		start := time.Now()
+		res := vol.Sync(on)
+		s.r.b.stats.observeFsync(time.Since(start))
+		for j, r := range res {
 			errs[at[j]] = r.Err
 		}
 	}

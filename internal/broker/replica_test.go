@@ -15,6 +15,7 @@ import (
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/protocol"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/replication/shipping"
 	"github.com/moonmq/moonmq/internal/vfs"
 )
@@ -297,11 +298,16 @@ func TestSinkSyncLogsMapsEachResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := []shipping.ReplicaLog{
-		replicaLog{tp.partitions[0].Log(), tp.partitions[0]},
-		ownSync{replicaLog{tp.partitions[1].Log(), tp.partitions[1]}},
-		replicaLog{tp.partitions[2].Log(), tp.partitions[2]},
+	s := sink{r: &replica{b: b}}
+	logs := make([]shipping.ReplicaLog, 3)
+	for i, p := range tp.partitions {
+		l, ok := s.Partition(replication.TopicPartition{Topic: "synced", Partition: p.Index})
+		if !ok {
+			t.Fatalf("no replica log for partition %d", i)
+		}
+		logs[i] = l
 	}
+	logs[1] = ownSync{logs[1].(replicaLog)}
 	appendOne := func() {
 		t.Helper()
 		for _, p := range tp.partitions {
@@ -311,13 +317,17 @@ func TestSinkSyncLogsMapsEachResult(t *testing.T) {
 			}
 		}
 	}
-	s := sink{r: &replica{b: b}}
-
 	appendOne()
+	fsyncs := b.Snapshot().Fsyncs
 	for i, err := range s.SyncLogs(logs) {
 		if err != nil || logs[i].DurableEnd() != 1 {
 			t.Fatalf("log %d: %v, durable end %d; want nil and 1", i, err, logs[i].DurableEnd())
 		}
+	}
+	// A follower's syncs are timed as the leader's passes are: the
+	// volume's once, the log synced on its own once.
+	if n := b.Snapshot().Fsyncs - fsyncs; n != 2 {
+		t.Fatalf("%d syncs counted for one volume sync and one log's own, want 2", n)
 	}
 
 	appendOne()

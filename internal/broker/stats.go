@@ -64,7 +64,7 @@ func newStats() *Stats {
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"api"})
 	s.fsyncHist = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "moonmq_fsync_duration_seconds", Help: "Latency of partition log fsyncs.",
+		Name: "moonmq_fsync_duration_seconds", Help: "Latency of partition log syncs: a group-commit pass (one volume sync or each log's fsync), or a follower's sync of what it copied.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
 	})
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
