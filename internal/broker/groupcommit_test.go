@@ -9,10 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/moonmq/moonmq/internal/config"
-	"github.com/moonmq/moonmq/internal/recordbatch"
 )
 
 // TestAcksStartTheirOwnFlush: a produce's appends and a transaction's
@@ -64,20 +62,7 @@ func TestAcksStartTheirOwnFlush(t *testing.T) {
 	// One produce request over every partition, sent as it is: the
 	// broker answers REQUEST_TIMED_OUT at its timeout if no pass came (a
 	// client would retry it for ever).
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks, req.TimeoutMillis = -1, 5000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	for i := int32(0); i < partitions; i++ {
-		batch, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("plain")}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = i, batch
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
+	req := plainProduce(t, topic, partitions, -1, "plain")
 	resp, err := req.RequestWith(ctx, admin)
 	if err != nil {
 		t.Fatal(err)

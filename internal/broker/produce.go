@@ -9,6 +9,7 @@ import (
 
 	"github.com/moonmq/moonmq/internal/config"
 	"github.com/moonmq/moonmq/internal/diskhealth"
+	"github.com/moonmq/moonmq/internal/parallel"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/txn"
@@ -37,6 +38,7 @@ func (b *Broker) handleProduce(r *kmsg.ProduceRequest, sums *recordbatch.Sums) (
 	// partitions of this answer: if one of them is not durable in time,
 	// no partition of the produce may be reported written.
 	stateWaits := len(waits)
+	b.startEpochs(r)
 	var hints leaderHints
 	for _, rt := range r.Topics {
 		var t *topic
@@ -273,6 +275,45 @@ type appended struct {
 	base, last int64
 	records    int64
 }
+
+// startEpochs persists, for the local partitions r writes whose log has
+// not yet started the epoch this replica leads in, the epoch's start,
+// several at once. Each start is a small file written and synced twice;
+// after a failover every partition's first append starts the new epoch,
+// and one after another they held a produce over a thousand partitions
+// for two seconds. A partition the request writes alone is left to its
+// append.
+func (b *Broker) startEpochs(r *kmsg.ProduceRequest) {
+	var ps []*partition.Partition
+	for _, rt := range r.Topics {
+		t := b.lookup(rt.Topic)
+		if t == nil {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			if rp.Partition < 0 || int(rp.Partition) >= len(t.partitions) {
+				continue
+			}
+			if _, foreign := b.foreignPartition(rt.Topic, rp.Partition); foreign {
+				continue
+			}
+			if p := t.partitions[rp.Partition]; p != nil && p.NeedsLeaderEpoch() {
+				ps = append(ps, p)
+			}
+		}
+	}
+	if len(ps) < 2 {
+		return
+	}
+	parallel.Each(ps, maxParallelEpochStarts, func(p *partition.Partition) {
+		// A failure here is the append's to report: it tries again.
+		_ = p.StartLeaderEpoch()
+	})
+}
+
+// maxParallelEpochStarts bounds the epoch starts startEpochs persists at
+// once (as the flusher bounds its fsyncs).
+const maxParallelEpochStarts = 16
 
 // appendBatches validates a partition's record batches and appends them.
 // Validation covers every batch before the first append, so a request is

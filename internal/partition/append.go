@@ -127,6 +127,26 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 	return res, stateErr, nil
 }
 
+// StartLeaderEpoch persists, ahead of a client's append, that the epoch
+// this replica leads in starts at the log's end (storage.Log.StartEpoch),
+// so that a produce over many partitions that each begin the epoch (the
+// first after a failover) can persist them all at once. Not leading, it
+// does nothing and leaves the append to refuse.
+func (p *Partition) StartLeaderEpoch() error {
+	epoch, err := p.fence.Leading()
+	if err != nil || epoch <= p.log.LatestEpoch() {
+		return nil
+	}
+	return p.log.StartEpoch(epoch, p.log.EndOffset())
+}
+
+// NeedsLeaderEpoch reports whether this replica leads in an epoch the
+// log's history does not have yet (StartLeaderEpoch would persist it).
+func (p *Partition) NeedsLeaderEpoch() bool {
+	epoch, err := p.fence.Leading()
+	return err == nil && epoch > p.log.LatestEpoch()
+}
+
 // AppendClient appends a produce's batches, which the caller has validated
 // (headers are theirs, parsed). Under the append lock, before anything is
 // written, txnCheck (nil: none) may refuse a transactional first batch

@@ -304,38 +304,69 @@ func (l *Log) AllowGaps(below int64) error {
 	return nil
 }
 
-func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
-	l.mu.RLock()
-	closed, failed := l.closed, l.failed
-	l.mu.RUnlock()
-	if closed {
-		return ErrClosed
-	}
-	if failed != nil {
-		return failed
+// appendable reports why the log cannot take an append now (closed,
+// failed, or its disk too full), if it cannot; the caller holds amu.
+func (l *Log) appendable() error {
+	if err := l.writable(); err != nil {
+		return err
 	}
 	if l.space != nil {
-		if err := l.space.CheckWrite(); err != nil {
-			return err
-		}
+		return l.space.CheckWrite()
 	}
-	epoch, latest := h.PartitionLeaderEpoch, l.LatestEpoch()
+	return nil
+}
+
+// startEpochLocked extends the epoch history with epoch starting at
+// start when epoch is newer than its latest; the caller holds amu. It is
+// persisted before a batch of the epoch is written, so the history is
+// durable before the batch can be acknowledged as durable (and recovery
+// can check the batch's epoch against it).
+func (l *Log) startEpochLocked(epoch int32, start int64) error {
+	latest := l.LatestEpoch()
 	if latest >= 0 && epoch < latest {
 		// Also a batch without an epoch (-1) once the history has one:
 		// epochs never decrease along the log, and recovery relies on it.
 		return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, epoch, latest)
 	}
-	if epoch > latest {
-		// Persisted before the batch is written, so the history is
-		// durable before the batch can be acknowledged as durable (and
-		// recovery can check the batch's epoch against it).
-		entries := append(slices.Clip(l.epochs), EpochEntry{Epoch: epoch, StartOffset: h.BaseOffset})
-		if err := l.writeEpochs(entries); err != nil {
-			return err
-		}
-		l.mu.Lock()
-		l.epochs = entries
-		l.mu.Unlock()
+	if epoch <= latest {
+		return nil
+	}
+	entries := append(slices.Clip(l.epochs), EpochEntry{Epoch: epoch, StartOffset: start})
+	if err := l.writeEpochs(entries); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.epochs = entries
+	l.mu.Unlock()
+	return nil
+}
+
+// StartEpoch persists that leader epoch epoch starts at offset at, ahead
+// of the append of the epoch's first batch there, which then has nothing
+// to persist. Each new epoch costs the history a file written and synced
+// twice: a request or fetch answer that starts an epoch on many
+// partitions (the first after a failover, or on a new topic) calls this
+// for them at once rather than leaving each append to do it in turn. It
+// does nothing unless at is the log's end and epoch is newer than the
+// history's latest; the append checks and persists as ever.
+func (l *Log) StartEpoch(epoch int32, at int64) error {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if at != l.end.Load() || epoch <= l.LatestEpoch() {
+		return nil
+	}
+	if err := l.appendable(); err != nil {
+		return err
+	}
+	return l.startEpochLocked(epoch, at)
+}
+
+func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {
+	if err := l.appendable(); err != nil {
+		return err
+	}
+	if err := l.startEpochLocked(h.PartitionLeaderEpoch, h.BaseOffset); err != nil {
+		return err
 	}
 	s := l.active()
 	if s.size > 0 && (s.size+int64(len(batch)) > l.segmentBytes.Load() || h.LastOffset()+1-s.base > math.MaxUint32) {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -798,5 +800,63 @@ func TestDeleteRecordsOnFullDisk(t *testing.T) {
 	defer l.Close()
 	if s := l.StartOffset(); s != 8 {
 		t.Fatalf("start %d after reopen, want 8", s)
+	}
+}
+
+// StartEpoch persists an epoch's start at the log's end ahead of the
+// epoch's first batch, which then writes no history of its own; it does
+// nothing off the end or for an epoch the history has, and the history is
+// what appending alone would have made.
+func TestStartEpoch(t *testing.T) {
+	fs := vfs.NewMem()
+	l := openLog(t, fs, Options{})
+	for range 3 {
+		if _, err := l.Append(mkBatch(t, 2, 0, 1), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	histories := 0
+	fs.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpRename && strings.HasSuffix(name, epochFileName+".tmp") {
+			histories++
+		}
+		return nil
+	})
+	// Off the end, or an epoch the history has: nothing.
+	if err := l.StartEpoch(4, 5); err != nil || histories != 0 {
+		t.Fatalf("start off the end: %v, %d histories written", err, histories)
+	}
+	if err := l.StartEpoch(1, 6); err != nil || histories != 0 {
+		t.Fatalf("start of the latest epoch: %v, %d histories written", err, histories)
+	}
+	if err := l.StartEpoch(4, 6); err != nil || histories != 1 {
+		t.Fatalf("start at the end: %v, %d histories written", err, histories)
+	}
+	if err := l.StartEpoch(4, 6); err != nil || histories != 1 {
+		t.Fatalf("the same start again: %v, %d histories written", err, histories)
+	}
+	if base, err := l.Append(mkBatch(t, 2, 0, 1), 4); err != nil || base != 6 || histories != 1 {
+		t.Fatalf("the epoch's first batch: base %d, %v, %d histories written; want 6, nil, 1", base, err, histories)
+	}
+	if _, err := l.Append(mkBatch(t, 1, 0, 1), 3); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("a batch of an older epoch after the start: %v, want ErrStaleEpoch", err)
+	}
+	want := []EpochEntry{{Epoch: 1, StartOffset: 0}, {Epoch: 4, StartOffset: 6}}
+	if got := l.EpochHistory(); !slices.Equal(got, want) {
+		t.Fatalf("history %v, want %v", got, want)
+	}
+	l.Close()
+	fs.SetHook(nil)
+	l = openLog(t, fs, Options{})
+	defer l.Close()
+	if got := l.EpochHistory(); !slices.Equal(got, want) {
+		t.Fatalf("history after reopening %v, want %v", got, want)
+	}
+	if err := l.StartEpoch(5, l.EndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := l.StartEpoch(6, 8); !errors.Is(err, ErrClosed) {
+		t.Fatalf("start on a closed log: %v, want ErrClosed", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moonmq/moonmq/internal/parallel"
 	"github.com/moonmq/moonmq/internal/recordbatch"
 	"github.com/moonmq/moonmq/internal/replication"
 	"github.com/moonmq/moonmq/internal/storage"
@@ -52,6 +53,9 @@ type ReplicaLog interface {
 	LatestEpoch() int32
 	// EpochHistory is the leader-epoch history, oldest first.
 	EpochHistory() []storage.EpochEntry
+	// StartEpoch persists that epoch starts at offset at, the log's end,
+	// ahead of the append of its first batch (storage.Log.StartEpoch).
+	StartEpoch(epoch int32, at int64) error
 }
 
 // Sink is the follower's side of log shipping, implemented by the broker.
@@ -861,6 +865,7 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 	var corrupt, failed error
 	var synced []syncItem
 	act := replication.Action{Kind: replication.ActFetch, Epoch: epoch}
+	f.startEpochs(resp.parts, asked, logs, epoch)
 	for _, p := range resp.parts {
 		tp := replication.TopicPartition{Topic: p.topic, Partition: p.partition}
 		offset, ok := asked[tp]
@@ -916,6 +921,48 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 		return act, failed
 	}
 	return f.fetcher.FetchResult(epoch, resp.digest), nil
+}
+
+// startEpochs persists, for the partitions of an answer whose first batch
+// starts a newer leader epoch at the log's end, that epoch's start,
+// several at once: each is a small file written and synced twice, and
+// the first answer after a failover starts the new epoch on every
+// partition. Only an epoch appendAll would take is started (a whole batch
+// whose checksum holds, its epoch within the bounds appendAll checks,
+// since the checksum does not cover it), and an answer that starts one
+// partition's epoch leaves it to appendAll.
+func (f *Follower) startEpochs(parts []fetchPart, asked map[replication.TopicPartition]int64, logs map[replication.TopicPartition]ReplicaLog, epoch int32) {
+	type start struct {
+		l     ReplicaLog
+		epoch int32
+		at    int64
+	}
+	var starts []start
+	for _, p := range parts {
+		tp := replication.TopicPartition{Topic: p.topic, Partition: p.partition}
+		offset, ok := asked[tp]
+		if !ok || p.code != codeNone || len(p.records) < recordbatch.HeaderSize {
+			continue
+		}
+		l := logs[tp]
+		h, err := recordbatch.ParseHeader(p.records)
+		if err != nil || h.BaseOffset != offset || l.EndOffset() != offset || h.Size() > len(p.records) {
+			continue
+		}
+		if _, err := recordbatch.Check(p.records[:h.Size()]); err != nil {
+			continue // appendAll refuses it
+		}
+		if e := h.PartitionLeaderEpoch; e > l.LatestEpoch() && e <= f.sink.EpochCeiling(tp, epoch) {
+			starts = append(starts, start{l, e, offset})
+		}
+	}
+	if len(starts) < 2 {
+		return
+	}
+	parallel.Each(starts, maxParallelSyncs, func(s start) {
+		// A failure is appendAll's to report: it tries again.
+		_ = s.l.StartEpoch(s.epoch, s.at)
+	})
 }
 
 // durableEnd fsyncs l if needed and returns the offset to report: its
@@ -979,13 +1026,11 @@ func (f *Follower) syncAll(items []syncItem) error {
 	} else {
 		// At most maxParallelSyncs at once: an answer may touch
 		// thousands of partitions.
-		sem := make(chan struct{}, maxParallelSyncs)
-		var wg sync.WaitGroup
-		for i := range items {
-			sem <- struct{}{}
-			wg.Go(func() { defer func() { <-sem }(); syncOne(i) })
+		idx := make([]int, len(items))
+		for i := range idx {
+			idx[i] = i
 		}
-		wg.Wait()
+		parallel.Each(idx, maxParallelSyncs, syncOne)
 	}
 	return errors.Join(errs...)
 }

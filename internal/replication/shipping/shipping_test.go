@@ -929,3 +929,79 @@ func TestFetchRequestsBinaryOrJSON(t *testing.T) {
 		c.follower.Stop()
 	}
 }
+
+// startingLog is a ReplicaLog at offset 0 with no epoch history whose
+// StartEpoch records what it was asked and how many ran at once.
+type startingLog struct {
+	ReplicaLog
+	mu        *sync.Mutex
+	now, peak *int
+	started   *[]int32
+}
+
+func (s startingLog) EndOffset() int64   { return 0 }
+func (s startingLog) LatestEpoch() int32 { return -1 }
+
+func (s startingLog) StartEpoch(epoch int32, at int64) error {
+	s.mu.Lock()
+	*s.now++
+	*s.peak = max(*s.peak, *s.now)
+	*s.started = append(*s.started, epoch)
+	s.mu.Unlock()
+	time.Sleep(time.Millisecond)
+	s.mu.Lock()
+	*s.now--
+	s.mu.Unlock()
+	return nil
+}
+
+// TestStartEpochsTogether: an answer whose batches start a newer epoch
+// on many partitions has the epochs' starts persisted several at once,
+// but only for a whole batch at the log's end whose checksum holds and
+// whose epoch appendAll would take.
+func TestStartEpochsTogether(t *testing.T) {
+	var mu sync.Mutex
+	var now, peak int
+	var started []int32
+	batch := func(epoch int32, base int64) []byte {
+		b, err := recordbatch.Encode(recordbatch.BatchOptions{ProducerID: -1}, []recordbatch.Record{{Value: []byte("v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recordbatch.SetBaseOffset(b, base)
+		recordbatch.SetPartitionLeaderEpoch(b, epoch)
+		return b
+	}
+	const epoch = 5
+	parts := []fetchPart{}
+	asked := map[replication.TopicPartition]int64{}
+	logs := map[replication.TopicPartition]ReplicaLog{}
+	add := func(name string, records []byte) {
+		tp := replication.TopicPartition{Topic: name}
+		parts = append(parts, fetchPart{topic: name, records: records, logEnd: 1})
+		asked[tp] = 0
+		logs[tp] = startingLog{mu: &mu, now: &now, peak: &peak, started: &started}
+	}
+	for i := range 40 {
+		add(fmt.Sprintf("ok-%d", i), batch(epoch, 0))
+	}
+	corrupt := batch(epoch, 0)
+	corrupt[len(corrupt)-1] ^= 1
+	add("corrupt", corrupt)
+	add("above-ceiling", batch(epoch+1, 0))
+	add("off-the-end", batch(epoch, 3))
+	add("torn", batch(epoch, 0)[:65])
+	f := &Follower{sink: newTestSink(t)}
+	f.startEpochs(parts, asked, logs, epoch)
+	if len(started) != 40 {
+		t.Fatalf("%d epoch starts, want the 40 whole batches' at the log's end within the ceiling", len(started))
+	}
+	for _, e := range started {
+		if e != epoch {
+			t.Fatalf("started epoch %d, want %d", e, epoch)
+		}
+	}
+	if peak < 2 || peak > maxParallelSyncs {
+		t.Fatalf("%d epoch starts at once, want between 2 and %d", peak, maxParallelSyncs)
+	}
+}
