@@ -287,7 +287,7 @@ func (b *Broker) startEpochs(r *kmsg.ProduceRequest) {
 	var ps []*partition.Partition
 	for _, rt := range r.Topics {
 		t := b.lookup(rt.Topic)
-		if t == nil {
+		if t == nil || internalTopic(rt.Topic) { // clients may not write those
 			continue
 		}
 		for _, rp := range rt.Partitions {
