@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -97,4 +100,71 @@ func (w *epochWrites) most() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.peak
+}
+
+// A burst of epoch-history changes (every partition's first append after
+// a failover) is written to EpochsFile once per pause, not once per
+// change: 20 changes over ~100 ms make at most two rewrites and the one
+// at stop, and the file ends with every change.
+func TestEpochsFileCoalescesBursts(t *testing.T) {
+	fsys := &renames{FS: vfs.Default, name: EpochsFile + ".tmp"}
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, WithFS(fsys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.mu.Lock()
+	tp, err := b.createTopicLocked("burst", 20, nil)
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEpochsFile(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go e.run(ctx, done)
+	for i, p := range tp.partitions {
+		e.set(p, []storage.EpochEntry{{Epoch: 3, StartOffset: int64(i)}})
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := fsys.count(); n < 1 || n > 3 {
+		t.Errorf("%d rewrites of %s for a burst of %d changes, want 1 to 3", n, EpochsFile, len(tp.partitions))
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.DataDir, EpochsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(data), `"epoch": 3`); got != len(tp.partitions) {
+		t.Errorf("%s holds %d of the %d changes: %s", EpochsFile, got, len(tp.partitions), data)
+	}
+}
+
+// renames counts the renames of files named name.
+type renames struct {
+	vfs.FS
+	name string
+	mu   sync.Mutex
+	n    int
+}
+
+func (r *renames) Rename(oldname, newname string) error {
+	if filepath.Base(oldname) == r.name {
+		r.mu.Lock()
+		r.n++
+		r.mu.Unlock()
+	}
+	return r.FS.Rename(oldname, newname)
+}
+
+func (r *renames) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
 }

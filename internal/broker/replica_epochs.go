@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/storage"
@@ -23,10 +24,13 @@ import (
 // file is the same histories gathered in one place, for operators and
 // tools: it is rewritten atomically (vfs.WriteFileAtomic) whenever a
 // partition's history changes (an epoch added, truncated, trimmed or reset)
-// or a partition appears or goes, coalescing bursts, and at every start and
-// clean stop. After a crash it may lag the partitions' files by the last
-// few milliseconds of changes until the next start rewrites it.
+// or a partition appears or goes, at most every epochsFileEvery, and at
+// every start and clean stop. After a crash it may lag the partitions'
+// files by that much of their changes until the next start rewrites it.
 const EpochsFile = "replication-epochs.json"
+
+// epochsFileEvery is the least time between two rewrites of EpochsFile.
+const epochsFileEvery = 200 * time.Millisecond
 
 // epochsDoc is the JSON form of EpochsFile.
 type epochsDoc struct {
@@ -139,6 +143,15 @@ func (e *epochsFile) run(ctx context.Context, done chan<- struct{}) {
 				// The partitions' own histories are intact; retry on
 				// the next change or at stop.
 				e.b.log.Warn("writing "+EpochsFile+" failed", "err", err)
+			}
+			// Changes come in bursts of thousands (every partition's
+			// first append after a failover, a new topic): one rewrite
+			// of the whole file per pause covers the burst, where one
+			// per change would write and sync it thousands of times
+			// beside the partitions' own histories.
+			select {
+			case <-ctx.Done():
+			case <-time.After(epochsFileEvery):
 			}
 		}
 	}
