@@ -24,23 +24,8 @@ import (
 // what the appends alone would have written.
 func TestProduceStartsEpochsTogether(t *testing.T) {
 	fsys := &epochWrites{FS: vfs.Default}
-	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg, WithFS(fsys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	const partitions = 8
-	b.mu.Lock()
-	tp, err := b.createTopicLocked("starts", partitions, nil)
-	b.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b, tp := brokerOnFS(t, fsys, "starts", partitions)
 
 	fsys.slow.Store(true)
 	req := plainProduce(t, "starts", partitions, 1, "v")
@@ -108,22 +93,7 @@ func (w *epochWrites) most() int {
 // at stop, and the file ends with every change.
 func TestEpochsFileCoalescesBursts(t *testing.T) {
 	fsys := &renames{FS: vfs.Default, name: EpochsFile + ".tmp"}
-	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg, WithFS(fsys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	b.mu.Lock()
-	tp, err := b.createTopicLocked("burst", 20, nil)
-	b.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, b, tp := brokerOnFS(t, fsys, "burst", 20)
 	e := newEpochsFile(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -137,7 +107,7 @@ func TestEpochsFileCoalescesBursts(t *testing.T) {
 	if n := fsys.count(); n < 1 || n > 3 {
 		t.Errorf("%d rewrites of %s for a burst of %d changes, want 1 to 3", n, EpochsFile, len(tp.partitions))
 	}
-	data, err := os.ReadFile(filepath.Join(cfg.DataDir, EpochsFile))
+	data, err := os.ReadFile(filepath.Join(dir, EpochsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,4 +137,27 @@ func (r *renames) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n
+}
+
+// brokerOnFS opens a single-node broker on fsys in a fresh directory,
+// with a topic of n partitions; it returns the directory too.
+func brokerOnFS(t *testing.T, fsys vfs.FS, name string, n int) (string, *Broker, *topic) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, WithFS(fsys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	b.mu.Lock()
+	tp, err := b.createTopicLocked(name, n, nil)
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.DataDir, b, tp
 }
