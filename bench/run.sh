@@ -3,7 +3,9 @@
 # Central: bench/kafka.sh), kfake (franz-go's in-memory fake Kafka) and NATS
 # JetStream (R1, file storage), one target and one case at a time, with the
 # same `moonmq bench` workload (franz-go, random values), and prints the
-# ratios of MoonMQ to each. See docs/BENCHMARKS.md.
+# ratios of MoonMQ to each; then the same produce cases against a peer that
+# keeps nothing (kfakepeer --discard): the client's own ceiling on this
+# machine. See docs/BENCHMARKS.md.
 #
 #   bash bench/run.sh            # full run, ~22 minutes
 #   QUICK=1 bash bench/run.sh    # acks=-1 only, 2 s per case, produce only
@@ -40,7 +42,7 @@
 #   RESULTS_DIR=DIR      where reports go (default bench/results/<timestamp>)
 #   SKIP_MOONMQ=1        only run the peers
 #   SKIP_KAFKA=1         leave Apache Kafka out (it needs java and mvn)
-#   SKIP_PEERS=1         leave kfake and NATS JetStream out
+#   SKIP_PEERS=1         leave kfake, the ceiling and NATS JetStream out
 #   MOONMQ_SERVER=PATH   serve with this moonmq binary (the load generator is
 #                        still this tree's): to compare two builds of MoonMQ
 #   NATS_SYNC_ALWAYS=1   make JetStream fsync every message (default: it does not)
@@ -143,7 +145,7 @@ phases() {
 	if phase produce; then
 		bench "$name$sfx" "$addr" "$broker_pids" --acks "$ACKS" --partitions "$PARTITIONS" --modes "$MODES"
 	fi
-	[[ $name == kfake ]] && return # the durability phases compare brokers that store
+	[[ $name == kfake || $name == ceiling ]] && return # the durability phases compare brokers that store
 	if phase txn; then
 		for n in ${PRODUCERS//,/ }; do
 			bench "$name$sfx-txn-$n" "$addr" "$broker_pids" --acks=-1 --partitions "$TXN_PARTITIONS" \
@@ -258,6 +260,20 @@ if phase produce && [[ ${SKIP_PEERS:-0} != 1 ]]; then
 	fi
 	stop "${pids[-1]}"
 
+	# The same produce cases against a peer that answers at once and keeps
+	# nothing: the rate and latency the client reaches on its own, the
+	# ceiling for any broker on this machine.
+	port=$(free_port)
+	log "kfakepeer --discard (the client's ceiling) on 127.0.0.1:$port"
+	"$bin/kfakepeer" --discard --port "$port" >"$RESULTS_DIR/ceiling-serve.log" 2>&1 &
+	pids+=($!)
+	if wait_port "$port" "$!"; then
+		phases ceiling "127.0.0.1:$port" "${pids[-1]}"
+	else
+		log "kfakepeer --discard did not start; see $RESULTS_DIR/ceiling-serve.log"
+	fi
+	stop "${pids[-1]}"
+
 	log "natsbench (embedded nats-server, JetStream file storage)"
 	nats_args=()
 	[[ ${NATS_SYNC_ALWAYS:-0} == 1 ]] && nats_args+=(--sync-always)
@@ -295,7 +311,7 @@ compare() {
 	"$bin/benchcompare" --out "$RESULTS_DIR/$out.txt" "${flags[@]+"${flags[@]}"}" "${reports[@]}"
 }
 
-compare comparison moonmq kafka kfake nats -- --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" \
+compare comparison moonmq kafka kfake nats ceiling -- --min-ratio "kafka=1.5,kfake=1,nats-jetstream=1.5" \
 	--max-cpu-ratio kafka=0.5 --max-rss-ratio kafka=0.2
 if phase txn; then
 	for n in ${PRODUCERS//,/ }; do
