@@ -49,8 +49,8 @@ func TestProduceStartsEpochsTogether(t *testing.T) {
 }
 
 // epochWrites counts the epoch histories being written at once (from the
-// temporary file's creation to its rename), each slowed as a disk's syncs
-// would.
+// history file's opening for an append, or its temporary file's creation,
+// to its closing or rename), each slowed as a disk's syncs would.
 type epochWrites struct {
 	vfs.FS
 	slow    atomic.Bool
@@ -59,26 +59,54 @@ type epochWrites struct {
 	peak    int
 }
 
-const historyTmp = "leader-epoch-checkpoint.json.tmp"
+const history = "leader-epoch-checkpoint.json"
+
+func (w *epochWrites) begin() {
+	w.mu.Lock()
+	w.writing++
+	w.peak = max(w.peak, w.writing)
+	w.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+}
+
+func (w *epochWrites) end() {
+	w.mu.Lock()
+	w.writing--
+	w.mu.Unlock()
+}
 
 func (w *epochWrites) Create(name string) (vfs.File, error) {
-	if w.slow.Load() && strings.HasSuffix(name, historyTmp) {
-		w.mu.Lock()
-		w.writing++
-		w.peak = max(w.peak, w.writing)
-		w.mu.Unlock()
-		time.Sleep(2 * time.Millisecond)
+	if w.slow.Load() && strings.HasSuffix(name, history+".tmp") {
+		w.begin()
 	}
 	return w.FS.Create(name)
 }
 
 func (w *epochWrites) Rename(oldname, newname string) error {
-	if w.slow.Load() && strings.HasSuffix(oldname, historyTmp) {
-		w.mu.Lock()
-		w.writing--
-		w.mu.Unlock()
+	if w.slow.Load() && strings.HasSuffix(oldname, history+".tmp") {
+		w.end()
 	}
 	return w.FS.Rename(oldname, newname)
+}
+
+func (w *epochWrites) OpenRW(name string) (vfs.File, error) {
+	f, err := w.FS.OpenRW(name)
+	if err != nil || !w.slow.Load() || !strings.HasSuffix(name, history) {
+		return f, err
+	}
+	w.begin()
+	return appendedHistory{f, w}, nil
+}
+
+// appendedHistory is a history file opened for an append.
+type appendedHistory struct {
+	vfs.File
+	w *epochWrites
+}
+
+func (h appendedHistory) Close() error {
+	h.w.end()
+	return h.File.Close()
 }
 
 func (w *epochWrites) most() int {

@@ -12,6 +12,7 @@ import (
 	"github.com/moonmq/moonmq/internal/parallel"
 	"github.com/moonmq/moonmq/internal/partition"
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
 )
 
@@ -277,14 +278,14 @@ type appended struct {
 }
 
 // startEpochs persists, for the local partitions r writes whose log has
-// not yet started the epoch this replica leads in, the epoch's start,
-// several at once. Each start is a small file written and synced twice;
+// not yet started the epoch this replica leads in, the epoch's start, all
+// at once. Alone, each start is a small file written and synced twice;
 // after a failover every partition's first append starts the new epoch,
 // and one after another they held a produce over a thousand partitions
 // for two seconds. A partition the request writes alone is left to its
 // append.
 func (b *Broker) startEpochs(r *kmsg.ProduceRequest) {
-	var ps []*partition.Partition
+	var starts []storage.EpochStart
 	for _, rt := range r.Topics {
 		t := b.lookup(rt.Topic)
 		if t == nil || internalTopic(rt.Topic) { // clients may not write those
@@ -297,22 +298,43 @@ func (b *Broker) startEpochs(r *kmsg.ProduceRequest) {
 			if _, foreign := b.foreignPartition(rt.Topic, rp.Partition); foreign {
 				continue
 			}
-			if p := t.partitions[rp.Partition]; p != nil && p.NeedsLeaderEpoch() {
-				ps = append(ps, p)
+			if p := t.partitions[rp.Partition]; p != nil {
+				if s, ok := p.LeaderEpochStart(); ok {
+					starts = append(starts, s)
+				}
 			}
 		}
 	}
-	if len(ps) < 2 {
+	if len(starts) < 2 {
 		return
 	}
-	parallel.Each(ps, maxParallelEpochStarts, func(p *partition.Partition) {
-		// A failure here is the append's to report: it tries again.
-		_ = p.StartLeaderEpoch()
-	})
+	// A failure here is the append's to report: it tries again.
+	b.persistEpochStarts(starts)
 }
 
-// maxParallelEpochStarts bounds the epoch starts startEpochs persists at
-// once (as the flusher bounds its fsyncs).
+// persistEpochStarts persists several logs' epoch starts at once: with two
+// syncs of the data directory's volume in all, or without a volume a few
+// fsyncs at a time.
+func (b *Broker) persistEpochStarts(starts []storage.EpochStart) []error {
+	if len(starts) == 1 {
+		return []error{starts[0].Log.StartEpoch(starts[0].Epoch, starts[0].At)}
+	}
+	if b.volume != nil {
+		return b.volume.StartEpochs(starts)
+	}
+	errs := make([]error, len(starts))
+	idx := make([]int, len(starts))
+	for i := range idx {
+		idx[i] = i
+	}
+	parallel.Each(idx, maxParallelEpochStarts, func(i int) {
+		errs[i] = starts[i].Log.StartEpoch(starts[i].Epoch, starts[i].At)
+	})
+	return errs
+}
+
+// maxParallelEpochStarts bounds the epoch starts persistEpochStarts
+// persists at once without a volume (as the flusher bounds its fsyncs).
 const maxParallelEpochStarts = 16
 
 // appendBatches validates a partition's record batches and appends them.

@@ -1080,6 +1080,27 @@ func (s sink) SyncLogs(logs []shipping.ReplicaLog) []error {
 	return errs
 }
 
+// StartEpochs persists the epoch starts one fetch answer begins, all at
+// once (Broker.persistEpochStarts).
+func (s sink) StartEpochs(starts []shipping.EpochStart) []error {
+	errs := make([]error, len(starts))
+	var on []storage.EpochStart
+	var at []int
+	for i, st := range starts {
+		rl, ok := st.Log.(replicaLog)
+		if !ok {
+			errs[i] = st.Log.StartEpoch(st.Epoch, st.At)
+			continue
+		}
+		on = append(on, storage.EpochStart{Log: rl.Log, Epoch: st.Epoch, At: st.At})
+		at = append(at, i)
+	}
+	for j, err := range s.r.b.persistEpochStarts(on) {
+		errs[at[j]] = err
+	}
+	return errs
+}
+
 // ReadLog returns every stored byte of a partition, from its log start to
 // its log end, and the log end; tests compare replicas with it.
 func (b *Broker) ReadLog(topic string, partition int32) ([]byte, int64, error) {

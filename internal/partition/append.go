@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/moonmq/moonmq/internal/recordbatch"
+	"github.com/moonmq/moonmq/internal/storage"
 	"github.com/moonmq/moonmq/internal/txn"
 )
 
@@ -128,23 +129,27 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 }
 
 // StartLeaderEpoch persists, ahead of a client's append, that the epoch
-// this replica leads in starts at the log's end (storage.Log.StartEpoch),
-// so that a produce over many partitions that each begin the epoch (the
-// first after a failover) can persist them all at once. Not leading, it
-// does nothing and leaves the append to refuse.
+// this replica leads in starts at the log's end (storage.Log.StartEpoch).
+// Not leading, it does nothing and leaves the append to refuse.
 func (p *Partition) StartLeaderEpoch() error {
-	epoch, err := p.fence.Leading()
-	if err != nil || epoch <= p.log.LatestEpoch() {
+	s, ok := p.LeaderEpochStart()
+	if !ok {
 		return nil
 	}
-	return p.log.StartEpoch(epoch, p.log.EndOffset())
+	return p.log.StartEpoch(s.Epoch, s.At)
 }
 
-// NeedsLeaderEpoch reports whether this replica leads in an epoch the
-// log's history does not have yet (StartLeaderEpoch would persist it).
-func (p *Partition) NeedsLeaderEpoch() bool {
+// LeaderEpochStart is the epoch start StartLeaderEpoch would persist, for
+// a produce over many partitions that each begin the epoch (the first
+// after a failover), whose starts are persisted all at once
+// (storage.Volume.StartEpochs); false when this replica does not lead or
+// the log's history has the epoch already.
+func (p *Partition) LeaderEpochStart() (storage.EpochStart, bool) {
 	epoch, err := p.fence.Leading()
-	return err == nil && epoch > p.log.LatestEpoch()
+	if err != nil || epoch <= p.log.LatestEpoch() {
+		return storage.EpochStart{}, false
+	}
+	return storage.EpochStart{Log: p.log, Epoch: epoch, At: p.log.EndOffset()}, true
 }
 
 // AppendClient appends a produce's batches, which the caller has validated

@@ -1,12 +1,27 @@
 // The leader epoch history (leader-epoch-checkpoint.json): reading and
 // writing it, the queries replication asks of it, and cutting it when the
 // log is truncated or its start advances.
+//
+// The file is the JSON document writeEpochs writes whole and atomically
+// (a new temporary file renamed over the old: a truncation, a trim, a new
+// log), followed by the epochs started since, each appended as a line of
+// its own: a newline, then the entry's JSON. A new epoch, the first
+// append of every partition after a failover, so costs one write and one
+// fsync of the file (or a share of one volume sync, Volume.StartEpochs)
+// instead of a new file written, synced, renamed over the old one and its
+// directory synced: creating and replacing files is what the disks here
+// are slowest at. A crash can leave the last line torn; no proper prefix
+// of a JSON object is one, so reading drops it (and rewrites the file
+// without it). An older MoonMQ cannot read a file with appended lines and
+// treats the history as lost.
 
 package storage
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -33,12 +48,15 @@ func (l *Log) readEpochs() error {
 	if err != nil {
 		return err
 	}
+	lines := bytes.Split(b, []byte{'\n'})
 	var ef epochFile
-	if err = json.Unmarshal(b, &ef); err == nil {
-		for i, e := range ef.Entries {
-			if i > 0 && (e.Epoch <= ef.Entries[i-1].Epoch || e.StartOffset < ef.Entries[i-1].StartOffset) {
-				err = errors.New("entries out of order")
-				break
+	if len(lines[0]) > 0 { // empty: a new log's file whose bytes a crash lost
+		if err = json.Unmarshal(lines[0], &ef); err == nil {
+			for i, e := range ef.Entries {
+				if i > 0 && !epochFollows(ef.Entries[i-1], e) {
+					err = errors.New("entries out of order")
+					break
+				}
 			}
 		}
 	}
@@ -49,19 +67,99 @@ func (l *Log) readEpochs() error {
 		l.logger.Error("ignoring unreadable leader epoch history", "file", epochFileName, "err", err)
 		return nil
 	}
-	l.epochs = ef.Entries
+	entries := ef.Entries
+	for i, line := range lines[1:] {
+		e, err := parseEpochLine(line)
+		if err == nil && len(entries) > 0 && !epochFollows(entries[len(entries)-1], e) {
+			err = errors.New("out of order")
+		}
+		if err != nil {
+			// A crash tore the last append (or the file is damaged from
+			// there): the entries before it stand, and the file is
+			// rewritten without the rest, so that later appends follow a
+			// whole line.
+			l.logger.Warn("dropping the end of the leader epoch history", "file", epochFileName,
+				"line", i+2, "lines", len(lines), "err", err)
+			if err := l.writeEpochs(entries); err != nil {
+				return err
+			}
+			break
+		}
+		entries = append(entries, e)
+	}
+	l.epochs = entries
+	l.epochsOnDisk = true
 	return nil
 }
 
+// epochFollows reports whether e may follow prev in a history.
+func epochFollows(prev, e EpochEntry) bool {
+	return e.Epoch > prev.Epoch && e.StartOffset >= prev.StartOffset
+}
+
+// parseEpochLine parses one appended entry, which must hold both fields.
+func parseEpochLine(line []byte) (EpochEntry, error) {
+	var e struct {
+		Epoch       *int32 `json:"epoch"`
+		StartOffset *int64 `json:"startOffset"`
+	}
+	if err := json.Unmarshal(line, &e); err != nil {
+		return EpochEntry{}, err
+	}
+	if e.Epoch == nil || e.StartOffset == nil {
+		return EpochEntry{}, fmt.Errorf("incomplete entry %q", line)
+	}
+	return EpochEntry{Epoch: *e.Epoch, StartOffset: *e.StartOffset}, nil
+}
+
 func (l *Log) writeEpochs(entries []EpochEntry) error {
-	b, _ := json.Marshal(epochFile{Version: 1, Entries: entries})
-	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochFileName), b); err != nil {
+	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochFileName), encodeEpochs(entries)); err != nil {
 		return err
 	}
+	l.epochsOnDisk = true
+	l.observeEpochs(entries)
+	return nil
+}
+
+// appendEpoch appends e to the history file, synced when sync is set
+// (otherwise the caller's volume sync makes it durable). It reports false,
+// writing nothing, when there is no file to append to: the caller writes
+// the history whole. The caller holds amu.
+func (l *Log) appendEpoch(e EpochEntry, sync bool) (bool, error) {
+	if !l.epochsOnDisk {
+		return false, nil
+	}
+	f, err := l.fs.OpenRW(filepath.Join(l.dir, epochFileName))
+	if err != nil {
+		return true, err
+	}
+	line, _ := json.Marshal(e)
+	_, err = f.Write(append([]byte{'\n'}, line...))
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// Part of the line may be in the file: the next change writes
+		// the history whole rather than append after it.
+		l.epochsOnDisk = false
+	}
+	return true, err
+}
+
+func encodeEpochs(entries []EpochEntry) []byte {
+	b, _ := json.Marshal(epochFile{Version: 1, Entries: entries})
+	return b
+}
+
+// observeEpochs tells the observer that entries are now the durable
+// history.
+func (l *Log) observeEpochs(entries []EpochEntry) {
 	if fn := l.epochObs.Load(); fn != nil {
 		(*fn)(slices.Clone(entries))
 	}
-	return nil
 }
 
 // SetEpochObserver registers fn to be called with a copy of the epoch

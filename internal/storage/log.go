@@ -123,6 +123,9 @@ type Log struct {
 
 	segs   []*segment
 	epochs []EpochEntry
+	// epochsOnDisk: the history file exists whole, so a new epoch may be
+	// appended to it (epochs.go). Under amu.
+	epochsOnDisk bool
 	// epochObs, if set, sees every epoch history written (SetEpochObserver).
 	epochObs atomic.Pointer[func([]EpochEntry)]
 	closed   bool
@@ -331,8 +334,16 @@ func (l *Log) startEpochLocked(epoch int32, start int64) error {
 	if epoch <= latest {
 		return nil
 	}
-	entries := append(slices.Clip(l.epochs), EpochEntry{Epoch: epoch, StartOffset: start})
-	if err := l.writeEpochs(entries); err != nil {
+	e := EpochEntry{Epoch: epoch, StartOffset: start}
+	entries := append(slices.Clip(l.epochs), e)
+	appended, err := l.appendEpoch(e, true)
+	switch {
+	case !appended:
+		err = l.writeEpochs(entries)
+	case err == nil:
+		l.observeEpochs(entries)
+	}
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -352,13 +363,22 @@ func (l *Log) startEpochLocked(epoch int32, start int64) error {
 func (l *Log) StartEpoch(epoch int32, at int64) error {
 	l.amu.Lock()
 	defer l.amu.Unlock()
-	if at != l.end.Load() || epoch <= l.LatestEpoch() {
-		return nil
-	}
-	if err := l.appendable(); err != nil {
+	if ok, err := l.epochStartDueLocked(epoch, at); !ok {
 		return err
 	}
 	return l.startEpochLocked(epoch, at)
+}
+
+// epochStartDueLocked reports whether StartEpoch(epoch, at) has an epoch
+// start to persist; the caller holds amu.
+func (l *Log) epochStartDueLocked(epoch int32, at int64) (bool, error) {
+	if at != l.end.Load() || epoch <= l.LatestEpoch() {
+		return false, nil
+	}
+	if err := l.appendable(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (l *Log) appendLocked(batch []byte, h recordbatch.Header) error {

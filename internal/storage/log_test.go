@@ -815,9 +815,9 @@ func TestStartEpoch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	histories := 0
+	histories := 0 // writes to the history file, whole or appended
 	fs.SetHook(func(op vfs.Op, name string) error {
-		if op == vfs.OpRename && strings.HasSuffix(name, epochFileName+".tmp") {
+		if op == vfs.OpWrite && (strings.HasSuffix(name, epochFileName) || strings.HasSuffix(name, epochFileName+".tmp")) {
 			histories++
 		}
 		return nil

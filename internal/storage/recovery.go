@@ -148,8 +148,17 @@ func (l *Log) open(verifyAll bool) error {
 		l.segs = append(l.segs, s)
 		l.gapsBelow = 0
 		if !l.rpKnown {
-			// A new log: recording that it has no gaps lets the first
-			// recovery check its offsets fully, before any checkpoint.
+			// A new log: its epoch history's file, empty, so that the
+			// first epoch is appended to it (epochs.go); the recovery
+			// point's write below syncs the directory that holds it.
+			if !l.epochsOnDisk && len(l.epochs) == 0 {
+				if err := writeFile(l.fs, filepath.Join(l.dir, epochFileName), nil); err != nil {
+					return err
+				}
+				l.epochsOnDisk = true
+			}
+			// Recording that it has no gaps lets the first recovery
+			// check its offsets fully, before any checkpoint.
 			if err := l.writeRecoveryPoint(s.base, 0); err != nil {
 				return err
 			}

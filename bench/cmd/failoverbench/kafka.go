@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // kafkaGroup is three Apache Kafka nodes, each broker and KRaft controller
@@ -180,33 +182,83 @@ func (g *kafkaGroup) kill9(id int32) {
 }
 
 // partition reads the topic's partition 0 from Metadata.
-func (g *kafkaGroup) partition() (kadm.PartitionDetail, bool) {
+// partitions is the topic's partitions as the metadata says now; false
+// when it cannot say for every one of them.
+func (g *kafkaGroup) partitions() (kadm.PartitionDetails, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	md, err := g.adm.Metadata(ctx, topic)
 	if err != nil {
-		return kadm.PartitionDetail{}, false
+		return nil, false
 	}
 	t, ok := md.Topics[topic]
-	if !ok || t.Err != nil {
-		return kadm.PartitionDetail{}, false
+	if !ok || t.Err != nil || len(t.Partitions) != int(numPartitions) {
+		return nil, false
 	}
-	p, ok := t.Partitions[0]
-	return p, ok && p.Err == nil
+	for _, p := range t.Partitions {
+		if p.Err != nil {
+			return nil, false
+		}
+	}
+	return t.Partitions, true
 }
 
+// leaderNow is the node leading every partition, as the topic's replica
+// assignment (the same list for all) keeps it: a failover moves them all
+// to the next replica in the list. 0 while they are split or leaderless.
 func (g *kafkaGroup) leaderNow(not int32) int32 {
-	p, ok := g.partition()
-	if !ok || p.Leader < 0 || p.Leader == not {
+	ps, ok := g.partitions()
+	if !ok {
 		return 0
 	}
-	return p.Leader
+	var l int32 = -1
+	for _, p := range ps {
+		if p.Leader < 0 || p.Leader == not || l >= 0 && p.Leader != l {
+			return 0
+		}
+		l = p.Leader
+	}
+	return max(l, 0)
 }
 
 func (g *kafkaGroup) rejoined(id int32) bool {
-	p, ok := g.partition()
-	// Three in the ISR: id among them, caught up with the leader.
-	return ok && len(p.ISR) == 3 && p.Leader >= 0
+	ps, ok := g.partitions()
+	if !ok {
+		return false
+	}
+	for _, p := range ps {
+		if len(p.ISR) != 3 || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// createTopic creates the topic with every partition's replicas in the
+// same order, so that one broker leads them all, as MoonMQ's group leader
+// does.
+func (g *kafkaGroup) createTopic(ctx context.Context, cl *kgo.Client, partitions int32) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	t := kmsg.NewCreateTopicsRequestTopic()
+	t.Topic, t.NumPartitions, t.ReplicationFactor = topic, -1, -1
+	for p := range partitions {
+		a := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+		a.Partition, a.Replicas = p, []int32{1, 2, 3}
+		t.ReplicaAssignment = append(t.ReplicaAssignment, a)
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("CreateTopics answered %d topics", len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && err != kerr.TopicAlreadyExists {
+		return err
+	}
+	return nil
 }
 
 func (g *kafkaGroup) elections() (uint64, bool) { return 0, false }

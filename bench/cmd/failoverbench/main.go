@@ -1,16 +1,20 @@
 // Command failoverbench measures failover time of a three-node group: the
-// time from a SIGKILL of the node that leads the partition to the first
-// acks=all produce acknowledged by another node. It starts three MoonMQ
-// replicas in failover mode (`moonmq serve --config`), or with --system
-// kafka three Apache Kafka KRaft nodes, on loopback; produces one record at
-// a time with a franz-go client seeded with all three addresses; kills the
-// current leader N times (restarting the killed node and waiting until it
-// is back in the ISR before the next kill); and at the end reads the topic
-// back and checks that every acknowledged value is present exactly once.
-// See docs/BENCHMARKS.md, "Failover time".
+// time from a SIGKILL of the node that leads every partition of the topic
+// to the first acks=all produce acknowledged by another node, and with
+// --partitions above one also to the first such acknowledgement on every
+// partition. It starts three MoonMQ replicas in failover mode (`moonmq
+// serve --config`), or with --system kafka three Apache Kafka KRaft nodes,
+// on loopback (Kafka's topic gets the same replica list for every
+// partition, so that one broker leads them all, as MoonMQ's group leader
+// does); produces one record to every partition at a time with a franz-go
+// client seeded with all three addresses; kills the current leader N times
+// (restarting the killed node and waiting until it is back in the ISR
+// before the next kill); and at the end reads the topic back and checks
+// that every acknowledged value is present exactly once, where it was
+// acknowledged. See docs/BENCHMARKS.md, "Failover time".
 //
 //	go run ./cmd/failoverbench --kills 20            # builds moonmq from ../
-//	go run ./cmd/failoverbench --moonmq /path/moonmq
+//	go run ./cmd/failoverbench --moonmq /path/moonmq --partitions 1000
 //	go run ./cmd/failoverbench --system kafka --kafka-classpath FILE
 package main
 
@@ -28,12 +32,14 @@ import (
 	"time"
 
 	"github.com/moonmq/moonmq/internal/freeport"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// topic is the one-partition topic every kill is measured on.
+// topic is the topic every kill is measured on, of numPartitions
+// partitions (--partitions).
 const topic = "failover"
+
+var numPartitions int32 = 1
 
 // system is the group under test: three nodes on loopback, ids 1 to 3,
 // replicating the topic.
@@ -51,6 +57,9 @@ type system interface {
 	// elections is a counter of leader elections, where the system has
 	// one.
 	elections() (uint64, bool)
+	// createTopic creates the topic so that one node leads every
+	// partition.
+	createTopic(ctx context.Context, cl *kgo.Client, partitions int32) error
 	stopAll()
 }
 
@@ -84,28 +93,46 @@ func leader(not int32, within time.Duration) int32 {
 	return 0
 }
 
+// at is where a record was acknowledged.
+type at struct {
+	partition int32
+	offset    int64
+}
+
 // acked is what the producer has had acknowledged.
 type ackLog struct {
 	mu     sync.Mutex
-	values map[string]int64 // value -> offset
-	byOff  map[int64]string // offset -> value
+	values map[string]at // value -> where
+	byAt   map[at]string // where -> value
 	n      int
 	// per-node time of the latest acknowledged batch
 	lastAck map[int32]time.Time
-	// first acknowledgement by a node other than watchNot after watchFrom
+	// first acknowledgement by a node other than watchNot after watchFrom,
+	// and the partitions such acknowledgements have covered
 	watchFrom time.Time
 	watchNot  int32
 	firstAck  time.Time
 	firstNode int32
+	covered   map[int32]bool
+	allAck    time.Time // when covered came to hold every partition
 }
 
-func (a *ackLog) OnProduceBatchWritten(meta kgo.BrokerMetadata, _ string, _ int32, _ kgo.ProduceBatchMetrics) {
+func (a *ackLog) OnProduceBatchWritten(meta kgo.BrokerMetadata, _ string, partition int32, _ kgo.ProduceBatchMetrics) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.lastAck[meta.NodeID] = now
-	if !a.watchFrom.IsZero() && a.firstAck.IsZero() && meta.NodeID != a.watchNot && now.After(a.watchFrom) {
+	if a.watchFrom.IsZero() || meta.NodeID == a.watchNot || !now.After(a.watchFrom) {
+		return
+	}
+	if a.firstAck.IsZero() {
 		a.firstAck, a.firstNode = now, meta.NodeID
+	}
+	if a.allAck.IsZero() {
+		a.covered[partition] = true
+		if len(a.covered) == int(numPartitions) {
+			a.allAck = now
+		}
 	}
 }
 
@@ -118,6 +145,7 @@ func main() {
 	kafkaCP := flag.String("kafka-classpath", "", "file holding Apache Kafka's classpath, as bench/kafka.sh resolves it (--system kafka)")
 	kafkaExtra := flag.String("kafka-extra", "", "comma-separated server.properties lines added to Kafka's defaults, e.g. broker.session.timeout.ms=2500,broker.heartbeat.interval.ms=500")
 	kills := flag.Int("kills", 20, "number of leader kills")
+	partitions := flag.Int("partitions", 1, "partitions of the topic, all led by one node")
 	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
 	label := flag.String("name", "", "label of this run in the JSON result (default: --system)")
 	backoff := flag.Duration("backoff", 20*time.Millisecond, "producer retry backoff")
@@ -125,6 +153,10 @@ func main() {
 	isrLag := flag.Int("isr-lag-seconds", 1, "Replication.IsrLagSeconds")
 	ackTimeout := flag.Int("ack-timeout", 2, "Replication.AckTimeout (seconds)")
 	flag.Parse()
+	if *partitions < 1 {
+		fatalf("--partitions must be at least 1")
+	}
+	numPartitions = int32(*partitions)
 
 	dir := *workDir
 	keep := dir != ""
@@ -169,7 +201,7 @@ func main() {
 	}
 	defer sys.stopAll()
 
-	acks := &ackLog{values: map[string]int64{}, byOff: map[int64]string{}, lastAck: map[int32]time.Time{}}
+	acks := &ackLog{values: map[string]at{}, byAt: map[at]string{}, lastAck: map[int32]time.Time{}}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(sys.seeds()...),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -185,12 +217,9 @@ func main() {
 	// Until the group has a leader (MoonMQ) or a controller (Kafka) that
 	// takes it.
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := kadm.NewClient(cl).CreateTopic(cctx, 1, 3, nil, topic)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := sys.createTopic(cctx, cl, numPartitions)
 		cancel()
-		if err == nil {
-			err = resp.Err
-		}
 		if err == nil {
 			break
 		}
@@ -202,7 +231,7 @@ func main() {
 	if first == 0 {
 		fatalf("no leader of %s within 60s", topic)
 	}
-	fmt.Printf("%s: node %d leads %s; work dir %s\n", sys.name(), first, topic, dir)
+	fmt.Printf("%s: node %d leads %s (%d partitions); work dir %s\n", sys.name(), first, topic, numPartitions, dir)
 	startTerm, _ := sys.elections()
 
 	var dupAck string
@@ -216,20 +245,26 @@ func main() {
 				return
 			default:
 			}
-			v := fmt.Sprintf("v%d", i)
+			rs := make([]*kgo.Record, numPartitions)
+			for p := range rs {
+				rs[p] = &kgo.Record{Partition: int32(p), Value: fmt.Appendf(nil, "v%d-%d", i, p)}
+			}
 			pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			r, err := cl.ProduceSync(pctx, &kgo.Record{Value: []byte(v)}).First()
+			res := cl.ProduceSync(pctx, rs...)
 			cancel()
-			if err != nil {
-				continue
-			}
 			acks.mu.Lock()
-			if ov, ok := acks.byOff[r.Offset]; ok && dupAck == "" {
-				dupAck = fmt.Sprintf("offset %d acknowledged for %q and %q", r.Offset, ov, v)
+			for _, r := range res {
+				if r.Err != nil {
+					continue
+				}
+				v, where := string(r.Record.Value), at{r.Record.Partition, r.Record.Offset}
+				if ov, ok := acks.byAt[where]; ok && dupAck == "" {
+					dupAck = fmt.Sprintf("partition %d offset %d acknowledged for %q and %q", where.partition, where.offset, ov, v)
+				}
+				acks.values[v] = where
+				acks.byAt[where] = v
+				acks.n++
 			}
-			acks.values[v] = r.Offset
-			acks.byOff[r.Offset] = v
-			acks.n++
 			acks.mu.Unlock()
 		}
 	}()
@@ -247,7 +282,7 @@ func main() {
 		fatalf("only %d records acknowledged before the first kill", acks.count())
 	}
 
-	var times, serves []time.Duration
+	var times, alls, serves []time.Duration
 	failures := 0
 	start := time.Now()
 	for k := 1; k <= *kills; k++ {
@@ -256,18 +291,19 @@ func main() {
 			fatalf("kill %d: no serving leader", k)
 		}
 		// Produce flows through the current leader before the kill.
-		if !waitAcks(acks.count()+20, 30*time.Second) {
+		if !waitAcks(acks.count()+20*int(numPartitions), 60*time.Second) {
 			fatalf("kill %d: produce stalled before the kill", k)
 		}
 		acks.mu.Lock()
 		acks.firstAck, acks.firstNode = time.Time{}, 0
+		acks.covered, acks.allAck = map[int32]bool{}, time.Time{}
 		acks.watchNot = killed
 		killedAt := time.Now()
 		acks.watchFrom = killedAt
 		acks.mu.Unlock()
 		sys.kill9(killed)
 
-		var took, servedAfter time.Duration
+		var took, all, servedAfter time.Duration
 		var newNode int32
 		deadline := killedAt.Add(60 * time.Second)
 		for {
@@ -275,10 +311,10 @@ func main() {
 				servedAfter = time.Since(killedAt)
 			}
 			acks.mu.Lock()
-			fa, fn := acks.firstAck, acks.firstNode
+			fa, fn, aa := acks.firstAck, acks.firstNode, acks.allAck
 			acks.mu.Unlock()
-			if !fa.IsZero() {
-				took, newNode = fa.Sub(killedAt), fn
+			if !aa.IsZero() {
+				took, newNode, all = fa.Sub(killedAt), fn, aa.Sub(killedAt)
 				break
 			}
 			if time.Now().After(deadline) {
@@ -288,14 +324,19 @@ func main() {
 		}
 		if newNode == 0 {
 			failures++
-			fmt.Printf("kill %2d: killed node %d; NO acknowledgement within 60s\n", k, killed)
+			fmt.Printf("kill %2d: killed node %d; NOT acknowledged on every partition within 60s\n", k, killed)
 		} else {
 			times = append(times, took)
+			alls = append(alls, all)
 			if servedAfter > 0 {
 				serves = append(serves, servedAfter)
 			}
-			fmt.Printf("kill %2d: killed node %d; node %d leading after %v, acknowledged after %v (acked so far %d)\n",
-				k, killed, newNode, servedAfter.Round(time.Millisecond), took.Round(time.Millisecond), acks.count())
+			onAll := ""
+			if numPartitions > 1 {
+				onAll = fmt.Sprintf(", on every partition after %v", all.Round(time.Millisecond))
+			}
+			fmt.Printf("kill %2d: killed node %d; node %d leading after %v, acknowledged after %v%s (acked so far %d)\n",
+				k, killed, newNode, servedAfter.Round(time.Millisecond), took.Round(time.Millisecond), onAll, acks.count())
 		}
 
 		// Restart the killed node and wait until it follows and is back in the ISR.
@@ -310,7 +351,7 @@ func main() {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if !waitAcks(acks.count()+20, 30*time.Second) {
+	if !waitAcks(acks.count()+20*int(numPartitions), 60*time.Second) {
 		fatalf("produce stalled after the last kill")
 	}
 	close(stop)
@@ -324,9 +365,9 @@ func main() {
 	acks.mu.Lock()
 	values := acks.values
 	acks.mu.Unlock()
-	var maxOff int64 = -1
-	for _, off := range values {
-		maxOff = max(maxOff, off)
+	maxOff := map[int32]int64{}
+	for _, where := range values {
+		maxOff[where.partition] = max(maxOff[where.partition], where.offset)
 	}
 	cons, err := kgo.NewClient(kgo.SeedBrokers(sys.seeds()...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -335,31 +376,34 @@ func main() {
 	}
 	defer cons.Close()
 	seen := map[string]int{}
-	gotOff := map[string]int64{}
-	last := int64(-1)
-	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+	gotAt := map[string]at{}
+	readUp := map[int32]bool{} // partitions read up to their last acknowledged offset
+	rctx, rcancel := context.WithTimeout(ctx, 120*time.Second)
 	defer rcancel()
-	for last < maxOff && rctx.Err() == nil {
+	for len(readUp) < len(maxOff) && rctx.Err() == nil {
 		fs := cons.PollFetches(rctx)
 		fs.EachRecord(func(r *kgo.Record) {
-			last = max(last, r.Offset)
+			if m, ok := maxOff[r.Partition]; ok && r.Offset >= m {
+				readUp[r.Partition] = true
+			}
 			seen[string(r.Value)]++
-			gotOff[string(r.Value)] = r.Offset
+			gotAt[string(r.Value)] = at{r.Partition, r.Offset}
 		})
 	}
 	lost, dup, moved := 0, 0, 0
-	for v, off := range values {
+	for v, where := range values {
 		switch n := seen[v]; {
 		case n == 0:
 			lost++
 		case n > 1:
 			dup++
-		case gotOff[v] != off:
+		case gotAt[v] != where:
 			moved++
 		}
 	}
 
 	slices.Sort(times)
+	slices.Sort(alls)
 	slices.Sort(serves)
 	fmt.Println()
 	fmt.Printf("failover time over %d kills (SIGKILL of the serving leader -> first acks=all ack by the new leader):\n", len(times))
@@ -370,18 +414,22 @@ func main() {
 			fmt.Printf("  targets: median < 1.5s: %v; max < 3s: %v\n", med < 1500*time.Millisecond, times[len(times)-1] < 3*time.Second)
 		}
 	}
+	if numPartitions > 1 && len(alls) > 0 {
+		fmt.Printf("  to an ack on every one of the %d partitions: min %v  median %v  max %v\n", numPartitions,
+			alls[0].Round(time.Millisecond), median(alls).Round(time.Millisecond), alls[len(alls)-1].Round(time.Millisecond))
+	}
 	if len(serves) > 0 {
 		fmt.Printf("  of which until the new leader reports serving (status polled): median %v  max %v\n",
 			median(serves).Round(time.Millisecond), serves[len(serves)-1].Round(time.Millisecond))
 	}
-	fmt.Printf("  kills without an ack within 60s: %d\n", failures)
+	fmt.Printf("  kills without an ack on every partition within 60s: %d\n", failures)
 	if term, ok := sys.elections(); ok {
 		// One election per kill; anything more is an election nobody
 		// asked for (a missed heartbeat) or a leadership hand-off.
 		fmt.Printf("  Raft terms: %d at the first kill, %d at the end: %d elections for %d kills\n",
 			startTerm, term, term-startTerm, *kills)
 	}
-	fmt.Printf("acknowledged records: %d (read back up to offset %d of %d)\n", len(values), last, maxOff)
+	fmt.Printf("acknowledged records: %d (partitions read back up to their last acknowledged offset: %d of %d)\n", len(values), len(readUp), len(maxOff))
 	fmt.Printf("  lost: %d  duplicated: %d  at another offset: %d\n", lost, dup, moved)
 	if dupAck != "" {
 		fmt.Printf("  offset acknowledged twice: %s\n", dupAck)
@@ -392,7 +440,7 @@ func main() {
 		if *label == "" {
 			*label = *system
 		}
-		if err := writeResult(*jsonOut, *label, times, failures, len(values), lost+dup+moved); err != nil {
+		if err := writeResult(*jsonOut, *label, times, alls, failures, len(values), lost+dup+moved); err != nil {
 			fatalf("%v", err)
 		}
 	}
@@ -407,24 +455,32 @@ func main() {
 
 // result is a run's outcome as failover.sh compares it.
 type result struct {
-	Name     string    `json:"name"`
-	Kills    int       `json:"kills"`
-	TimesMs  []float64 `json:"times_ms"` // sorted
-	MedianMs float64   `json:"median_ms"`
-	MaxMs    float64   `json:"max_ms"`
-	NoAck    int       `json:"kills_without_ack"`
-	Acked    int       `json:"acknowledged"`
-	Wrong    int       `json:"lost_duplicated_or_moved"`
+	Name       string    `json:"name"`
+	Partitions int32     `json:"partitions"`
+	Kills      int       `json:"kills"`
+	TimesMs    []float64 `json:"times_ms"` // sorted; to the first ack by the new leader
+	MedianMs   float64   `json:"median_ms"`
+	MaxMs      float64   `json:"max_ms"`
+	// to an ack by the new leader on every partition (with one partition,
+	// the same as the first)
+	AllTimesMs []float64 `json:"all_times_ms"`
+	AllMedian  float64   `json:"all_median_ms"`
+	AllMax     float64   `json:"all_max_ms"`
+	NoAck      int       `json:"kills_without_ack"`
+	Acked      int       `json:"acknowledged"`
+	Wrong      int       `json:"lost_duplicated_or_moved"`
 }
 
-func writeResult(path, name string, times []time.Duration, noAck, acked, wrong int) error {
-	r := result{Name: name, Kills: len(times) + noAck, NoAck: noAck, Acked: acked, Wrong: wrong}
-	for _, d := range times {
-		r.TimesMs = append(r.TimesMs, float64(d)/float64(time.Millisecond))
+func writeResult(path, name string, times, alls []time.Duration, noAck, acked, wrong int) error {
+	r := result{Name: name, Partitions: numPartitions, Kills: len(times) + noAck, NoAck: noAck, Acked: acked, Wrong: wrong}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	for i := range times {
+		r.TimesMs = append(r.TimesMs, ms(times[i]))
+		r.AllTimesMs = append(r.AllTimesMs, ms(alls[i]))
 	}
 	if len(times) > 0 {
-		r.MedianMs = float64(median(times)) / float64(time.Millisecond)
-		r.MaxMs = r.TimesMs[len(r.TimesMs)-1]
+		r.MedianMs, r.MaxMs = ms(median(times)), r.TimesMs[len(r.TimesMs)-1]
+		r.AllMedian, r.AllMax = ms(median(alls)), r.AllTimesMs[len(r.AllTimesMs)-1]
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

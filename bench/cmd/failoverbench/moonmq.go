@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 const token = "tok"
@@ -176,6 +180,15 @@ func (g *moonmqGroup) leaderNow(not int32) int32 {
 }
 
 func (g *moonmqGroup) kill9(id int32) { g.byID(id).kill9() }
+
+// createTopic creates the topic; the group's leader leads every partition.
+func (g *moonmqGroup) createTopic(ctx context.Context, cl *kgo.Client, partitions int32) error {
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 3, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	return err
+}
 
 func (g *moonmqGroup) restart(id int32) error { return g.byID(id).start(g.bin) }
 

@@ -100,6 +100,25 @@ type LogSyncer interface {
 	SyncLogs(logs []ReplicaLog) []error
 }
 
+// EpochStarter may be implemented by a Sink whose logs share a filesystem
+// that can be synced whole: the Follower then persists the epoch starts
+// one fetch answer begins on many partitions (the first after a failover)
+// with one StartEpochs call, two volume syncs in all, instead of a small
+// file written and fsynced twice per log.
+type EpochStarter interface {
+	// StartEpochs persists each start as its log's StartEpoch would, and
+	// returns each one's error in order.
+	StartEpochs(starts []EpochStart) []error
+}
+
+// EpochStart is one log's epoch start: Epoch begins at offset At, the
+// log's end.
+type EpochStart struct {
+	Log   ReplicaLog
+	Epoch int32
+	At    int64
+}
+
 // FollowerConfig configures a Follower.
 type FollowerConfig struct {
 	// ReplicaID is this replica's id, sent with every fetch.
@@ -932,12 +951,7 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 // since the checksum does not cover it), and an answer that starts one
 // partition's epoch leaves it to appendAll.
 func (f *Follower) startEpochs(parts []fetchPart, asked map[replication.TopicPartition]int64, logs map[replication.TopicPartition]ReplicaLog, epoch int32) {
-	type start struct {
-		l     ReplicaLog
-		epoch int32
-		at    int64
-	}
-	var starts []start
+	var starts []EpochStart
 	for _, p := range parts {
 		tp := replication.TopicPartition{Topic: p.topic, Partition: p.partition}
 		offset, ok := asked[tp]
@@ -953,15 +967,19 @@ func (f *Follower) startEpochs(parts []fetchPart, asked map[replication.TopicPar
 			continue // appendAll refuses it
 		}
 		if e := h.PartitionLeaderEpoch; e > l.LatestEpoch() && e <= f.sink.EpochCeiling(tp, epoch) {
-			starts = append(starts, start{l, e, offset})
+			starts = append(starts, EpochStart{l, e, offset})
 		}
 	}
 	if len(starts) < 2 {
 		return
 	}
-	parallel.Each(starts, maxParallelSyncs, func(s start) {
-		// A failure is appendAll's to report: it tries again.
-		_ = s.l.StartEpoch(s.epoch, s.at)
+	// A failure is appendAll's to report: it tries again.
+	if es, ok := f.sink.(EpochStarter); ok {
+		es.StartEpochs(starts)
+		return
+	}
+	parallel.Each(starts, maxParallelSyncs, func(s EpochStart) {
+		_ = s.Log.StartEpoch(s.Epoch, s.At)
 	})
 }
 
