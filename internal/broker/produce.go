@@ -279,11 +279,11 @@ type appended struct {
 
 // startEpochs persists, for the local partitions r writes whose log has
 // not yet started the epoch this replica leads in, the epoch's start, all
-// at once. Alone, each start is a small file written and synced twice;
-// after a failover every partition's first append starts the new epoch,
-// and one after another they held a produce over a thousand partitions
-// for two seconds. A partition the request writes alone is left to its
-// append.
+// at once. Alone, each start is a line appended to the partition's epoch
+// history and an fsync; after a failover every partition's first append
+// starts the new epoch, and one after another they held a produce over a
+// thousand partitions for seconds. A partition the request writes alone
+// is left to its append.
 func (b *Broker) startEpochs(r *kmsg.ProduceRequest) {
 	var starts []storage.EpochStart
 	for _, rt := range r.Topics {
@@ -312,8 +312,8 @@ func (b *Broker) startEpochs(r *kmsg.ProduceRequest) {
 	b.persistEpochStarts(starts)
 }
 
-// persistEpochStarts persists several logs' epoch starts at once: with two
-// syncs of the data directory's volume in all, or without a volume a few
+// persistEpochStarts persists several logs' epoch starts at once: with one
+// sync of the data directory's volume in all, or without a volume a few
 // fsyncs at a time.
 func (b *Broker) persistEpochStarts(starts []storage.EpochStart) []error {
 	if len(starts) == 1 {

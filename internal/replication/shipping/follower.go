@@ -103,8 +103,8 @@ type LogSyncer interface {
 // EpochStarter may be implemented by a Sink whose logs share a filesystem
 // that can be synced whole: the Follower then persists the epoch starts
 // one fetch answer begins on many partitions (the first after a failover)
-// with one StartEpochs call, two volume syncs in all, instead of a small
-// file written and fsynced twice per log.
+// with one StartEpochs call, one volume sync in all, instead of an fsync
+// per log.
 type EpochStarter interface {
 	// StartEpochs persists each start as its log's StartEpoch would, and
 	// returns each one's error in order.
