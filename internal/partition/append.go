@@ -128,22 +128,12 @@ func (p *Partition) write(w writer, batches [][]byte, headers []recordbatch.Head
 	return res, stateErr, nil
 }
 
-// StartLeaderEpoch persists, ahead of a client's append, that the epoch
-// this replica leads in starts at the log's end (storage.Log.StartEpoch).
-// Not leading, it does nothing and leaves the append to refuse.
-func (p *Partition) StartLeaderEpoch() error {
-	s, ok := p.LeaderEpochStart()
-	if !ok {
-		return nil
-	}
-	return p.log.StartEpoch(s.Epoch, s.At)
-}
-
-// LeaderEpochStart is the epoch start StartLeaderEpoch would persist, for
-// a produce over many partitions that each begin the epoch (the first
-// after a failover), whose starts are persisted all at once
-// (storage.Volume.StartEpochs); false when this replica does not lead or
-// the log's history has the epoch already.
+// LeaderEpochStart is the start of the epoch this replica leads in, at the
+// log's end, for a produce over many partitions that each begin the epoch
+// (the first after a failover), whose starts are persisted all at once
+// ahead of the appends (storage.Volume.StartEpochs); false when this
+// replica does not lead (the append refuses) or the log's history has the
+// epoch already.
 func (p *Partition) LeaderEpochStart() (storage.EpochStart, bool) {
 	epoch, err := p.fence.Leading()
 	if err != nil || epoch <= p.log.LatestEpoch() {
