@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/moonmq/moonmq/internal/vfs"
@@ -69,6 +71,9 @@ func TestEpochHistoryAppendedLines(t *testing.T) {
 		{"torn line", doc + "\n" + `{"epoch":2,"startOffset":4}` + "\n" + `{"epoch":5,"sta`, []EpochEntry{{1, 0}, {2, 4}}, true},
 		{"torn after the newline", doc + "\n", []EpochEntry{{1, 0}}, true},
 		{"a field missing", doc + "\n" + `{"epoch":2}`, []EpochEntry{{1, 0}}, true},
+		{"zeros where the appended bytes were", doc + "\x00\x00\x00\x00", []EpochEntry{{1, 0}}, true},
+		{"zeros after a whole line", doc + "\n" + `{"epoch":2,"startOffset":4}` + "\x00\x00", []EpochEntry{{1, 0}, {2, 4}}, true},
+		{"a blank line", doc + "\n\n" + `{"epoch":2,"startOffset":4}`, []EpochEntry{{1, 0}}, true},
 		{"out of order", doc + "\n" + `{"epoch":2,"startOffset":4}` + "\n" + `{"epoch":2,"startOffset":6}` + "\n" + `{"epoch":3,"startOffset":8}`, []EpochEntry{{1, 0}, {2, 4}}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,5 +112,179 @@ func TestEpochHistoryAppendedLines(t *testing.T) {
 				t.Errorf("after the next epoch's start: %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestFailedEpochWriteRewrittenBeforeAppend: a history write that fails
+// (a truncation's rewrite failing at its rename or its directory sync, a
+// new epoch's line written but not synced) leaves a file that no longer
+// holds the history in memory. No record may reach the disk beside it: the
+// next append writes the history whole first, or fails while it cannot,
+// so the records appended after the failure survive a crash (the file left
+// behind would make recovery cut them, its epochs not theirs).
+func TestFailedEpochWriteRewrittenBeforeAppend(t *testing.T) {
+	opts := Options{VerifyAll: true}
+	reopen := func(t *testing.T, fs vfs.FS) *Log {
+		t.Helper()
+		l := openLog(t, fs, opts)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	appendAt := func(t *testing.T, l *Log, epoch int32) {
+		t.Helper()
+		if _, err := l.Append(mkBatch(t, 2, 0, 10), epoch); err != nil {
+			t.Fatalf("append in epoch %d: %v", epoch, err)
+		}
+	}
+	sync := func(t *testing.T, l *Log) {
+		t.Helper()
+		if _, err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		op   vfs.Op
+	}{
+		{"rename", vfs.OpRename},
+		{"directory sync", vfs.OpSyncDir},
+	} {
+		t.Run("truncation's rewrite fails at its "+c.name, func(t *testing.T) {
+			m := vfs.NewMem()
+			l := openLog(t, m, opts)
+			for _, ep := range []int32{3, 4, 5} {
+				appendAt(t, l, ep) // epoch 3 at 0, 4 at 2, 5 at 4
+			}
+			sync(t, l)
+			// The leader's log ends at 4 in epoch 4: epoch 5 was never
+			// committed.
+			// The rename of the history's new file, or the directory
+			// sync after it (not the truncation's own of the segment).
+			renamed := false
+			m.SetHook(func(op vfs.Op, name string) error {
+				switch {
+				case op == vfs.OpRename && strings.Contains(name, epochFileName):
+					renamed = true
+					if c.op == vfs.OpRename {
+						return vfs.ErrInjected
+					}
+				case op == vfs.OpSyncDir && renamed && c.op == vfs.OpSyncDir:
+					renamed = false
+					return vfs.ErrInjected
+				}
+				return nil
+			})
+			if err := l.Truncate(4); !errors.Is(err, vfs.ErrInjected) {
+				t.Fatalf("truncate: %v; want the injected error", err)
+			}
+			m.SetHook(nil)
+			appendAt(t, l, 4) // 4..5, the leader's epoch-4 records
+			sync(t, l)
+			l.Close()
+			want := []EpochEntry{{3, 0}, {4, 2}}
+			for _, fs := range []vfs.FS{m, m.Crash()} {
+				c := reopen(t, fs)
+				if c.EndOffset() != 6 || !slices.Equal(c.EpochHistory(), want) || c.Recovery().Damaged {
+					t.Errorf("reopened: end %d (want 6), history %v (want %v), damaged %v",
+						c.EndOffset(), c.EpochHistory(), want, c.Recovery().Damaged)
+				}
+			}
+		})
+	}
+
+	t.Run("a new epoch's line not synced", func(t *testing.T) {
+		m := vfs.NewMem()
+		l := openLog(t, m, opts)
+		appendAt(t, l, 3)
+		sync(t, l)
+		m.FailNext(vfs.OpSync, epochFileName, vfs.ErrInjected)
+		if _, err := l.Append(mkBatch(t, 2, 0, 10), 5); !errors.Is(err, vfs.ErrInjected) {
+			t.Fatalf("append in epoch 5: %v; want the injected error", err)
+		}
+		m.SetHook(nil)
+		// The line {5, 2} is in the file (the page cache, after a kill);
+		// the log goes on in epoch 3 at 2.
+		appendAt(t, l, 3)
+		sync(t, l)
+		l.Close()
+		want := []EpochEntry{{3, 0}}
+		for _, fs := range []vfs.FS{m, m.Crash()} {
+			c := reopen(t, fs)
+			if c.EndOffset() != 4 || !slices.Equal(c.EpochHistory(), want) || c.Recovery().Damaged {
+				t.Errorf("reopened: end %d (want 4), history %v (want %v), damaged %v",
+					c.EndOffset(), c.EpochHistory(), want, c.Recovery().Damaged)
+			}
+		}
+	})
+
+	t.Run("appends fail while the history cannot be written", func(t *testing.T) {
+		m := vfs.NewMem()
+		l := openLog(t, m, opts)
+		appendAt(t, l, 3)
+		appendAt(t, l, 5)
+		sync(t, l)
+		m.SetHook(func(op vfs.Op, name string) error {
+			if op == vfs.OpRename && strings.Contains(name, epochFileName) {
+				return vfs.ErrInjected
+			}
+			return nil
+		})
+		if err := l.Truncate(2); !errors.Is(err, vfs.ErrInjected) {
+			t.Fatalf("truncate: %v; want the injected error", err)
+		}
+		end := l.EndOffset()
+		if _, err := l.Append(mkBatch(t, 2, 0, 10), 3); !errors.Is(err, vfs.ErrInjected) {
+			t.Fatalf("append while the history cannot be written: %v; want the injected error", err)
+		}
+		if l.EndOffset() != end {
+			t.Fatalf("end %d after a refused append, want %d", l.EndOffset(), end)
+		}
+		m.SetHook(nil)
+		appendAt(t, l, 3)
+		sync(t, l)
+		l.Close()
+		if c := reopen(t, m.Crash()); c.EndOffset() != 4 || !slices.Equal(c.EpochHistory(), []EpochEntry{{3, 0}}) {
+			t.Errorf("reopened: end %d (want 4), history %v", c.EndOffset(), c.EpochHistory())
+		}
+	})
+}
+
+// TestTornEpochHistoryOpensWhenRewriteFails: a damaged end of the history
+// is dropped at Open even when the file cannot be rewritten then (a full
+// disk after the crash); the rewrite happens before the next append.
+func TestTornEpochHistoryOpensWhenRewriteFails(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, Options{})
+	if _, err := l.Append(mkBatch(t, 2, 0, 10), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	name := filepath.Join(testDir, epochFileName)
+	b, err := vfs.ReadFile(m, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vfs.WriteFileAtomic(m, name, append(b, "\n{\"epoch\":2,\"st"...)); err != nil {
+		t.Fatal(err)
+	}
+	m.FailNext(vfs.OpRename, epochFileName, vfs.ErrInjected)
+	l = openLog(t, m, Options{})
+	defer l.Close()
+	if !slices.Equal(l.EpochHistory(), []EpochEntry{{1, 0}}) {
+		t.Fatalf("history %v, want [{1 0}]", l.EpochHistory())
+	}
+	if _, err := l.Append(mkBatch(t, 2, 0, 10), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	c := openAt(t, m.Crash(), testDir)
+	defer c.Close()
+	if want := []EpochEntry{{1, 0}, {2, 2}}; !slices.Equal(c.EpochHistory(), want) {
+		t.Errorf("after the next epoch and a crash: %v, want %v", c.EpochHistory(), want)
 	}
 }

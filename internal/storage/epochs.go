@@ -48,10 +48,18 @@ func (l *Log) readEpochs() error {
 	if err != nil {
 		return err
 	}
-	lines := bytes.Split(b, []byte{'\n'})
+	// The document is the file's first JSON value, read as a value rather
+	// than up to the first newline: a filesystem that makes an append's
+	// new size durable before its bytes leaves zeros where the newline
+	// was, and that damage belongs to the appended tail, not the document.
+	// A file that does not start with one is a new log's, empty before
+	// its first epoch was appended.
 	var ef epochFile
-	if len(lines[0]) > 0 { // empty: a new log's file whose bytes a crash lost
-		if err = json.Unmarshal(lines[0], &ef); err == nil {
+	rest := b
+	if len(b) > 0 && b[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if err = dec.Decode(&ef); err == nil {
+			rest = b[dec.InputOffset():]
 			for i, e := range ef.Entries {
 				if i > 0 && !epochFollows(ef.Entries[i-1], e) {
 					err = errors.New("entries out of order")
@@ -68,28 +76,50 @@ func (l *Log) readEpochs() error {
 		return nil
 	}
 	entries := ef.Entries
-	for i, line := range lines[1:] {
-		e, err := parseEpochLine(line)
-		if err == nil && len(entries) > 0 && !epochFollows(entries[len(entries)-1], e) {
+	torn := false
+	for line := 1; len(rest) > 0; line++ {
+		// Each appended entry is a newline and a JSON object. Entries are
+		// decoded as values, not split at newlines, for the reason above:
+		// zeros in place of a later append's newline must not cost the
+		// whole entry before them.
+		var e EpochEntry
+		var n int
+		if rest[0] != '\n' {
+			err = errors.New("no newline before the entry")
+		} else if e, n, err = decodeEpochEntry(rest[1:]); err == nil && len(entries) > 0 && !epochFollows(entries[len(entries)-1], e) {
 			err = errors.New("out of order")
 		}
 		if err != nil {
 			// A crash tore the last append (or the file is damaged from
-			// there): the entries before it stand, and the file is
-			// rewritten without the rest, so that later appends follow a
-			// whole line.
+			// there): the entries before it stand.
 			l.logger.Warn("dropping the end of the leader epoch history", "file", epochFileName,
-				"line", i+2, "lines", len(lines), "err", err)
-			if err := l.writeEpochs(entries); err != nil {
-				return err
-			}
+				"appended entry", line, "err", err)
+			torn = true
 			break
 		}
 		entries = append(entries, e)
+		rest = rest[1+n:]
 	}
 	l.epochs = entries
 	l.epochsOnDisk = true
+	if torn {
+		// Rewritten without the damaged end, so that later appends follow
+		// a whole line.
+		l.rewriteEpochsAtOpen()
+	}
 	return nil
+}
+
+// rewriteEpochsAtOpen writes the history whole after Open changed it. A
+// failure (a disk full after the crash) does not stop the log from
+// opening: a history not on disk whole is written before the next append
+// (appendable), and until then the file's extra entries lie at or beyond
+// the log's end, where the next Open drops them again.
+func (l *Log) rewriteEpochsAtOpen() {
+	if err := l.writeEpochs(l.epochs); err != nil {
+		l.logger.Warn("cannot rewrite the leader epoch history; it is written before the next append",
+			"file", epochFileName, "err", err)
+	}
 }
 
 // epochFollows reports whether e may follow prev in a history.
@@ -97,23 +127,34 @@ func epochFollows(prev, e EpochEntry) bool {
 	return e.Epoch > prev.Epoch && e.StartOffset >= prev.StartOffset
 }
 
-// parseEpochLine parses one appended entry, which must hold both fields.
-func parseEpochLine(line []byte) (EpochEntry, error) {
+// decodeEpochEntry decodes the appended entry b starts with, which must
+// hold both fields, and reports how many bytes it took.
+func decodeEpochEntry(b []byte) (EpochEntry, int, error) {
 	var e struct {
 		Epoch       *int32 `json:"epoch"`
 		StartOffset *int64 `json:"startOffset"`
 	}
-	if err := json.Unmarshal(line, &e); err != nil {
-		return EpochEntry{}, err
+	if len(b) == 0 || b[0] != '{' {
+		return EpochEntry{}, 0, errors.New("no entry after the newline")
 	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&e); err != nil {
+		return EpochEntry{}, 0, err
+	}
+	n := int(dec.InputOffset())
 	if e.Epoch == nil || e.StartOffset == nil {
-		return EpochEntry{}, fmt.Errorf("incomplete entry %q", line)
+		return EpochEntry{}, 0, fmt.Errorf("incomplete entry %q", b[:n])
 	}
-	return EpochEntry{Epoch: *e.Epoch, StartOffset: *e.StartOffset}, nil
+	return EpochEntry{Epoch: *e.Epoch, StartOffset: *e.StartOffset}, n, nil
 }
 
+// writeEpochs replaces the history file with entries, synced. After a
+// failure the file may be the old history, with or without lines appended
+// since, or the new one not yet durable: the history is then not on disk,
+// and appendable writes it again before any record is appended.
 func (l *Log) writeEpochs(entries []EpochEntry) error {
 	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochFileName), encodeEpochs(entries)); err != nil {
+		l.epochsOnDisk = false
 		return err
 	}
 	l.epochsOnDisk = true
@@ -142,8 +183,8 @@ func (l *Log) appendEpoch(e EpochEntry, sync bool) (bool, error) {
 		err = cerr
 	}
 	if err != nil {
-		// Part of the line may be in the file: the next change writes
-		// the history whole rather than append after it.
+		// Part of the line may be in the file, or all of it undurable:
+		// the history is written whole before the next append.
 		l.epochsOnDisk = false
 	}
 	return true, err

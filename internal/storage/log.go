@@ -123,8 +123,13 @@ type Log struct {
 
 	segs   []*segment
 	epochs []EpochEntry
-	// epochsOnDisk: the history file exists whole, so a new epoch may be
-	// appended to it (epochs.go). Under amu.
+	// epochsOnDisk: the history file holds exactly epochs, whole and
+	// durable (or durable with the volume sync under way), so a new epoch
+	// may be appended to it (epochs.go). When it is false (no file yet, a
+	// failed write, a damaged end read back) the file may be stale or end
+	// in a line no entry stands for, and appendable writes it whole before
+	// a record is appended: a record must never reach the disk beside a
+	// history that would make recovery cut it. Under amu.
 	epochsOnDisk bool
 	// epochObs, if set, sees every epoch history written (SetEpochObserver).
 	epochObs atomic.Pointer[func([]EpochEntry)]
@@ -314,7 +319,14 @@ func (l *Log) appendable() error {
 		return err
 	}
 	if l.space != nil {
-		return l.space.CheckWrite()
+		if err := l.space.CheckWrite(); err != nil {
+			return err
+		}
+	}
+	if !l.epochsOnDisk {
+		if err := l.writeEpochs(l.EpochHistory()); err != nil {
+			return fmt.Errorf("storage: cannot write the leader epoch history: %w", err)
+		}
 	}
 	return nil
 }

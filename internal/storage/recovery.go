@@ -193,7 +193,7 @@ func (l *Log) open(verifyAll bool) error {
 	}
 	if cut != len(l.epochs) {
 		l.epochs = l.epochs[:cut]
-		return l.writeEpochs(l.epochs)
+		l.rewriteEpochsAtOpen()
 	}
 	return nil
 }

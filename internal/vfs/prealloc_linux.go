@@ -16,6 +16,8 @@ import (
 // machines (docs/BENCHMARKS.md). The first call takes the file out of
 // append mode, since appends would land after the reserved space.
 func (f *osFile) Preallocate(size int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !f.positional {
 		fi, err := f.File.Stat()
 		if err != nil {

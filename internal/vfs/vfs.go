@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
 
@@ -103,11 +104,15 @@ type osFS struct{}
 
 // osFile is an OS file. Writes append (O_APPEND) until the first
 // Preallocate; from then on the file's end is past the data, so the file
-// keeps the write position itself (pos) and writes there. Only the file's
-// one writer moves pos.
+// keeps the write position itself (pos) and writes there. Writes do not
+// overlap, but they need not all come from the goroutine that reserves: a
+// segment's appender reserves while a reader or a sync writes the appends
+// that waited in memory (storage's tail), so mu orders them.
 type osFile struct {
 	*os.File
-	rc         syscall.RawConn // the descriptor, for the calls os.File lacks
+	rc syscall.RawConn // the descriptor, for the calls os.File lacks
+
+	mu         sync.Mutex
 	positional bool
 	pos        int64
 }
@@ -122,6 +127,8 @@ func newOSFile(f *os.File) (File, error) {
 }
 
 func (f *osFile) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !f.positional {
 		return f.File.Write(p)
 	}
@@ -131,6 +138,8 @@ func (f *osFile) Write(p []byte) (int, error) {
 }
 
 func (f *osFile) Truncate(size int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	err := f.File.Truncate(size)
 	if err == nil && f.positional {
 		f.pos = size

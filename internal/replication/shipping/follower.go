@@ -944,12 +944,14 @@ func (f *Follower) fetchOnce(ctx context.Context, epoch int32, positionsOnly boo
 
 // startEpochs persists, for the partitions of an answer whose first batch
 // starts a newer leader epoch at the log's end, that epoch's start,
-// several at once: each is a small file written and synced twice, and
-// the first answer after a failover starts the new epoch on every
-// partition. Only an epoch appendAll would take is started (a whole batch
-// whose checksum holds, its epoch within the bounds appendAll checks,
-// since the checksum does not cover it), and an answer that starts one
-// partition's epoch leaves it to appendAll.
+// several at once: each is a line appended to the partition's history and
+// synced, and the first answer after a failover starts the new epoch on
+// every partition. Only an epoch appendAll would take is started (a whole
+// batch whose checksum holds, below the leader's log end, its epoch within
+// the bounds appendAll checks, since the checksum does not cover it): a
+// history must not claim an epoch starts where appendAll then refuses
+// every batch. An answer that starts one partition's epoch leaves it to
+// appendAll.
 func (f *Follower) startEpochs(parts []fetchPart, asked map[replication.TopicPartition]int64, logs map[replication.TopicPartition]ReplicaLog, epoch int32) {
 	var starts []EpochStart
 	for _, p := range parts {
@@ -960,7 +962,8 @@ func (f *Follower) startEpochs(parts []fetchPart, asked map[replication.TopicPar
 		}
 		l := logs[tp]
 		h, err := recordbatch.ParseHeader(p.records)
-		if err != nil || h.BaseOffset != offset || l.EndOffset() != offset || h.Size() > len(p.records) {
+		if err != nil || h.BaseOffset != offset || l.EndOffset() != offset || h.Size() > len(p.records) ||
+			h.LastOffsetDelta < 0 || h.LastOffset() >= p.logEnd {
 			continue
 		}
 		if _, err := recordbatch.Check(p.records[:h.Size()]); err != nil {

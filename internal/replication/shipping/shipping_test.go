@@ -957,8 +957,8 @@ func (s startingLog) StartEpoch(epoch int32, at int64) error {
 
 // TestStartEpochsTogether: an answer whose batches start a newer epoch
 // on many partitions has the epochs' starts persisted several at once,
-// but only for a whole batch at the log's end whose checksum holds and
-// whose epoch appendAll would take.
+// but only for a whole batch at the log's end, below the leader's, whose
+// checksum holds and whose epoch appendAll would take.
 func TestStartEpochsTogether(t *testing.T) {
 	var mu sync.Mutex
 	var now, peak int
@@ -976,12 +976,13 @@ func TestStartEpochsTogether(t *testing.T) {
 	parts := []fetchPart{}
 	asked := map[replication.TopicPartition]int64{}
 	logs := map[replication.TopicPartition]ReplicaLog{}
-	add := func(name string, records []byte) {
+	addEnd := func(name string, records []byte, logEnd int64) {
 		tp := replication.TopicPartition{Topic: name}
-		parts = append(parts, fetchPart{topic: name, records: records, logEnd: 1})
+		parts = append(parts, fetchPart{topic: name, records: records, logEnd: logEnd})
 		asked[tp] = 0
 		logs[tp] = startingLog{mu: &mu, now: &now, peak: &peak, started: &started}
 	}
+	add := func(name string, records []byte) { addEnd(name, records, 1) }
 	for i := range 40 {
 		add(fmt.Sprintf("ok-%d", i), batch(epoch, 0))
 	}
@@ -991,6 +992,7 @@ func TestStartEpochsTogether(t *testing.T) {
 	add("above-ceiling", batch(epoch+1, 0))
 	add("off-the-end", batch(epoch, 3))
 	add("torn", batch(epoch, 0)[:65])
+	addEnd("beyond-the-leader's-end", batch(epoch, 0), 0)
 	f := &Follower{sink: newTestSink(t)}
 	f.startEpochs(parts, asked, logs, epoch)
 	if len(started) != 40 {
