@@ -163,16 +163,16 @@ func (l *Log) writeEpochs(entries []EpochEntry) error {
 }
 
 // appendEpoch appends e to the history file, synced when sync is set
-// (otherwise the caller's volume sync makes it durable). It reports false,
-// writing nothing, when there is no file to append to: the caller writes
-// the history whole. The caller holds amu.
-func (l *Log) appendEpoch(e EpochEntry, sync bool) (bool, error) {
+// (otherwise the caller's volume sync makes it durable). The file must
+// hold the history whole, which appendable sees to before every append
+// and epoch start; the caller holds amu.
+func (l *Log) appendEpoch(e EpochEntry, sync bool) error {
 	if !l.epochsOnDisk {
-		return false, nil
+		return errors.New("storage: leader epoch history not on disk whole; appendable writes it first")
 	}
 	f, err := l.fs.OpenRW(filepath.Join(l.dir, epochFileName))
 	if err != nil {
-		return true, err
+		return err
 	}
 	line, _ := json.Marshal(e)
 	_, err = f.Write(append([]byte{'\n'}, line...))
@@ -187,7 +187,7 @@ func (l *Log) appendEpoch(e EpochEntry, sync bool) (bool, error) {
 		// the history is written whole before the next append.
 		l.epochsOnDisk = false
 	}
-	return true, err
+	return err
 }
 
 func encodeEpochs(entries []EpochEntry) []byte {

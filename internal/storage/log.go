@@ -332,7 +332,8 @@ func (l *Log) appendable() error {
 }
 
 // startEpochLocked extends the epoch history with epoch starting at
-// start when epoch is newer than its latest; the caller holds amu. It is
+// start when epoch is newer than its latest; the caller holds amu and has
+// checked appendable, which leaves the history's file whole. It is
 // persisted before a batch of the epoch is written, so the history is
 // durable before the batch can be acknowledged as durable (and recovery
 // can check the batch's epoch against it).
@@ -348,16 +349,10 @@ func (l *Log) startEpochLocked(epoch int32, start int64) error {
 	}
 	e := EpochEntry{Epoch: epoch, StartOffset: start}
 	entries := append(slices.Clip(l.epochs), e)
-	appended, err := l.appendEpoch(e, true)
-	switch {
-	case !appended:
-		err = l.writeEpochs(entries)
-	case err == nil:
-		l.observeEpochs(entries)
-	}
-	if err != nil {
+	if err := l.appendEpoch(e, true); err != nil {
 		return err
 	}
+	l.observeEpochs(entries)
 	l.mu.Lock()
 	l.epochs = entries
 	l.mu.Unlock()
@@ -366,8 +361,8 @@ func (l *Log) startEpochLocked(epoch int32, start int64) error {
 
 // StartEpoch persists that leader epoch epoch starts at offset at, ahead
 // of the append of the epoch's first batch there, which then has nothing
-// to persist. Each new epoch costs the history a file written and synced
-// twice: a request or fetch answer that starts an epoch on many
+// to persist. Each new epoch costs the history a line appended and an
+// fsync: a request or fetch answer that starts an epoch on many
 // partitions (the first after a failover, or on a new topic) calls this
 // for them at once rather than leaving each append to do it in turn. It
 // does nothing unless at is the log's end and epoch is newer than the

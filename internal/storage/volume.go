@@ -254,15 +254,11 @@ func (v *Volume) StartEpochs(starts []EpochStart) []error {
 			continue
 		}
 		e := EpochEntry{Epoch: s.Epoch, StartOffset: s.At}
-		appended, err := l.appendEpoch(e, false)
-		switch {
-		case !appended:
-			errs[i] = l.startEpochLocked(s.Epoch, s.At)
-		case err != nil:
+		if err := l.appendEpoch(e, false); err != nil {
 			errs[i] = err
-		default:
-			todo = append(todo, due{i, append(slices.Clip(l.EpochHistory()), e)})
+			continue
 		}
+		todo = append(todo, due{i, append(slices.Clip(l.EpochHistory()), e)})
 	}
 	if len(todo) == 0 {
 		return errs
